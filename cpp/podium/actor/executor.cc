@@ -1,0 +1,200 @@
+#include "podium/actor/executor.h"
+
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <list>
+#include <mutex>
+#include <thread>
+
+namespace podium::actor {
+namespace {
+
+constexpr auto kTick = std::chrono::milliseconds(2);
+constexpr int kQuietTicksBeforePark = 50;
+
+struct Runner {
+  // Odd while the runner is inside an actor handler; bumped at begin and end.
+  std::atomic<uint64_t> handler_seq{0};
+  std::atomic<bool> blocked{false};
+  std::atomic<bool> finished{false};
+  uint64_t seen_seq = 0;  // watchdog-thread only
+  std::thread thread;
+};
+
+thread_local Executor* tls_executor = nullptr;
+thread_local Runner* tls_runner = nullptr;
+
+}  // namespace
+
+struct Executor::Impl {
+  Executor* self;
+  asio::io_context& io;
+  size_t max_runners;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+
+  std::mutex mu;                 // guards runners, stopping, watchdog_parked wake-ups
+  std::list<Runner> runners;     // guarded by mu; stable addresses
+  std::atomic<size_t> live{0};   // runners not yet finished
+  bool stopping = false;         // guarded by mu
+  std::condition_variable watchdog_cv;
+  std::atomic<bool> watchdog_parked{false};
+  std::thread watchdog;
+
+  Impl(Executor* s, asio::io_context& i, size_t max)
+      : self(s), io(i), max_runners(max), work(asio::make_work_guard(i)) {}
+
+  static bool occupied(const Runner& r) {
+    return (r.handler_seq.load(std::memory_order_relaxed) & 1) != 0 ||
+           r.blocked.load(std::memory_order_relaxed);
+  }
+
+  // Requires mu. Joins runners that retired, then starts a new one.
+  void add_runner_locked() {
+    for (auto it = runners.begin(); it != runners.end();) {
+      if (it->finished.load(std::memory_order_acquire)) {
+        it->thread.join();
+        it = runners.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (stopping || live.load() >= max_runners) return;
+    Runner& r = runners.emplace_back();
+    live.fetch_add(1);
+    r.thread = std::thread(&Impl::runner_main, this, &r);
+  }
+
+  // True when a runner other than `me` is free to run new work.
+  bool someone_free_locked(const Runner* me) {
+    for (auto& r : runners) {
+      if (&r != me && !r.finished.load(std::memory_order_relaxed) && !occupied(r)) return true;
+    }
+    return false;
+  }
+
+  bool should_retire(Runner* me) {
+    if (live.load(std::memory_order_relaxed) <= 1) return false;
+    std::lock_guard lock(mu);
+    if (stopping) return false;  // io.stop() ends run_one() anyway
+    // Stay while I am the only free runner; go when another one is free.
+    if (!someone_free_locked(me)) return false;
+    me->finished.store(true, std::memory_order_release);
+    live.fetch_sub(1);
+    return true;
+  }
+
+  void runner_main(Runner* me) {
+    tls_executor = self;
+    tls_runner = me;
+    while (!io.stopped()) {
+      if (io.run_one() == 0) break;
+      if (should_retire(me)) return;
+    }
+    me->finished.store(true, std::memory_order_release);
+    live.fetch_sub(1);
+  }
+
+  void watchdog_main() {
+    int quiet_ticks = 0;
+    std::unique_lock lock(mu);
+    while (!stopping) {
+      if (quiet_ticks >= kQuietTicksBeforePark) {
+        watchdog_parked.store(true, std::memory_order_release);
+        watchdog_cv.wait(lock, [&] { return stopping || !watchdog_parked.load(); });
+        quiet_ticks = 0;
+        continue;
+      }
+      watchdog_cv.wait_for(lock, kTick, [&] { return stopping; });
+      if (stopping) break;
+      bool any_activity = false;
+      bool all_stuck = true;
+      bool any_live = false;
+      for (auto& r : runners) {
+        if (r.finished.load(std::memory_order_relaxed)) continue;
+        any_live = true;
+        uint64_t seq = r.handler_seq.load(std::memory_order_relaxed);
+        bool in_handler = (seq & 1) != 0;
+        bool stuck = (in_handler && seq == r.seen_seq) || r.blocked.load();
+        if (seq != r.seen_seq || in_handler) any_activity = true;
+        r.seen_seq = seq;
+        if (!stuck) all_stuck = false;
+      }
+      if (any_live && all_stuck) add_runner_locked();
+      quiet_ticks = any_activity ? 0 : quiet_ticks + 1;
+    }
+  }
+};
+
+Executor::Executor(asio::io_context& io, size_t max_runners)
+    : impl_(std::make_unique<Impl>(this, io, max_runners)) {}
+
+Executor::~Executor() { stop(); }
+
+void Executor::start() {
+  std::lock_guard lock(impl_->mu);
+  if (!impl_->runners.empty() || impl_->stopping) return;
+  impl_->add_runner_locked();
+  impl_->watchdog = std::thread(&Impl::watchdog_main, impl_.get());
+}
+
+void Executor::stop() {
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->stopping) return;
+    impl_->stopping = true;
+    impl_->watchdog_parked.store(false);
+  }
+  impl_->watchdog_cv.notify_all();
+  impl_->work.reset();
+  impl_->io.stop();
+  if (impl_->watchdog.joinable()) impl_->watchdog.join();
+  std::list<Runner> runners;
+  {
+    std::lock_guard lock(impl_->mu);
+    runners.swap(impl_->runners);
+  }
+  for (auto& r : runners) {
+    if (r.thread.get_id() == std::this_thread::get_id()) {
+      r.thread.detach();  // stop() from inside a handler: this thread exits after it returns
+    } else if (r.thread.joinable()) {
+      r.thread.join();
+    }
+  }
+}
+
+Executor* Executor::current() { return tls_executor; }
+
+void Executor::handler_begin() {
+  if (tls_runner) tls_runner->handler_seq.fetch_add(1, std::memory_order_relaxed);
+  if (impl_->watchdog_parked.load(std::memory_order_relaxed)) {
+    {
+      std::lock_guard lock(impl_->mu);
+      impl_->watchdog_parked.store(false);
+    }
+    impl_->watchdog_cv.notify_one();
+  }
+}
+
+void Executor::handler_end() {
+  if (tls_runner) tls_runner->handler_seq.fetch_add(1, std::memory_order_relaxed);
+}
+
+size_t Executor::runner_count() const { return impl_->live.load(); }
+
+BlockingScope::BlockingScope() {
+  if (!tls_runner || !tls_executor) return;
+  auto* impl = tls_executor->impl_.get();
+  slot_ = tls_runner;
+  executor_ = tls_executor;
+  tls_runner->blocked.store(true, std::memory_order_relaxed);
+  std::lock_guard lock(impl->mu);
+  if (!impl->someone_free_locked(tls_runner)) impl->add_runner_locked();
+}
+
+BlockingScope::~BlockingScope() {
+  if (slot_) static_cast<Runner*>(slot_)->blocked.store(false, std::memory_order_relaxed);
+}
+
+}  // namespace podium::actor

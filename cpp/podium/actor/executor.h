@@ -1,0 +1,71 @@
+// podium::actor::Executor — the threads that run a proc's io_context.
+//
+// One runner thread normally runs the io_context: it reads sockets, routes messages and runs
+// actor handlers where the message lands, so a request and its reply cost no thread hop.
+// A handler that runs long, or blocks (a Future wait inside a handler), must not stall the
+// proc's other actors or its I/O, so the executor adds runners when every runner is occupied:
+//   - at once, when a runner is about to block (BlockingScope);
+//   - from a watchdog, when every runner has been inside the same handler for a tick (2 ms).
+// Surplus runners retire when they find nothing occupied, so the proc returns to one runner.
+// The watchdog parks after a quiet period and is woken by the next handler.
+//
+// Threads: start() and stop() from a non-runner thread. handler_begin()/handler_end() and
+// BlockingScope are called on runner threads. current() from any thread.
+// Invariants:
+//   AC-2 While any actor has work queued, at least one runner is free to run it within one
+//        watchdog tick, however many handlers are long-running or blocked (up to max_runners).
+//   AC-3 stop() returns only after every runner and the watchdog have exited.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace asio {
+class io_context;
+}
+
+namespace podium::actor {
+
+class Executor {
+ public:
+  explicit Executor(asio::io_context& io, size_t max_runners = 512);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  void start();
+  void stop();
+
+  // The executor whose runner is the calling thread, or nullptr.
+  static Executor* current();
+
+  // Brackets an actor handler on a runner thread (the watchdog's view of "occupied").
+  void handler_begin();
+  void handler_end();
+
+  size_t runner_count() const;
+
+ private:
+  friend class BlockingScope;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Marks the calling runner thread as blocked for its lifetime, adding a runner first if no
+// other would be free. Does nothing on a thread that is not a runner.
+class BlockingScope {
+ public:
+  BlockingScope();
+  ~BlockingScope();
+  BlockingScope(const BlockingScope&) = delete;
+  BlockingScope& operator=(const BlockingScope&) = delete;
+  bool active() const { return slot_ != nullptr; }
+
+ private:
+  void* slot_ = nullptr;
+  Executor* executor_ = nullptr;
+};
+
+}  // namespace podium::actor

@@ -1,0 +1,79 @@
+#include "podium/actor/executor.h"
+
+#include <gtest/gtest.h>
+
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <atomic>
+
+#include "podium/actor/signal.h"
+
+namespace podium::actor {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(Executor, ALongHandlerDoesNotStallOtherWork) {  // AC-2
+  asio::io_context io;
+  Executor ex(io);
+  ex.start();
+  Signal release, quick_done;
+  asio::post(io, [&] {
+    ex.handler_begin();
+    release.wait_for(10s);  // a handler that runs "forever" without saying it blocks
+    ex.handler_end();
+  });
+  asio::post(io, [&] { quick_done.set(); });
+  // The watchdog adds a runner within a few ticks of 2 ms.
+  EXPECT_TRUE(quick_done.wait_for(2s));
+  EXPECT_GE(ex.runner_count(), 2u);
+  release.set();
+  ex.stop();
+}
+
+TEST(Executor, ABlockingWaitHandsOffAtOnce) {  // AC-2 via BlockingScope
+  asio::io_context io;
+  Executor ex(io);
+  ex.start();
+  Signal reply, done;
+  asio::post(io, [&] {
+    // Waiting on a Signal inside a runner marks it blocked and adds a runner first, so the
+    // work that sets the signal can run.
+    asio::post(io, [&] { reply.set(); });
+    EXPECT_TRUE(reply.wait_for(5s));
+    done.set();
+  });
+  EXPECT_TRUE(done.wait_for(5s));
+  ex.stop();
+}
+
+TEST(Executor, SurplusRunnersRetire) {
+  asio::io_context io;
+  Executor ex(io);
+  ex.start();
+  Signal release, started;
+  asio::post(io, [&] {
+    ex.handler_begin();
+    started.set();
+    release.wait_for(10s);
+    ex.handler_end();
+  });
+  ASSERT_TRUE(started.wait_for(2s));
+  auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (ex.runner_count() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_GE(ex.runner_count(), 2u);
+  release.set();
+  // Give runners work to notice they are surplus.
+  deadline = std::chrono::steady_clock::now() + 2s;
+  while (ex.runner_count() > 1 && std::chrono::steady_clock::now() < deadline) {
+    asio::post(io, [] {});
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(ex.runner_count(), 1u);
+  ex.stop();  // AC-3
+}
+
+}  // namespace
+}  // namespace podium::actor

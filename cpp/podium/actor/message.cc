@@ -1,0 +1,139 @@
+#include "podium/actor/message.h"
+
+#include <msgpack.hpp>
+
+#include "podium/actor/ids.h"
+
+namespace podium::actor {
+namespace {
+
+Error bad_message(std::string_view what, const std::exception& e) {
+  std::string msg = "malformed ";
+  msg += what;
+  msg += ": ";
+  msg += e.what();
+  return make_error(ActorErrc::kBadArguments, std::move(msg));
+}
+
+Buffer to_buffer(msgpack::sbuffer&& sb) {
+  // sbuffer owns a malloc'd block; hand it to the Buffer without copying.
+  size_t size = sb.size();  // release() zeroes the size
+  auto* raw = sb.release();
+  std::shared_ptr<const void> owner(raw, [](const void* p) { ::free(const_cast<void*>(p)); });
+  return Buffer(std::move(owner), reinterpret_cast<const std::byte*>(raw), size);
+}
+
+msgpack::object_handle unpack(const Buffer& b) {
+  return msgpack::unpack(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+}  // namespace
+
+Buffer encode_call_header(const CallHeader& h) {
+  msgpack::sbuffer sb(64 + h.endpoint.size());
+  msgpack::packer<msgpack::sbuffer> pk(sb);
+  pk.pack_array(4);
+  pk.pack(h.endpoint);
+  pk.pack(h.rank);
+  pk.pack(h.labels);
+  pk.pack(h.sizes);
+  return to_buffer(std::move(sb));
+}
+
+Result<CallHeader> decode_call_header(const Buffer& b) {
+  try {
+    auto oh = unpack(b);
+    const auto& o = oh.get();
+    if (o.type != msgpack::type::ARRAY || o.via.array.size != 4) {
+      return std::unexpected(make_error(ActorErrc::kBadArguments, "call header is not a 4-array"));
+    }
+    CallHeader h;
+    o.via.array.ptr[0].convert(h.endpoint);
+    o.via.array.ptr[1].convert(h.rank);
+    o.via.array.ptr[2].convert(h.labels);
+    o.via.array.ptr[3].convert(h.sizes);
+    return h;
+  } catch (const std::exception& e) {
+    return std::unexpected(bad_message("call header", e));
+  }
+}
+
+Buffer encode_reply_header(const ReplyHeader& h) {
+  msgpack::sbuffer sb(32);
+  msgpack::packer<msgpack::sbuffer> pk(sb);
+  if (h.ok) {
+    pk.pack_array(2);
+    pk.pack(h.rank);
+    pk.pack(true);
+  } else {
+    pk.pack_array(5);
+    pk.pack(h.rank);
+    pk.pack(false);
+    pk.pack(static_cast<uint8_t>(h.error.subsystem));
+    pk.pack(h.error.code);
+    pk.pack(h.error.message);
+  }
+  return to_buffer(std::move(sb));
+}
+
+Result<ReplyHeader> decode_reply_header(const Buffer& b) {
+  try {
+    auto oh = unpack(b);
+    const auto& o = oh.get();
+    if (o.type != msgpack::type::ARRAY || (o.via.array.size != 2 && o.via.array.size != 5)) {
+      return std::unexpected(make_error(ActorErrc::kBadArguments, "reply header has a bad shape"));
+    }
+    ReplyHeader h;
+    o.via.array.ptr[0].convert(h.rank);
+    o.via.array.ptr[1].convert(h.ok);
+    if (!h.ok) {
+      if (o.via.array.size != 5) {
+        return std::unexpected(make_error(ActorErrc::kBadArguments, "error reply without error"));
+      }
+      uint8_t subsystem = 0;
+      o.via.array.ptr[2].convert(subsystem);
+      o.via.array.ptr[3].convert(h.error.code);
+      o.via.array.ptr[4].convert(h.error.message);
+      h.error.subsystem = static_cast<Subsystem>(subsystem);
+    }
+    return h;
+  } catch (const std::exception& e) {
+    return std::unexpected(bad_message("reply header", e));
+  }
+}
+
+Buffer encode_system_header(const SystemHeader& h) {
+  msgpack::sbuffer sb(64);
+  msgpack::packer<msgpack::sbuffer> pk(sb);
+  pk.pack_array(3);
+  pk.pack(h.op);
+  pk.pack(h.args);
+  pk.pack(h.numbers);
+  return to_buffer(std::move(sb));
+}
+
+Result<SystemHeader> decode_system_header(const Buffer& b) {
+  try {
+    auto oh = unpack(b);
+    const auto& o = oh.get();
+    if (o.type != msgpack::type::ARRAY || o.via.array.size != 3) {
+      return std::unexpected(make_error(ActorErrc::kBadArguments, "system header is not a 3-array"));
+    }
+    SystemHeader h;
+    o.via.array.ptr[0].convert(h.op);
+    o.via.array.ptr[1].convert(h.args);
+    o.via.array.ptr[2].convert(h.numbers);
+    return h;
+  } catch (const std::exception& e) {
+    return std::unexpected(bad_message("system header", e));
+  }
+}
+
+std::string_view reply_port_of(const wire::Envelope& env) {
+  for (const auto& [k, v] : env.headers) {
+    if (k == kReplyHeader) return v;
+  }
+  return {};
+}
+
+}  // namespace podium::actor

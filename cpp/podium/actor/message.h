@@ -1,0 +1,60 @@
+// The actor layer's messages: what goes into wire::Envelope::kind, headers and part 0.
+//
+//   kCall    dest = actor mailbox (port 0). parts[0] = CallHeader, parts[1..] = arguments
+//            (msgpack tuple for C++ actors, pickle + out-of-band buffers for Python ones).
+//            Header "reply" = PortId that receives the kReply, absent for one-way sends.
+//   kReply   dest = a port. parts[0] = ReplyHeader, parts[1..] = the value when ok.
+//   kSystem  dest = a proc's system port ("proc[0]:0"). parts[0] = SystemHeader,
+//            parts[1..] = operation payload (constructor arguments for "spawn").
+//   kPort    dest = a port. parts = the value sent with Port::send.
+//
+// An envelope that cannot be delivered and carries a "reply" header is answered with a kReply
+// whose error says why, so a waiting caller learns of it at once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "podium/base/buffer.h"
+#include "podium/base/error.h"
+#include "podium/wire/envelope.h"
+
+namespace podium::actor {
+
+enum class MessageKind : uint8_t { kCall = 1, kReply = 2, kSystem = 3, kPort = 4 };
+
+inline constexpr std::string_view kReplyHeader = "reply";
+inline constexpr std::string_view kSystemActorName = "proc";
+
+struct CallHeader {
+  std::string endpoint;
+  uint64_t rank = 0;                // the receiver's rank within the cast's region
+  std::vector<std::string> labels;  // the cast region's extent
+  std::vector<uint64_t> sizes;
+};
+
+struct ReplyHeader {
+  uint64_t rank = 0;  // which member of a cast replied
+  bool ok = true;
+  Error error;        // when !ok
+};
+
+struct SystemHeader {
+  std::string op;                  // "spawn", "stop", "exit", or a registered extension
+  std::vector<std::string> args;   // op-specific strings
+  std::vector<uint64_t> numbers;   // op-specific integers
+};
+
+[[nodiscard]] Buffer encode_call_header(const CallHeader& h);
+[[nodiscard]] Result<CallHeader> decode_call_header(const Buffer& b);
+[[nodiscard]] Buffer encode_reply_header(const ReplyHeader& h);
+[[nodiscard]] Result<ReplyHeader> decode_reply_header(const Buffer& b);
+[[nodiscard]] Buffer encode_system_header(const SystemHeader& h);
+[[nodiscard]] Result<SystemHeader> decode_system_header(const Buffer& b);
+
+// The value of the "reply" header, or empty.
+std::string_view reply_port_of(const wire::Envelope& env);
+
+}  // namespace podium::actor

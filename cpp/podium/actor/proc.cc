@@ -1,0 +1,601 @@
+#include "podium/actor/proc.h"
+
+#include <spdlog/spdlog.h>
+
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "podium/actor/executor.h"
+#include "podium/actor/signal.h"
+
+namespace podium::actor {
+namespace {
+
+thread_local const ActorId* tls_current_actor = nullptr;
+
+// Messages an actor handles per turn before yielding its runner to other actors.
+constexpr int kDrainBudget = 64;
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <class V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
+Error actor_error(ActorErrc code, const std::string& who, std::string_view why) {
+  std::string msg = who;
+  msg += ": ";
+  msg += why;
+  return make_error(code, std::move(msg));
+}
+
+}  // namespace
+
+const ActorId* current_actor() { return tls_current_actor; }
+
+struct Proc::Impl {
+  struct Item {
+    enum class Type : uint8_t { kMessage, kConstruct, kStop };
+    Type type = Type::kMessage;
+    wire::Envelope env;
+    std::function<void(Status)> done;  // kStop
+  };
+
+  struct Cell {
+    enum class State : uint8_t { kCreated, kRunning, kStopped, kFailed };
+    ActorId id;
+    std::string key;                   // id.local_key(), immutable
+    ActorFactory factory;              // consumed by the kConstruct item (runner only)
+    std::unique_ptr<ActorBase> actor;  // runner only: touched inside drain()
+
+    std::mutex mu;             // guards the fields below
+    std::deque<Item> queue;
+    bool scheduled = false;    // a drain is posted or running
+    State state = State::kCreated;
+    Error cause;               // why it failed or stopped
+  };
+
+  ProcId id;
+  asio::io_context io{1};
+  Executor executor{io};
+  std::unique_ptr<channel::Net> net;
+  ActorId system_id;
+
+  std::shared_mutex cells_mu;                  // guards cells, gone
+  StringMap<std::shared_ptr<Cell>> cells;
+  StringMap<Error> gone;                       // stopped or failed actors, for clear refusals
+
+  struct PortEntry {
+    std::shared_ptr<PortHandler> handler;
+    bool once = false;
+  };
+  std::mutex ports_mu;                         // guards ports
+  std::unordered_map<uint64_t, PortEntry> ports;
+  std::atomic<uint64_t> next_port{1};
+
+  std::mutex hooks_mu;                         // guards system_handlers, undeliverable_hook
+  StringMap<std::shared_ptr<SystemHandler>> system_handlers;
+  std::shared_ptr<UndeliverableHook> undeliverable_hook;
+
+  Signal exit_requested;
+  std::atomic<bool> stopped{false};
+
+  Proc* self = nullptr;
+
+  // --- routing -------------------------------------------------------------------------
+
+  void route(wire::Envelope&& env) {
+    auto v = split_port_id(env.dest);
+    if (!v) {
+      bounce(std::move(env), v.error());
+      return;
+    }
+    if (v->local_key == system_key()) {
+      if (v->port == kMailboxPort) {
+        handle_system(std::move(env));
+      } else {
+        deliver_to_port(v->port, std::move(env));
+      }
+      return;
+    }
+    std::shared_ptr<Cell> cell;
+    {
+      std::shared_lock lock(cells_mu);
+      auto it = cells.find(v->local_key);
+      if (it != cells.end()) {
+        cell = it->second;
+      } else if (auto g = gone.find(v->local_key); g != gone.end()) {
+        Error e = g->second;
+        lock.unlock();
+        bounce(std::move(env), std::move(e));
+        return;
+      }
+    }
+    if (!cell) {
+      std::string why = "no actor '" + std::string(v->local_key) + "' in proc " + id.to_string();
+      bounce(std::move(env), make_error(ActorErrc::kNoSuchActor, std::move(why)));
+      return;
+    }
+    if (v->port != kMailboxPort) {
+      bounce(std::move(env), make_error(ActorErrc::kNoSuchPort,
+                                        "actor ports other than 0 live under proc[0]: " + env.dest));
+      return;
+    }
+    enqueue(cell, Item{Item::Type::kMessage, std::move(env), nullptr});
+  }
+
+  std::string_view system_key() const {
+    static const std::string key = std::string(kSystemActorName) + "[0]";
+    return key;
+  }
+
+  void deliver_to_port(uint64_t port, wire::Envelope&& env) {
+    std::shared_ptr<PortHandler> handler;
+    {
+      std::lock_guard lock(ports_mu);
+      auto it = ports.find(port);
+      if (it != ports.end()) {
+        handler = it->second.handler;
+        if (it->second.once) ports.erase(it);
+      }
+    }
+    if (!handler) {
+      // A reply that arrives after its caller gave up (or a second reply to a once-port).
+      if (env.kind == static_cast<uint8_t>(MessageKind::kReply)) {
+        spdlog::debug("podium: dropping reply for closed port {}", env.dest);
+        return;
+      }
+      bounce(std::move(env), make_error(ActorErrc::kNoSuchPort,
+                                        "port " + env.dest + " is closed or never existed"));
+      return;
+    }
+    (*handler)(std::move(env));
+  }
+
+  // AC-8: answers an undeliverable message's reply port, else tells the hook.
+  void bounce(wire::Envelope&& env, Error why) {
+    auto reply = reply_port_of(env);
+    if (!reply.empty() && env.kind != static_cast<uint8_t>(MessageKind::kReply)) {
+      uint64_t rank = 0;
+      if (env.kind == static_cast<uint8_t>(MessageKind::kCall) && !env.parts.empty()) {
+        if (auto h = decode_call_header(env.parts[0])) rank = h->rank;
+      }
+      self->send_reply(std::string(reply), rank, std::unexpected(std::move(why)));
+      return;
+    }
+    std::shared_ptr<UndeliverableHook> hook;
+    {
+      std::lock_guard lock(hooks_mu);
+      hook = undeliverable_hook;
+    }
+    if (hook) {
+      (*hook)(env, why);
+    } else {
+      spdlog::warn("podium: undeliverable message from {} to {}: {}", env.sender, env.dest,
+                   why.to_string());
+    }
+  }
+
+  // --- mailboxes -----------------------------------------------------------------------
+
+  void enqueue(const std::shared_ptr<Cell>& cell, Item&& item) {
+    std::unique_lock lock(cell->mu);
+    if (item.type == Item::Type::kMessage &&
+        (cell->state == Cell::State::kStopped || cell->state == Cell::State::kFailed)) {
+      Error e = cell->cause;
+      lock.unlock();
+      bounce(std::move(item.env), std::move(e));
+      return;
+    }
+    cell->queue.push_back(std::move(item));
+    if (cell->scheduled) return;
+    cell->scheduled = true;
+    lock.unlock();
+    asio::post(io, [this, cell] { drain(cell); });
+  }
+
+  void drain(const std::shared_ptr<Cell>& cell) {
+    executor.handler_begin();
+    const ActorId* outer = tls_current_actor;
+    tls_current_actor = &cell->id;
+    bool more = true;
+    for (int n = 0; n < kDrainBudget; ++n) {
+      Item item;
+      {
+        std::lock_guard lock(cell->mu);
+        if (cell->queue.empty()) {
+          cell->scheduled = false;
+          more = false;
+          break;
+        }
+        item = std::move(cell->queue.front());
+        cell->queue.pop_front();
+      }
+      process(*cell, std::move(item));
+    }
+    tls_current_actor = outer;
+    executor.handler_end();
+    if (more) asio::post(io, [this, cell] { drain(cell); });
+  }
+
+  Cell::State state_of(Cell& cell) {
+    std::lock_guard lock(cell.mu);
+    return cell.state;
+  }
+
+  void process(Cell& cell, Item&& item) {
+    switch (item.type) {
+      case Item::Type::kConstruct: return construct(cell, std::move(item.env));
+      case Item::Type::kStop: return stop_cell(cell, std::move(item.done));
+      case Item::Type::kMessage: break;
+    }
+    auto state = state_of(cell);
+    if (state != Cell::State::kRunning) {
+      Error cause;
+      {
+        std::lock_guard lock(cell.mu);
+        cause = cell.cause;
+      }
+      bounce(std::move(item.env), std::move(cause));
+      return;
+    }
+    std::optional<CallHeader> call;
+    if (item.env.kind == static_cast<uint8_t>(MessageKind::kCall)) {
+      auto h = item.env.parts.empty()
+                   ? Result<CallHeader>(std::unexpected(
+                         make_error(ActorErrc::kBadArguments, "call without a header part")))
+                   : decode_call_header(item.env.parts[0]);
+      if (!h) {
+        bounce(std::move(item.env), std::move(h.error()));
+        return;
+      }
+      call = std::move(*h);
+    }
+    Context cx(*self, cell.id, std::string(reply_port_of(item.env)), call ? &*call : nullptr);
+    Status st = cell.actor->handle(std::move(item.env), cx);
+    if (!st) {
+      if (cx.expects_reply() && !cx.replied()) cx.reply_error(st.error());
+      fail(cell, std::move(st.error()));
+      return;
+    }
+    if (cx.expects_reply() && !cx.replied()) {
+      cx.reply_error(actor_error(ActorErrc::kHandlerFailed, cell.id.to_string(),
+                                 "handler returned without replying"));
+    }
+  }
+
+  void construct(Cell& cell, wire::Envelope&& spawn_msg) {
+    Context cx(*self, cell.id, std::string(reply_port_of(spawn_msg)), nullptr);
+    auto made = cell.factory(cx);
+    cell.factory = nullptr;
+    if (!made) {
+      Error e = actor_error(ActorErrc::kActorFailed, cell.id.to_string(),
+                            "failed in its constructor: " + made.error().to_string());
+      if (cx.expects_reply()) cx.reply_error(e);
+      fail(cell, std::move(e));
+      return;
+    }
+    cell.actor = std::move(*made);
+    {
+      std::lock_guard lock(cell.mu);
+      cell.state = Cell::State::kRunning;
+    }
+    if (cx.expects_reply()) cx.reply({});
+  }
+
+  // The actor refuses everything from now on; queued messages are answered with the cause.
+  void fail(Cell& cell, Error cause) {
+    std::deque<Item> refused;
+    {
+      std::lock_guard lock(cell.mu);
+      if (cell.state == Cell::State::kFailed) return;
+      cell.state = Cell::State::kFailed;
+      if (!cause.is(ActorErrc::kActorFailed)) {
+        cause = actor_error(ActorErrc::kActorFailed, cell.id.to_string(),
+                            "failed: " + cause.to_string());
+      }
+      cell.cause = cause;
+      refused.swap(cell.queue);
+    }
+    spdlog::error("podium: {}", cause.message);
+    {
+      std::unique_lock lock(cells_mu);
+      gone[cell.key] = cause;
+      cells.erase(cell.key);
+    }
+    for (auto& it : refused) refuse(std::move(it), cause);
+  }
+
+  void refuse(Item&& item, const Error& cause) {
+    if (item.type == Item::Type::kStop) {
+      if (item.done) item.done(std::unexpected(cause));
+    } else {
+      bounce(std::move(item.env), cause);
+    }
+  }
+
+  void stop_cell(Cell& cell, std::function<void(Status)> done) {
+    if (cell.actor) {
+      Context cx(*self, cell.id, std::string(), nullptr);
+      cell.actor->cleanup(cx);
+      cell.actor.reset();
+    }
+    Error cause = actor_error(ActorErrc::kActorStopped, cell.id.to_string(), "actor was stopped");
+    std::deque<Item> refused;
+    {
+      std::lock_guard lock(cell.mu);
+      cell.state = Cell::State::kStopped;
+      cell.cause = cause;
+      refused.swap(cell.queue);
+    }
+    {
+      std::unique_lock lock(cells_mu);
+      gone[cell.key] = cause;
+      cells.erase(cell.key);
+    }
+    for (auto& it : refused) refuse(std::move(it), cause);
+    if (done) done(ok());
+  }
+
+  // --- system port ---------------------------------------------------------------------
+
+  void handle_system(wire::Envelope&& env) {
+    if (env.kind != static_cast<uint8_t>(MessageKind::kSystem) || env.parts.empty()) {
+      bounce(std::move(env), make_error(ActorErrc::kBadArguments,
+                                        "system port of " + id.to_string() +
+                                            " takes only system messages"));
+      return;
+    }
+    auto h = decode_system_header(env.parts[0]);
+    if (!h) {
+      bounce(std::move(env), std::move(h.error()));
+      return;
+    }
+    std::string reply(reply_port_of(env));
+    if (h->op == "spawn") return system_spawn(*h, std::move(env));
+    if (h->op == "stop" && h->args.size() == 1) {
+      auto st = self->stop_actor(h->args[0], [this, reply](Status s) {
+        if (reply.empty()) return;
+        if (s) {
+          self->send_reply(reply, 0, std::vector<Buffer>{});
+        } else {
+          self->send_reply(reply, 0, std::unexpected(s.error()));
+        }
+      });
+      if (!st && !reply.empty()) self->send_reply(reply, 0, std::unexpected(st.error()));
+      return;
+    }
+    if (h->op == "exit") {
+      if (!reply.empty()) self->send_reply(reply, 0, std::vector<Buffer>{});
+      exit_requested.set();
+      return;
+    }
+    std::shared_ptr<SystemHandler> handler;
+    {
+      std::lock_guard lock(hooks_mu);
+      auto it = system_handlers.find(h->op);
+      if (it != system_handlers.end()) handler = it->second;
+    }
+    if (handler) {
+      (*handler)(*h, std::move(env));
+      return;
+    }
+    bounce(std::move(env), make_error(ActorErrc::kBadArguments,
+                                      "unknown system operation '" + h->op + "'"));
+  }
+
+  void system_spawn(const SystemHeader& h, wire::Envelope&& env) {
+    if (h.args.size() != 2 || h.numbers.size() != 1) {
+      bounce(std::move(env), make_error(ActorErrc::kBadArguments,
+                                        "spawn takes [type, name] and [index]"));
+      return;
+    }
+    auto type = find_actor_type(h.args[0]);
+    if (!type) {
+      bounce(std::move(env), std::move(type.error()));
+      return;
+    }
+    std::vector<Buffer> args(std::make_move_iterator(env.parts.begin() + 1),
+                             std::make_move_iterator(env.parts.end()));
+    ActorFactory factory = [type = std::move(*type), args = std::move(args)](Context& cx) mutable {
+      return type(std::move(args), cx);
+    };
+    auto cell = make_cell(h.args[1], static_cast<uint32_t>(h.numbers[0]), std::move(factory));
+    if (!cell) {
+      bounce(std::move(env), std::move(cell.error()));
+      return;
+    }
+    env.parts.clear();
+    enqueue(*cell, Item{Item::Type::kConstruct, std::move(env), nullptr});
+  }
+
+  Result<std::shared_ptr<Cell>> make_cell(std::string name, uint32_t index, ActorFactory factory) {
+    if (auto st = ActorId::check_name(name); !st) return std::unexpected(st.error());
+    if (name == kSystemActorName) {
+      return std::unexpected(make_error(ActorErrc::kDuplicateActor,
+                                        "the actor name 'proc' is reserved"));
+    }
+    auto cell = std::make_shared<Cell>();
+    cell->id = ActorId{id, std::move(name), index};
+    cell->key = cell->id.local_key();
+    cell->factory = std::move(factory);
+    std::unique_lock lock(cells_mu);
+    if (cells.contains(cell->key)) {
+      return std::unexpected(make_error(ActorErrc::kDuplicateActor,
+                                        "actor " + cell->id.to_string() + " already exists"));
+    }
+    gone.erase(cell->key);
+    cells.emplace(cell->key, cell);
+    return cell;
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+
+void Context::reply(std::vector<Buffer> value) {
+  if (replied_ || reply_port_.empty()) return;
+  replied_ = true;
+  proc_.send_reply(reply_port_, rank(), std::move(value));
+}
+
+void Context::reply_error(Error error) {
+  if (replied_ || reply_port_.empty()) return;
+  replied_ = true;
+  proc_.send_reply(reply_port_, rank(), std::unexpected(std::move(error)));
+}
+
+Proc::Proc() : impl_(std::make_unique<Impl>()) { impl_->self = this; }
+
+Proc::~Proc() { stop(); }
+
+Result<std::unique_ptr<Proc>> Proc::make(ProcConfig config) {
+  std::unique_ptr<Proc> proc(new Proc());
+  Impl* impl = proc->impl_.get();
+  impl->net = std::make_unique<channel::Net>(
+      impl->io, config.channel,
+      [impl](wire::Envelope&& env) { impl->route(std::move(env)); },
+      [impl](wire::Envelope&& env, Error why) { impl->bounce(std::move(env), std::move(why)); });
+  auto bound = impl->net->listen(config.listen);
+  if (!bound) return std::unexpected(bound.error());
+  impl->id = ProcId{*bound};
+  impl->system_id = ActorId{impl->id, std::string(kSystemActorName), 0};
+  impl->executor.start();
+  return proc;
+}
+
+const ProcId& Proc::id() const { return impl_->id; }
+asio::io_context& Proc::io() { return impl_->io; }
+Executor& Proc::executor() { return impl_->executor; }
+
+void Proc::send(const channel::Address& to, wire::Envelope env) {
+  if (to == impl_->id.addr) {
+    impl_->route(std::move(env));
+  } else {
+    impl_->net->send(to, std::move(env));
+  }
+}
+
+void Proc::send(wire::Envelope env) {
+  auto v = split_port_id(env.dest);
+  if (!v) {
+    impl_->bounce(std::move(env), v.error());
+    return;
+  }
+  if (v->addr == impl_->id.addr.to_string()) {
+    impl_->route(std::move(env));
+    return;
+  }
+  // Replies go to few distinct procs; remember the last address parsed on this thread.
+  thread_local std::string last_text;
+  thread_local channel::Address last_addr;
+  if (v->addr != last_text) {
+    auto addr = channel::Address::parse(v->addr);
+    if (!addr) {
+      impl_->bounce(std::move(env), addr.error());
+      return;
+    }
+    last_text.assign(v->addr);
+    last_addr = std::move(*addr);
+  }
+  impl_->net->send(last_addr, std::move(env));
+}
+
+void Proc::send_reply(std::string_view reply_port, uint64_t rank,
+                      Result<std::vector<Buffer>> value) {
+  wire::Envelope env;
+  env.kind = static_cast<uint8_t>(MessageKind::kReply);
+  env.dest.assign(reply_port);
+  if (const ActorId* me = current_actor()) env.sender = me->to_string();
+  ReplyHeader h;
+  h.rank = rank;
+  h.ok = value.has_value();
+  if (value) {
+    env.parts.reserve(value->size() + 1);
+    env.parts.push_back(Buffer());
+    for (auto& b : *value) env.parts.push_back(std::move(b));
+  } else {
+    h.error = std::move(value.error());
+    env.parts.push_back(Buffer());
+  }
+  env.parts[0] = encode_reply_header(h);
+  send(std::move(env));
+}
+
+Result<ActorId> Proc::spawn(std::string name, uint32_t index, ActorFactory factory) {
+  auto cell = impl_->make_cell(std::move(name), index, std::move(factory));
+  if (!cell) return std::unexpected(cell.error());
+  ActorId id = (*cell)->id;
+  impl_->enqueue(*cell, Impl::Item{Impl::Item::Type::kConstruct, wire::Envelope{}, nullptr});
+  return id;
+}
+
+Status Proc::stop_actor(std::string_view local_key, std::function<void(Status)> done) {
+  std::shared_ptr<Impl::Cell> cell;
+  {
+    std::shared_lock lock(impl_->cells_mu);
+    auto it = impl_->cells.find(local_key);
+    if (it == impl_->cells.end()) {
+      auto g = impl_->gone.find(local_key);
+      if (g != impl_->gone.end()) return std::unexpected(g->second);
+      return std::unexpected(make_error(ActorErrc::kNoSuchActor,
+                                        "no actor '" + std::string(local_key) + "' in proc " +
+                                            impl_->id.to_string()));
+    }
+    cell = it->second;
+  }
+  impl_->enqueue(cell, Impl::Item{Impl::Item::Type::kStop, wire::Envelope{}, std::move(done)});
+  return ok();
+}
+
+PortId Proc::open_port(PortHandler handler, bool once) {
+  uint64_t port = impl_->next_port.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(impl_->ports_mu);
+    impl_->ports.emplace(port, Impl::PortEntry{std::make_shared<PortHandler>(std::move(handler)),
+                                               once});
+  }
+  return PortId{impl_->system_id, port};
+}
+
+void Proc::close_port(uint64_t port) {
+  std::shared_ptr<PortHandler> dropped;  // destroyed outside the lock
+  std::lock_guard lock(impl_->ports_mu);
+  auto it = impl_->ports.find(port);
+  if (it == impl_->ports.end()) return;
+  dropped = std::move(it->second.handler);
+  impl_->ports.erase(it);
+}
+
+void Proc::on_system(std::string op, SystemHandler handler) {
+  std::lock_guard lock(impl_->hooks_mu);
+  impl_->system_handlers[std::move(op)] = std::make_shared<SystemHandler>(std::move(handler));
+}
+
+void Proc::on_undeliverable(UndeliverableHook hook) {
+  std::lock_guard lock(impl_->hooks_mu);
+  impl_->undeliverable_hook = std::make_shared<UndeliverableHook>(std::move(hook));
+}
+
+bool Proc::wait_exit_requested(std::chrono::nanoseconds timeout) {
+  return impl_->exit_requested.wait_for(timeout);
+}
+
+void Proc::request_exit() { impl_->exit_requested.set(); }
+
+void Proc::stop() {
+  if (impl_->stopped.exchange(true)) return;
+  impl_->exit_requested.set();
+  if (impl_->net) impl_->net->stop();
+  impl_->executor.stop();
+  std::unique_lock lock(impl_->cells_mu);
+  impl_->cells.clear();
+}
+
+}  // namespace podium::actor

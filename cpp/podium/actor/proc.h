@@ -1,0 +1,97 @@
+// podium::actor::Proc — the actor runtime of one OS process.
+//
+// A Proc owns an io_context run by an Executor, a channel::Net listening at the proc's
+// address, the table of its actors and the ports opened in it. Messages that arrive are routed
+// by their dest: actor mailboxes (port 0) queue them for the actor's turn; ports run their
+// handler at once on the delivering thread; the system port ("proc[0]:0") spawns and stops
+// actors. Local sends skip the channel and are routed on the sender's thread.
+//
+// Threads: every public member is thread-safe. Port handlers run on whichever thread delivers
+// (a runner, or the local sender) and must not block.
+// Invariants:
+//   AC-6 An actor runs one handler at a time, in arrival order; its factory runs first.
+//   AC-7 Handlers of different actors run in parallel (Executor, AC-2).
+//   AC-8 A message for an actor or port that does not exist, or an actor that stopped or
+//        failed, is answered with an error naming the actor and the reason when it carries a
+//        reply port, and reported to the undeliverable hook otherwise. Nothing is dropped
+//        silently.
+//   AC-9 A stop drains the messages queued before it, runs cleanup(), then refuses later ones.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "podium/actor/actor.h"
+#include "podium/actor/ids.h"
+#include "podium/actor/message.h"
+#include "podium/base/error.h"
+#include "podium/channel/address.h"
+#include "podium/channel/net.h"
+#include "podium/wire/envelope.h"
+
+namespace asio {
+class io_context;
+}
+
+namespace podium::actor {
+
+class Executor;
+
+struct ProcConfig {
+  channel::Address listen;  // where the proc's Net listens; its ProcId
+  channel::Config channel;
+};
+
+class Proc {
+ public:
+  using PortHandler = std::function<void(wire::Envelope&&)>;
+  using SystemHandler = std::function<void(const SystemHeader&, wire::Envelope&&)>;
+  using UndeliverableHook = std::function<void(const wire::Envelope&, const Error&)>;
+
+  [[nodiscard]] static Result<std::unique_ptr<Proc>> make(ProcConfig config);
+  ~Proc();
+  Proc(const Proc&) = delete;
+  Proc& operator=(const Proc&) = delete;
+
+  const ProcId& id() const;
+  asio::io_context& io();
+  Executor& executor();
+
+  // Delivers `env` to the proc at `to`; routed locally when `to` is this proc.
+  void send(const channel::Address& to, wire::Envelope env);
+  // Sends `env` to the proc named in env.dest.
+  void send(wire::Envelope env);
+  // Sends a kReply for `reply_port` (a PortId text), carrying `value` or `error`.
+  void send_reply(std::string_view reply_port, uint64_t rank, Result<std::vector<Buffer>> value);
+
+  // Creates actor `name[index]` here. The factory runs as the mailbox's first item.
+  [[nodiscard]] Result<ActorId> spawn(std::string name, uint32_t index, ActorFactory factory);
+  // Queues a stop after the actor's pending messages (AC-9); `done` runs after cleanup().
+  [[nodiscard]] Status stop_actor(std::string_view local_key, std::function<void(Status)> done);
+
+  // Opens a port under this proc's system actor. A once-port closes after its first message.
+  PortId open_port(PortHandler handler, bool once);
+  void close_port(uint64_t port);
+
+  // Handles system operations this layer does not know (the mesh layer's "ready", ...).
+  void on_system(std::string op, SystemHandler handler);
+  void on_undeliverable(UndeliverableHook hook);
+
+  // A system "exit" message was received (a worker's cue to leave its main loop).
+  bool wait_exit_requested(std::chrono::nanoseconds timeout);
+  void request_exit();
+
+  // Stops the Net, the runners and every actor. Idempotent.
+  void stop();
+
+ private:
+  Proc();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The actor whose handler is running on this thread, or nullptr.
+const ActorId* current_actor();
+
+}  // namespace podium::actor

@@ -1,0 +1,297 @@
+#include "podium/actor/proc.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "podium/actor/future.h"
+#include "podium/actor/message.h"
+
+namespace podium::actor {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Replies to "echo" with its argument, to "count" with how many "note"s it saw (and checks
+// they arrived in order), sleeps on "sleep", fails on "fail", never replies to "mute".
+class TestActor : public ActorBase {
+ public:
+  explicit TestActor(std::atomic<int>* cleanups = nullptr) : cleanups_(cleanups) {}
+  Status handle(wire::Envelope&& msg, Context& cx) override {
+    const auto& ep = cx.call()->endpoint;
+    std::string arg = msg.parts.size() > 1 ? std::string(msg.parts[1].view()) : "";
+    if (ep == "echo") {
+      cx.reply({Buffer::copy_of(arg)});
+    } else if (ep == "note") {
+      int n = std::stoi(arg);
+      if (n != next_) out_of_order_ = true;
+      next_ = n + 1;
+    } else if (ep == "count") {
+      cx.reply({Buffer::copy_of(std::to_string(out_of_order_ ? -1 : next_))});
+    } else if (ep == "sleep") {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(arg)));
+      cx.reply({});
+    } else if (ep == "fail") {
+      return std::unexpected(make_error(BaseErrc::kInternal, "asked to fail"));
+    }
+    return ok();
+  }
+  void cleanup(Context&) override {
+    if (cleanups_) cleanups_->fetch_add(1);
+  }
+
+ private:
+  std::atomic<int>* cleanups_;
+  int next_ = 0;
+  bool out_of_order_ = false;
+};
+
+std::string temp_dir() {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("podium-proc-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+  return dir.string();
+}
+
+struct Reply {
+  bool ok;
+  std::string value;
+  Error error;
+};
+
+class ProcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = temp_dir();
+    a_ = make("a");
+    b_ = make("b");
+  }
+  void TearDown() override {
+    a_.reset();
+    b_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::unique_ptr<Proc> make(const std::string& name, channel::Config cfg = {}) {
+    auto addr = channel::Address::parse("unix:" + dir_ + "/" + name + ".sock");
+    auto p = Proc::make(ProcConfig{*addr, cfg});
+    EXPECT_TRUE(p) << p.error().to_string();
+    return std::move(*p);
+  }
+
+  // Sends endpoint(arg) from `from` to `to` and returns the reply's future.
+  Future<Reply> call(Proc& from, const ActorId& to, const std::string& endpoint,
+                     const std::string& arg = "") {
+    auto promise = std::make_shared<Promise<Reply>>();
+    auto port = from.open_port(
+        [promise](wire::Envelope&& env) {
+          auto h = decode_reply_header(env.parts[0]);
+          if (!h->ok) {
+            promise->set(Reply{false, "", h->error});
+          } else {
+            promise->set(Reply{true, env.parts.size() > 1 ? std::string(env.parts[1].view()) : "",
+                               {}});
+          }
+        },
+        true);
+    send(from, to, endpoint, arg, port.to_string());
+    return promise->future();
+  }
+
+  void send(Proc& from, const ActorId& to, const std::string& endpoint, const std::string& arg,
+            const std::string& reply = "") {
+    wire::Envelope env;
+    env.kind = static_cast<uint8_t>(MessageKind::kCall);
+    env.dest = PortId{to, kMailboxPort}.to_string();
+    if (!reply.empty()) env.headers.emplace_back(kReplyHeader, reply);
+    env.parts.push_back(encode_call_header(CallHeader{endpoint, 0, {}, {}}));
+    env.parts.push_back(Buffer::copy_of(arg));
+    from.send(to.proc.addr, std::move(env));
+  }
+
+  ActorId spawn(Proc& p, const std::string& name, std::atomic<int>* cleanups = nullptr) {
+    auto id = p.spawn(name, 0, [cleanups](Context&) -> Result<std::unique_ptr<ActorBase>> {
+      return std::make_unique<TestActor>(cleanups);
+    });
+    EXPECT_TRUE(id) << id.error().to_string();
+    return *id;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Proc> a_, b_;
+};
+
+TEST_F(ProcTest, CallAcrossProcsOverUnixSockets) {
+  auto echo = spawn(*b_, "echo");
+  auto r = call(*a_, echo, "echo", "hello").get(5s);
+  ASSERT_TRUE(r);
+  ASSERT_TRUE(r->ok) << r->error.to_string();
+  EXPECT_EQ(r->value, "hello");
+}
+
+TEST_F(ProcTest, CallWithinOneProcSkipsTheChannel) {
+  auto echo = spawn(*a_, "echo");
+  auto r = call(*a_, echo, "echo", "local").get(5s);
+  ASSERT_TRUE(r && r->ok);
+  EXPECT_EQ(r->value, "local");
+}
+
+TEST_F(ProcTest, OneWayMessagesArriveInSendOrder) {  // AC-6, ME-6
+  auto rec = spawn(*b_, "recorder");
+  constexpr int kN = 20000;
+  for (int i = 0; i < kN; ++i) send(*a_, rec, "note", std::to_string(i));
+  auto r = call(*a_, rec, "count").get(20s);
+  ASSERT_TRUE(r && r->ok);
+  EXPECT_EQ(r->value, std::to_string(kN));
+}
+
+TEST_F(ProcTest, MessageToMissingActorComesBackWithTheReason) {  // AC-8
+  ActorId ghost{b_->id(), "ghost", 0};
+  auto r = call(*a_, ghost, "echo", "x").get(5s);
+  ASSERT_TRUE(r);
+  ASSERT_FALSE(r->ok);
+  EXPECT_TRUE(r->error.is(ActorErrc::kNoSuchActor)) << r->error.to_string();
+  EXPECT_NE(r->error.message.find("ghost[0]"), std::string::npos) << r->error.message;
+}
+
+TEST_F(ProcTest, ASlowHandlerDoesNotDelayOtherActors) {  // AC-7
+  auto slow = spawn(*b_, "slow");
+  auto fast = spawn(*b_, "fast");
+  auto sleeping = call(*a_, slow, "sleep", "1500");
+  std::this_thread::sleep_for(20ms);
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = call(*a_, fast, "echo", "quick").get(5s);
+  auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(r && r->ok);
+  EXPECT_LT(took, 1s) << "the fast actor waited behind the slow one";
+  EXPECT_TRUE(sleeping.get(5s));
+}
+
+TEST_F(ProcTest, HandlerWithoutReplyAnswersWithAnError) {
+  auto a = spawn(*b_, "mute");
+  auto r = call(*a_, a, "mute").get(5s);
+  ASSERT_TRUE(r);
+  ASSERT_FALSE(r->ok);
+  EXPECT_NE(r->error.message.find("without replying"), std::string::npos);
+}
+
+TEST_F(ProcTest, FailedActorRefusesLaterMessagesWithItsCause) {  // AC-8
+  auto a = spawn(*b_, "fragile");
+  auto r = call(*a_, a, "fail").get(5s);
+  ASSERT_TRUE(r);
+  ASSERT_FALSE(r->ok);
+  auto later = call(*a_, a, "echo", "x").get(5s);
+  ASSERT_TRUE(later);
+  ASSERT_FALSE(later->ok);
+  EXPECT_TRUE(later->error.is(ActorErrc::kActorFailed)) << later->error.to_string();
+  EXPECT_NE(later->error.message.find("asked to fail"), std::string::npos);
+}
+
+TEST_F(ProcTest, StopDrainsQueuedMessagesThenRefuses) {  // AC-9
+  std::atomic<int> cleanups{0};
+  auto rec = spawn(*b_, "drained", &cleanups);
+  for (int i = 0; i < 100; ++i) send(*b_, rec, "note", std::to_string(i));
+  auto before = call(*b_, rec, "count");
+  Promise<void> stopped;
+  auto stopped_f = stopped.future();
+  auto st = b_->stop_actor(rec.local_key(), [&](Status s) { stopped.set(s); });
+  ASSERT_TRUE(st);
+  ASSERT_TRUE(stopped_f.get(5s));
+  auto r = before.get(5s);
+  ASSERT_TRUE(r && r->ok);
+  EXPECT_EQ(r->value, "100");
+  EXPECT_EQ(cleanups.load(), 1);
+  auto after = call(*a_, rec, "echo", "x").get(5s);
+  ASSERT_TRUE(after);
+  ASSERT_FALSE(after->ok);
+  EXPECT_TRUE(after->error.is(ActorErrc::kActorStopped)) << after->error.to_string();
+}
+
+TEST_F(ProcTest, ConstructorFailureFailsTheActor) {
+  auto id = b_->spawn("broken", 0, [](Context&) -> Result<std::unique_ptr<ActorBase>> {
+    return std::unexpected(make_error(BaseErrc::kInternal, "no config"));
+  });
+  ASSERT_TRUE(id);
+  auto r = call(*a_, *id, "echo", "x").get(5s);
+  ASSERT_TRUE(r);
+  ASSERT_FALSE(r->ok);
+  EXPECT_NE(r->error.message.find("constructor"), std::string::npos) << r->error.message;
+  EXPECT_NE(r->error.message.find("no config"), std::string::npos) << r->error.message;
+}
+
+TEST_F(ProcTest, DuplicateAndReservedNamesAreRefused) {
+  spawn(*b_, "one");
+  auto dup = b_->spawn("one", 0, [](Context&) -> Result<std::unique_ptr<ActorBase>> {
+    return std::make_unique<TestActor>();
+  });
+  ASSERT_FALSE(dup);
+  EXPECT_TRUE(dup.error().is(ActorErrc::kDuplicateActor));
+  auto reserved = b_->spawn("proc", 0, [](Context&) -> Result<std::unique_ptr<ActorBase>> {
+    return std::make_unique<TestActor>();
+  });
+  EXPECT_FALSE(reserved);
+}
+
+TEST_F(ProcTest, UnreachableProcHandsTheCallBackAfterTheDeliveryTimeout) {  // AC-8, CH-3
+  channel::Config cfg;
+  cfg.delivery_timeout = 300ms;
+  auto c = make("c", cfg);
+  auto nowhere = channel::Address::parse("unix:" + dir_ + "/nobody.sock");
+  ActorId ghost{ProcId{*nowhere}, "ghost", 0};
+  auto r = call(*c, ghost, "echo", "x").get(10s);
+  ASSERT_TRUE(r);
+  ASSERT_FALSE(r->ok);
+  EXPECT_EQ(r->error.subsystem, Subsystem::kChannel) << r->error.to_string();
+}
+
+TEST_F(ProcTest, SpawnByRegisteredTypeThroughTheSystemPort) {
+  register_actor_type("TestActor", [](std::vector<Buffer>, Context&)
+                                       -> Result<std::unique_ptr<ActorBase>> {
+    return std::make_unique<TestActor>();
+  });
+  auto promise = std::make_shared<Promise<Reply>>();
+  auto port = a_->open_port(
+      [promise](wire::Envelope&& env) {
+        auto h = decode_reply_header(env.parts[0]);
+        promise->set(Reply{h->ok, "", h->error});
+      },
+      true);
+  wire::Envelope env;
+  env.kind = static_cast<uint8_t>(MessageKind::kSystem);
+  env.dest = PortId{ActorId{b_->id(), "proc", 0}, kMailboxPort}.to_string();
+  env.headers.emplace_back(kReplyHeader, port.to_string());
+  env.parts.push_back(encode_system_header(SystemHeader{"spawn", {"TestActor", "remote"}, {5}}));
+  a_->send(b_->id().addr, std::move(env));
+  // A call sent right behind the spawn finds the actor (it is registered in arrival order).
+  auto echoed = call(*a_, ActorId{b_->id(), "remote", 5}, "echo", "after spawn");
+  auto spawned = promise->future().get(5s);
+  ASSERT_TRUE(spawned && spawned->ok) << spawned->error.to_string();
+  auto r = echoed.get(5s);
+  ASSERT_TRUE(r && r->ok) << r->error.to_string();
+  EXPECT_EQ(r->value, "after spawn");
+
+  auto unknown = std::make_shared<Promise<Reply>>();
+  auto port2 = a_->open_port(
+      [unknown](wire::Envelope&& e) {
+        auto h = decode_reply_header(e.parts[0]);
+        unknown->set(Reply{h->ok, "", h->error});
+      },
+      true);
+  wire::Envelope bad;
+  bad.kind = static_cast<uint8_t>(MessageKind::kSystem);
+  bad.dest = PortId{ActorId{b_->id(), "proc", 0}, kMailboxPort}.to_string();
+  bad.headers.emplace_back(kReplyHeader, port2.to_string());
+  bad.parts.push_back(encode_system_header(SystemHeader{"spawn", {"NoSuchType", "x"}, {0}}));
+  a_->send(b_->id().addr, std::move(bad));
+  auto u = unknown->future().get(5s);
+  ASSERT_TRUE(u);
+  EXPECT_FALSE(u->ok);
+  EXPECT_TRUE(u->error.is(ActorErrc::kUnknownActorType)) << u->error.to_string();
+}
+
+}  // namespace
+}  // namespace podium::actor

@@ -1,0 +1,108 @@
+#include "podium/mesh/cast.h"
+
+#include "podium/actor/message.h"
+#include "podium/mesh/runtime.h"
+
+namespace podium::mesh {
+
+Collector::Collector(std::vector<std::string> proc_key_per_rank)
+    : slots_(proc_key_per_rank.size()),
+      remaining_(proc_key_per_rank.size()),
+      proc_keys_(std::move(proc_key_per_rank)) {}
+
+void Collector::fill(size_t rank, Reply reply) {
+  Replies done;
+  {
+    std::lock_guard lock(mu_);
+    if (rank >= slots_.size() || slots_[rank]) return;  // late duplicate: the slot is final
+    slots_[rank] = std::move(reply);
+    if (--remaining_ != 0) return;
+    done.reserve(slots_.size());
+    for (auto& s : slots_) done.push_back(std::move(*s));
+  }
+  promise_.set(std::move(done));
+}
+
+void Collector::proc_failed(std::string_view proc_key, const Error& why) {
+  for (size_t r = 0; r < proc_keys_.size(); ++r) {
+    if (proc_keys_[r] == proc_key) fill(r, std::unexpected(why));
+  }
+}
+
+std::pair<uint64_t, Reply> decode_reply(wire::Envelope&& env) {
+  if (env.parts.empty()) {
+    return {0, std::unexpected(make_error(actor::ActorErrc::kBadArguments,
+                                          "reply from " + env.sender + " has no header"))};
+  }
+  auto h = actor::decode_reply_header(env.parts[0]);
+  if (!h) return {0, std::unexpected(std::move(h.error()))};
+  if (!h->ok) return {h->rank, std::unexpected(std::move(h->error))};
+  env.parts.erase(env.parts.begin());
+  return {h->rank, std::move(env.parts)};
+}
+
+Error rank_error(const ndslice::Extent& extent, size_t rank, const ActorTarget& t,
+                 const Error& cause) {
+  std::string msg = "rank " + std::to_string(rank);
+  if (auto p = extent.point_of_rank(rank)) msg += " " + p->to_string();
+  msg += " (" + t.actor + "): " + cause.message;
+  return Error{cause.subsystem, cause.code, std::move(msg)};
+}
+
+actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
+                            const std::vector<size_t>& base_ranks, const ndslice::Extent& extent,
+                            std::string_view endpoint, std::vector<Buffer> args, bool want_reply,
+                            std::shared_ptr<LoadCounters> load) {
+  auto& rt = Runtime::get();
+  auto& proc = rt.proc();
+  std::shared_ptr<Collector> collector;
+  std::string reply_port;
+  if (want_reply) {
+    std::vector<std::string> keys;
+    keys.reserve(targets.size());
+    for (const auto* t : targets) keys.push_back(t->proc_key);
+    collector = std::make_shared<Collector>(keys);
+    // The port holds the collector until it completes; completion closes the port, whether
+    // the last reply or a proc's exit (ME-2) completed it.
+    auto handler = [collector, load, base_ranks](wire::Envelope&& env) {
+      auto [rank, reply] = decode_reply(std::move(env));
+      if (load && rank < base_ranks.size()) {
+        load->outstanding[base_ranks[rank]].fetch_sub(1, std::memory_order_relaxed);
+      }
+      collector->fill(rank, std::move(reply));
+    };
+    auto port = proc.open_port(std::move(handler), targets.size() == 1);
+    collector->port = port.port;
+    reply_port = port.to_string();
+    collector->future().on_ready(
+        [&proc, p = port.port](const Result<Replies>&) { proc.close_port(p); });
+    rt.track(collector, keys);
+  }
+
+  actor::CallHeader header;
+  header.endpoint.assign(endpoint);
+  header.labels = extent.labels();
+  header.sizes.assign(extent.sizes().begin(), extent.sizes().end());
+  std::string sender;
+  if (const auto* me = actor::current_actor()) sender = me->to_string();
+  for (size_t r = 0; r < targets.size(); ++r) {
+    const ActorTarget& t = *targets[r];
+    wire::Envelope env;
+    env.kind = static_cast<uint8_t>(actor::MessageKind::kCall);
+    env.dest = t.dest;
+    env.sender = sender;
+    if (want_reply) env.headers.emplace_back(actor::kReplyHeader, reply_port);
+    header.rank = r;
+    env.parts.reserve(1 + args.size());
+    env.parts.push_back(actor::encode_call_header(header));
+    for (const auto& a : args) env.parts.push_back(a);
+    if (load && want_reply) {
+      load->outstanding[base_ranks[r]].fetch_add(1, std::memory_order_relaxed);
+    }
+    proc.send(t.addr, std::move(env));
+  }
+  if (!want_reply) return {};
+  return collector->future();
+}
+
+}  // namespace podium::mesh

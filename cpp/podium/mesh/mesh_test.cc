@@ -1,0 +1,195 @@
+// End-to-end tests of the C++ mesh API: real procs spawned from this binary.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <stdexcept>
+#include <thread>
+
+#include "podium/mesh/actor_mesh.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+class Worker : public podium::Actor {
+ public:
+  explicit Worker(int base) : base_(base) {
+    if (base < 0) throw std::runtime_error("negative base");
+  }
+  int add(int x) { return base_ + x + static_cast<int>(rank()) * 100; }
+  int pid() { return ::getpid(); }
+  void note(int i) {
+    if (i != next_) out_of_order_ = true;
+    next_ = i + 1;
+  }
+  int notes() { return out_of_order_ ? -1 : next_; }
+  std::string boom(std::string why) { throw std::runtime_error(why); }
+  void exit_now(int code) { ::_exit(code); }
+  int slow(int ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return ms;
+  }
+  PODIUM_ENDPOINTS(Worker, add, pid, note, notes, boom, exit_now, slow)
+
+ private:
+  int base_;
+  int next_ = 0;
+  bool out_of_order_ = false;
+};
+PODIUM_ACTOR(Worker, int)
+
+template <class T>
+T ok(podium::Result<T> r) {
+  EXPECT_TRUE(r) << r.error().to_string();
+  if (!r) throw std::runtime_error(r.error().to_string());
+  return std::move(*r);
+}
+
+class MeshTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    procs_.emplace(ok(podium::this_host().spawn_procs({{"procs", 4}})));
+    workers_.emplace(ok(procs_->spawn<Worker>("worker", 10)));
+    auto init = workers_->initialized().get(10s);
+    ASSERT_TRUE(init) << init.error().to_string();
+  }
+  void TearDown() override {
+    if (procs_) {
+      EXPECT_TRUE(procs_->stop(2000ms).get(10s));
+    }
+  }
+  std::optional<podium::ProcMesh> procs_;
+  std::optional<podium::ActorMesh<Worker>> workers_;
+};
+
+TEST_F(MeshTest, CallReturnsOneValuePerRankInOrder) {
+  auto v = ok(workers_->call(&Worker::add, 1).get(10s));
+  ASSERT_EQ(v.size(), 4u);
+  for (size_t r = 0; r < 4; ++r) EXPECT_EQ(v[r], 11 + 100 * static_cast<int>(r));
+  auto items = v.items();
+  EXPECT_EQ(items[2].first.to_string(), "{'procs': 2/4}");
+  auto pids = ok(workers_->call(&Worker::pid).get(10s));
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(pids[r], procs_->pid(r));
+    EXPECT_NE(pids[r], ::getpid());
+  }
+}
+
+TEST_F(MeshTest, SlicesReachExactlyTheirRanks) {
+  auto odd = ok(workers_->slice("procs", podium::ndslice::Range{1, std::nullopt, 2}));
+  auto v = ok(odd.call(&Worker::add, 0).get(10s));
+  ASSERT_EQ(v.size(), 2u);
+  // Ranks are those of the slice (0, 1), the actors those of procs 1 and 3.
+  EXPECT_EQ(v[0], 10);
+  EXPECT_EQ(v[1], 110);
+  auto pids = ok(odd.call(&Worker::pid).get(10s));
+  EXPECT_EQ(pids[0], procs_->pid(1));
+  EXPECT_EQ(pids[1], procs_->pid(3));
+  auto one = ok(workers_->slice("procs", 3));
+  EXPECT_EQ(ok(one.call_one(&Worker::pid).get(10s)), procs_->pid(3));
+  EXPECT_FALSE(workers_->slice("nope", 0));
+  EXPECT_FALSE(workers_->slice("procs", 4));
+}
+
+TEST_F(MeshTest, CallOneOnSeveralActorsFailsAtOnce) {
+  auto r = workers_->call_one(&Worker::pid).get(1s);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("exactly one"), std::string::npos);
+}
+
+TEST_F(MeshTest, BroadcastThenCallKeepsSenderOrder) {  // ME-6
+  for (int i = 0; i < 2000; ++i) ASSERT_TRUE(workers_->broadcast(&Worker::note, i));
+  auto v = ok(workers_->call(&Worker::notes).get(20s));
+  for (int n : v.values()) EXPECT_EQ(n, 2000);
+}
+
+TEST_F(MeshTest, ChooseSpreadsOverIdleActors) {
+  // Two slow calls occupy two actors; choose() picks one of the others.
+  auto a = workers_->slice("procs", 0);
+  auto b = workers_->slice("procs", 1);
+  auto s0 = ok(std::move(a)).call_one(&Worker::slow, 300);
+  auto s1 = ok(std::move(b)).call_one(&Worker::slow, 300);
+  auto chosen = ok(workers_->choose(&Worker::pid).get(10s));
+  EXPECT_TRUE(chosen == procs_->pid(2) || chosen == procs_->pid(3));
+  EXPECT_TRUE(s0.get(10s));
+  EXPECT_TRUE(s1.get(10s));
+}
+
+TEST_F(MeshTest, EndpointExceptionIsReportedAndTheActorLivesOn) {
+  auto r = workers_->call(&Worker::boom, std::string("kaboom")).get(10s);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("kaboom"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("rank 0"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("worker[0]"), std::string::npos) << r.error().message;
+  EXPECT_TRUE(workers_->call(&Worker::add, 0).get(10s));
+}
+
+TEST_F(MeshTest, KilledProcFailsPendingCallsAtOnce) {  // ME-2
+  auto victim = ok(workers_->slice("procs", 1));
+  auto pending = victim.call_one(&Worker::slow, 10000);
+  std::this_thread::sleep_for(50ms);
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(procs_->pid(1), SIGKILL), 0);
+  auto r = pending.get(5s);
+  auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("SIGKILL"), std::string::npos) << r.error().message;
+  EXPECT_LT(took, 1s);
+  std::printf("[ measured ] SIGKILL to failed call: %.1f ms\n",
+              std::chrono::duration<double, std::milli>(took).count());
+  // Later calls on that rank fail at once; the other ranks keep working.
+  auto later = victim.call_one(&Worker::pid).get(1s);
+  ASSERT_FALSE(later);
+  auto others = ok(workers_->slice("procs", podium::ndslice::Range{2, 4, 1}));
+  EXPECT_TRUE(others.call(&Worker::pid).get(10s));
+  EXPECT_NE(procs_->exit_status(1).value_or("").find("SIGKILL"), std::string::npos);
+}
+
+TEST_F(MeshTest, ProcExitCodeIsReported) {
+  auto victim = ok(workers_->slice("procs", 2));
+  auto r = victim.call_one(&Worker::exit_now, 3).get(5s);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("exited with status 3"), std::string::npos)
+      << r.error().message;
+}
+
+TEST(MeshSpawn, ConstructorExceptionFailsInitialized) {
+  auto procs = ok(podium::this_host().spawn_procs({{"procs", 2}}));
+  auto bad = ok(procs.spawn<Worker>("bad", -1));
+  auto init = bad.initialized().get(10s);
+  ASSERT_FALSE(init);
+  EXPECT_NE(init.error().message.find("negative base"), std::string::npos) << init.error().message;
+  auto call = bad.call(&Worker::pid).get(5s);
+  EXPECT_FALSE(call);
+  EXPECT_TRUE(procs.stop(2000ms).get(10s));
+}
+
+TEST(MeshSpawn, ActorsInTheCallersOwnProc) {
+  auto here = podium::this_proc();
+  auto local = ok(here.spawn<Worker>("local", 5));
+  ASSERT_TRUE(local.initialized().get(5s));
+  EXPECT_EQ(ok(local.call_one(&Worker::pid).get(5s)), ::getpid());
+  EXPECT_EQ(ok(local.call_one(&Worker::add, 1).get(5s)), 6);
+}
+
+TEST(MeshSpawn, StopEndsEveryProc) {
+  auto procs = ok(podium::this_host().spawn_procs({{"hosts", 2}, {"gpus", 2}}));
+  ASSERT_TRUE(procs.initialized().get(10s));
+  EXPECT_EQ(procs.extent().to_string(), "{'hosts': 2, 'gpus': 2}");
+  ASSERT_TRUE(procs.stop(2000ms).get(10s));
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_TRUE(procs.exit_status(r).has_value());
+    EXPECT_NE(::kill(procs.pid(r), 0), 0);  // reaped and gone
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  podium::init(argc, argv);  // spawned procs serve here and never return
+  ::testing::InitGoogleTest(&argc, argv);
+  int rc = RUN_ALL_TESTS();
+  podium::shutdown();
+  return rc;
+}

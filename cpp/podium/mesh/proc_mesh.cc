@@ -1,0 +1,233 @@
+#include "podium/mesh/proc_mesh.h"
+
+#include "podium/actor/message.h"
+
+namespace podium {
+namespace {
+
+actor::PortId system_port(const actor::ProcId& proc) {
+  return actor::PortId{actor::ActorId{proc, std::string(actor::kSystemActorName), 0},
+                       actor::kMailboxPort};
+}
+
+template <class Mesh, class Sel, class Make>
+Result<Mesh> sliced(const ndslice::Region& region, std::string_view label, Sel sel, Make make) {
+  auto sub = region.select(label, sel);
+  if (!sub) return std::unexpected(sub.error());
+  return make(std::move(*sub));
+}
+
+// Once-ports that a dead proc will never answer are closed when the collector completes.
+void close_ports_when_done(actor::Proc& proc, const mesh::Collector& c,
+                           std::vector<uint64_t> ports) {
+  c.future().on_ready([&proc, ports = std::move(ports)](const Result<mesh::Replies>&) {
+    for (uint64_t p : ports) proc.close_port(p);
+  });
+}
+
+}  // namespace
+
+// --- ActorMeshBase -------------------------------------------------------------------------
+
+Result<ActorMeshBase> ActorMeshBase::slice(std::string_view label, int64_t index) const {
+  return sliced<ActorMeshBase>(region_, label, index,
+                               [&](ndslice::Region r) { return ActorMeshBase(st_, std::move(r)); });
+}
+
+Result<ActorMeshBase> ActorMeshBase::slice(std::string_view label, ndslice::Range range) const {
+  return sliced<ActorMeshBase>(region_, label, range,
+                               [&](ndslice::Region r) { return ActorMeshBase(st_, std::move(r)); });
+}
+
+std::vector<const mesh::ActorTarget*> ActorMeshBase::targets_of_region(
+    std::vector<size_t>* base) const {
+  *base = region_.base_ranks();
+  std::vector<const mesh::ActorTarget*> out;
+  out.reserve(base->size());
+  for (size_t b : *base) out.push_back(&st_->targets[b]);
+  return out;
+}
+
+actor::Future<mesh::Replies> ActorMeshBase::call_raw(std::string_view endpoint,
+                                                     std::vector<Buffer> args) const {
+  std::vector<size_t> base;
+  auto targets = targets_of_region(&base);
+  return mesh::cast(targets, base, region_.extent(), endpoint, std::move(args), true, st_->load);
+}
+
+actor::Future<mesh::Replies> ActorMeshBase::call_rank_raw(size_t rank, std::string_view endpoint,
+                                                          std::vector<Buffer> args) const {
+  auto b = region_.base_rank(rank);
+  if (!b) {
+    actor::Promise<mesh::Replies> p;
+    p.set(std::unexpected(b.error()));
+    return p.future();
+  }
+  auto one = ndslice::Extent::make({}, {});
+  return mesh::cast({&st_->targets[*b]}, {*b}, *one, endpoint, std::move(args), true, st_->load);
+}
+
+void ActorMeshBase::broadcast_raw(std::string_view endpoint, std::vector<Buffer> args) const {
+  std::vector<size_t> base;
+  auto targets = targets_of_region(&base);
+  (void)mesh::cast(targets, base, region_.extent(), endpoint, std::move(args), false);
+}
+
+size_t ActorMeshBase::least_loaded_rank() const {
+  auto base = region_.base_ranks();
+  size_t best = 0;
+  int64_t best_load = INT64_MAX;
+  for (size_t r = 0; r < base.size(); ++r) {
+    int64_t l = st_->load->outstanding[base[r]].load(std::memory_order_relaxed);
+    if (l < best_load) {
+      best_load = l;
+      best = r;
+    }
+  }
+  return best;
+}
+
+actor::Future<mesh::Replies> ActorMeshBase::stop() const {
+  auto& rt = mesh::Runtime::get();
+  std::vector<size_t> base;
+  auto targets = targets_of_region(&base);
+  std::vector<std::string> keys;
+  for (const auto* t : targets) keys.push_back(t->proc_key);
+  auto collector = std::make_shared<mesh::Collector>(keys);
+  // One once-port per actor keeps each reply matched to its rank.
+  std::vector<uint64_t> ports;
+  for (size_t r = 0; r < targets.size(); ++r) {
+    auto p = rt.proc().open_port(
+        [collector, r](wire::Envelope&& env) {
+          collector->fill(r, mesh::decode_reply(std::move(env)).second);
+        },
+        true);
+    wire::Envelope env;
+    env.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
+    env.dest = system_port(st_->procs->procs[base[r]].id).to_string();
+    env.headers.emplace_back(actor::kReplyHeader, p.to_string());
+    ports.push_back(p.port);
+    std::string key = actor::ActorId{{}, st_->name, static_cast<uint32_t>(base[r])}.local_key();
+    env.parts.push_back(actor::encode_system_header(actor::SystemHeader{"stop", {key}, {}}));
+    rt.proc().send(targets[r]->addr, std::move(env));
+  }
+  close_ports_when_done(rt.proc(), *collector, std::move(ports));
+  rt.track(collector, keys);
+  return collector->future();
+}
+
+// --- ProcMesh ------------------------------------------------------------------------------
+
+Result<ProcMesh> ProcMesh::slice(std::string_view label, int64_t index) const {
+  return sliced<ProcMesh>(region_, label, index,
+                          [&](ndslice::Region r) { return ProcMesh(st_, std::move(r)); });
+}
+
+Result<ProcMesh> ProcMesh::slice(std::string_view label, ndslice::Range range) const {
+  return sliced<ProcMesh>(region_, label, range,
+                          [&](ndslice::Region r) { return ProcMesh(st_, std::move(r)); });
+}
+
+Result<ActorMeshBase> ProcMesh::spawn_raw(std::string_view type, std::string name,
+                                          std::vector<Buffer> args) const {
+  if (auto st = actor::ActorId::check_name(name); !st) return std::unexpected(st.error());
+  auto& rt = mesh::Runtime::get();
+  auto state = std::make_shared<mesh::ActorMeshState>();
+  state->name = name;
+  state->procs = st_;
+  size_t total = st_->procs.size();
+  state->targets.resize(total);
+  state->load = std::make_shared<mesh::LoadCounters>(total);
+  auto base = region_.base_ranks();
+  std::vector<std::string> keys;
+  for (size_t b : base) {
+    const auto& pid = st_->procs[b].id;
+    actor::ActorId aid{pid, name, static_cast<uint32_t>(b)};
+    auto& t = state->targets[b];
+    t.addr = pid.addr;
+    t.dest = actor::PortId{aid, actor::kMailboxPort}.to_string();
+    t.actor = aid.to_string();
+    t.proc_key = pid.to_string();
+    keys.push_back(t.proc_key);
+  }
+  // The spawn replies (one per actor, once its constructor ran) complete `initialized`.
+  auto collector = std::make_shared<mesh::Collector>(keys);
+  actor::Promise<void> init_promise;
+  state->initialized = init_promise.future();
+  auto extent = region_.extent();
+  collector->future().on_ready(
+      [p = std::make_shared<actor::Promise<void>>(std::move(init_promise)), state,
+       extent](const Result<mesh::Replies>& replies) {
+        for (size_t r = 0; r < replies->size(); ++r) {
+          if (!(*replies)[r]) {
+            const auto& t = state->targets[*ndslice::Region(extent).base_rank(r)];
+            p->set(std::unexpected(mesh::rank_error(extent, r, t, (*replies)[r].error())));
+            return;
+          }
+        }
+        p->set({});
+      });
+  std::vector<uint64_t> ports;
+  for (size_t r = 0; r < base.size(); ++r) {
+    const auto& pid = st_->procs[base[r]].id;
+    auto port = rt.proc().open_port(
+        [collector, r](wire::Envelope&& env) {
+          collector->fill(r, mesh::decode_reply(std::move(env)).second);
+        },
+        true);
+    wire::Envelope env;
+    env.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
+    env.dest = system_port(pid).to_string();
+    ports.push_back(port.port);
+    env.headers.emplace_back(actor::kReplyHeader, port.to_string());
+    env.parts.push_back(actor::encode_system_header(
+        actor::SystemHeader{"spawn", {std::string(type), name}, {base[r]}}));
+    for (const auto& a : args) env.parts.push_back(a);
+    rt.proc().send(pid.addr, std::move(env));
+  }
+  close_ports_when_done(rt.proc(), *collector, std::move(ports));
+  rt.track(collector, keys);
+  return ActorMeshBase(std::move(state), region_);
+}
+
+std::optional<std::string> ProcMesh::exit_status(size_t rank) const {
+  auto b = region_.base_rank(rank);
+  if (!b) return std::nullopt;
+  std::lock_guard lock(st_->mu);
+  return st_->procs[*b].exit;
+}
+
+int ProcMesh::pid(size_t rank) const {
+  auto b = region_.base_rank(rank);
+  if (!b) return -1;
+  std::lock_guard lock(st_->mu);
+  return st_->procs[*b].pid;
+}
+
+actor::Future<void> ProcMesh::stop(std::chrono::milliseconds grace) const {
+  return mesh::Runtime::get().stop_procs(st_, grace);
+}
+
+Result<ProcMesh> HostMesh::spawn_procs(
+    const std::vector<std::pair<std::string, size_t>>& per_host) const {
+  std::vector<std::string> labels;
+  std::vector<size_t> sizes;
+  for (const auto& [l, s] : per_host) {
+    labels.push_back(l);
+    sizes.push_back(s);
+  }
+  auto extent = ndslice::Extent::make(std::move(labels), std::move(sizes));
+  if (!extent) return std::unexpected(extent.error());
+  auto st = mesh::Runtime::get().spawn_procs(*extent);
+  if (!st) return std::unexpected(st.error());
+  return ProcMesh(std::move(*st), ndslice::Region(*extent));
+}
+
+HostMesh this_host() { return HostMesh{}; }
+
+ProcMesh this_proc() {
+  auto st = mesh::Runtime::get().this_proc();
+  return ProcMesh(st, ndslice::Region(*ndslice::Extent::make({}, {})));
+}
+
+}  // namespace podium

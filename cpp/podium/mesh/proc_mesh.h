@@ -1,0 +1,128 @@
+// podium::HostMesh, ProcMesh and the untyped ActorMeshBase — handles on groups of procs and
+// actors, shaped by an ndslice::Region. Handles are cheap to copy; slices share the state of
+// the mesh they come from.
+//
+//   auto procs = podium::this_host().spawn_procs({{"procs", 4}});
+//   auto counters = procs->spawn<Counter>("counter", 0);
+//   auto all = counters->call(&Counter::incr, 1).get();        // ValueMesh<int>
+//   auto one = counters->slice("procs", 2)->call_one(&Counter::incr, 1).get();
+//
+// Invariants:
+//   ME-5 An actor mesh's `initialized` resolves when every actor's constructor has run (ok),
+//        or with the first failure naming the rank and cause.
+//   ME-6 Messages from one sender to one actor are delivered in send order (the channel's
+//        CH-1 plus one link per pair of procs).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "podium/actor/future.h"
+#include "podium/mesh/cast.h"
+#include "podium/mesh/runtime.h"
+#include "podium/ndslice/range.h"
+#include "podium/ndslice/region.h"
+
+namespace podium {
+
+namespace mesh {
+struct ActorMeshState {
+  std::string name;
+  std::shared_ptr<ProcMeshState> procs;
+  std::vector<ActorTarget> targets;  // by base rank of `procs`; empty dest where not spawned
+  std::shared_ptr<LoadCounters> load;
+  actor::Future<void> initialized;
+};
+}  // namespace mesh
+
+class ActorMeshBase {
+ public:
+  ActorMeshBase(std::shared_ptr<mesh::ActorMeshState> st, ndslice::Region region)
+      : st_(std::move(st)), region_(std::move(region)) {}
+
+  const ndslice::Region& region() const { return region_; }
+  const ndslice::Extent& extent() const { return region_.extent(); }
+  size_t size() const { return region_.num_ranks(); }
+  const std::string& name() const { return st_->name; }
+
+  [[nodiscard]] Result<ActorMeshBase> slice(std::string_view label, int64_t index) const;
+  [[nodiscard]] Result<ActorMeshBase> slice(std::string_view label, ndslice::Range range) const;
+
+  // Resolves once every actor of the whole mesh has been constructed (ME-5).
+  actor::Future<void> initialized() const { return st_->initialized; }
+
+  // Calls `endpoint` on every actor of this region; replies by rank (ME-1, ME-2).
+  actor::Future<mesh::Replies> call_raw(std::string_view endpoint, std::vector<Buffer> args) const;
+  // Calls `endpoint` on one actor, given by its rank in this region.
+  actor::Future<mesh::Replies> call_rank_raw(size_t rank, std::string_view endpoint,
+                                             std::vector<Buffer> args) const;
+  // One-way to every actor of this region.
+  void broadcast_raw(std::string_view endpoint, std::vector<Buffer> args) const;
+  // The rank with the fewest calls outstanding (ties: the lowest rank).
+  size_t least_loaded_rank() const;
+
+  // Stops every actor of this region after the messages queued before the stop (AC-9).
+  actor::Future<mesh::Replies> stop() const;
+
+ protected:
+  std::vector<const mesh::ActorTarget*> targets_of_region(std::vector<size_t>* base) const;
+
+  std::shared_ptr<mesh::ActorMeshState> st_;
+  ndslice::Region region_;
+};
+
+template <class A>
+class ActorMesh;
+
+class ProcMesh {
+ public:
+  ProcMesh(std::shared_ptr<mesh::ProcMeshState> st, ndslice::Region region)
+      : st_(std::move(st)), region_(std::move(region)) {}
+
+  const ndslice::Region& region() const { return region_; }
+  const ndslice::Extent& extent() const { return region_.extent(); }
+  size_t size() const { return region_.num_ranks(); }
+
+  [[nodiscard]] Result<ProcMesh> slice(std::string_view label, int64_t index) const;
+  [[nodiscard]] Result<ProcMesh> slice(std::string_view label, ndslice::Range range) const;
+
+  // Resolves when every proc of the mesh has registered (ME-4).
+  actor::Future<void> initialized() const { return st_->initialized; }
+
+  // Spawns `name[rank]` of registered type `type` on every proc of this region; returns at
+  // once. `args` are the constructor's arguments, encoded for that type.
+  [[nodiscard]] Result<ActorMeshBase> spawn_raw(std::string_view type, std::string name,
+                                                std::vector<Buffer> args) const;
+
+  template <class A, class... Args>
+  [[nodiscard]] Result<ActorMesh<A>> spawn(std::string name, Args&&... args) const;
+
+  // How the proc at `rank` of this region ended ("killed by signal SIGKILL (9)"), if it has.
+  std::optional<std::string> exit_status(size_t rank) const;
+  int pid(size_t rank) const;
+
+  // Asks every proc of the whole mesh to exit; kills the ones still alive after `grace`.
+  actor::Future<void> stop(std::chrono::milliseconds grace = std::chrono::seconds(5)) const;
+
+ private:
+  std::shared_ptr<mesh::ProcMeshState> st_;
+  ndslice::Region region_;
+};
+
+class HostMesh {
+ public:
+  // Spawns one proc per point of `per_host` (e.g. {{"gpus", 8}}) on this host.
+  [[nodiscard]] Result<ProcMesh> spawn_procs(
+      const std::vector<std::pair<std::string, size_t>>& per_host) const;
+};
+
+// This host, as a mesh with no dimensions.
+HostMesh this_host();
+// The calling process's own proc, as a mesh with no dimensions.
+ProcMesh this_proc();
+
+}  // namespace podium

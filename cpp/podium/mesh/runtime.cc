@@ -1,0 +1,458 @@
+#include "podium/mesh/runtime.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <list>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "podium/actor/message.h"
+#include "podium/host/child_watcher.h"
+#include "podium/mesh/cast.h"
+
+namespace podium {
+namespace mesh {
+namespace {
+
+constexpr const char* kBootEnv = "PODIUM_BOOT";
+
+std::mutex g_mu;                     // guards g_runtime
+std::unique_ptr<Runtime> g_runtime;  // set by init()
+std::vector<std::string> g_argv;
+
+Error runtime_error(std::string msg) {
+  return make_error(actor::ActorErrc::kProcExited, std::move(msg));
+}
+
+// A directory only this user can open: $XDG_RUNTIME_DIR or /tmp, then podium-<uid>/<pid>-<rand>.
+Result<std::string> make_socket_dir() {
+  std::string base = "/tmp";
+  if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x && ::access(x, W_OK) == 0) base = x;
+  std::string user_dir = base + "/podium-" + std::to_string(::getuid());
+  if (::mkdir(user_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return std::unexpected(errno_error("mkdir " + user_dir, errno));
+  }
+  struct stat st{};
+  if (::lstat(user_dir.c_str(), &st) != 0) return std::unexpected(errno_error("stat " + user_dir, errno));
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0) {
+    return std::unexpected(make_error(BaseErrc::kIo, user_dir +
+                                                         " must be a directory owned by this user "
+                                                         "with mode 0700"));
+  }
+  std::random_device rd;
+  char suffix[17];
+  std::snprintf(suffix, sizeof suffix, "%08x", rd());
+  std::string dir = user_dir + "/" + std::to_string(::getpid()) + "-" + suffix;
+  if (::mkdir(dir.c_str(), 0700) != 0) return std::unexpected(errno_error("mkdir " + dir, errno));
+  return dir;
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("/proc/self/exe") : p.string();
+}
+
+}  // namespace
+
+struct Runtime::Impl {
+  std::unique_ptr<actor::Proc> proc;
+  std::unique_ptr<host::ChildWatcher> watcher;
+  std::string sock_dir;  // empty in workers
+
+  std::mutex mu;  // guards everything below
+  uint64_t next_mesh = 1;
+  std::unordered_map<uint64_t, std::weak_ptr<ProcMeshState>> meshes;
+  struct ProcRef {
+    std::weak_ptr<ProcMeshState> mesh;
+    size_t rank;
+  };
+  std::unordered_map<std::string, ProcRef> by_key;   // proc addr text -> mesh, rank
+  std::unordered_map<std::string, Error> dead;       // proc addr text -> why
+  std::list<std::weak_ptr<Collector>> collectors;
+  size_t tracks_since_prune = 0;
+  std::shared_ptr<ProcMeshState> local_mesh;
+  bool shut_down = false;
+
+  // PR_SET_PDEATHSIG fires when the *thread* that spawned a child exits, so every child is
+  // spawned from this thread, which lives as long as the runtime.
+  std::thread spawner;
+  std::mutex spawn_mu;                              // guards spawn_jobs, spawner_stop
+  std::condition_variable spawn_cv;
+  std::deque<std::function<void()>> spawn_jobs;
+  bool spawner_stop = false;
+
+  void spawner_main() {
+    std::unique_lock lock(spawn_mu);
+    while (true) {
+      spawn_cv.wait(lock, [&] { return spawner_stop || !spawn_jobs.empty(); });
+      if (spawn_jobs.empty()) return;
+      auto job = std::move(spawn_jobs.front());
+      spawn_jobs.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+
+  template <class F>
+  auto on_spawner(F&& f) -> decltype(f()) {
+    std::optional<decltype(f())> out;
+    std::mutex m;
+    std::condition_variable cv;
+    {
+      std::lock_guard lock(spawn_mu);
+      spawn_jobs.push_back([&] {
+        auto r = f();
+        std::lock_guard l(m);
+        out.emplace(std::move(r));
+        cv.notify_one();
+      });
+    }
+    spawn_cv.notify_one();
+    std::unique_lock l(m);
+    cv.wait(l, [&] { return out.has_value(); });
+    return std::move(*out);
+  }
+
+  void on_ready(const actor::SystemHeader& h) {
+    if (h.numbers.size() != 3) return;
+    std::shared_ptr<ProcMeshState> mesh;
+    {
+      std::lock_guard lock(mu);
+      auto it = meshes.find(h.numbers[0]);
+      if (it != meshes.end()) mesh = it->second.lock();
+    }
+    if (!mesh || h.numbers[1] >= mesh->procs.size()) return;
+    bool all = false;
+    {
+      std::lock_guard lock(mesh->mu);
+      auto& p = mesh->procs[h.numbers[1]];
+      if (p.ready || p.exit) return;
+      p.ready = true;
+      all = ++mesh->ready_count == mesh->procs.size();
+    }
+    if (all) mesh->initialized_promise.set({});
+  }
+
+  void on_exit(const std::string& key, const host::ExitStatus& status) {
+    std::shared_ptr<ProcMeshState> mesh;
+    size_t rank = 0;
+    std::vector<std::shared_ptr<Collector>> waiting;
+    Error why;
+    {
+      std::lock_guard lock(mu);
+      auto it = by_key.find(key);
+      if (it != by_key.end()) {
+        mesh = it->second.mesh.lock();
+        rank = it->second.rank;
+      }
+      std::string who = "proc " + key + " (pid " + std::to_string(status.pid) + ")";
+      if (mesh) {
+        who = "proc rank " + std::to_string(rank);
+        if (auto p = mesh->extent.point_of_rank(rank)) who += " " + p->to_string();
+        who += " (pid " + std::to_string(status.pid) + ", " + key + ")";
+      }
+      why = runtime_error(who + " " + status.to_string());
+      dead[key] = why;
+      for (auto& w : collectors) {
+        if (auto c = w.lock()) waiting.push_back(std::move(c));
+      }
+    }
+    bool expected = false;
+    if (mesh) {
+      std::lock_guard lock(mesh->mu);
+      mesh->procs[rank].exit = status.to_string();
+      expected = mesh->stopping;
+    }
+    if (!expected) spdlog::warn("podium: {}", why.message);
+    if (mesh) mesh->initialized_promise.set(std::unexpected(why));
+    for (auto& c : waiting) c->proc_failed(key, why);
+  }
+};
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Runtime::~Runtime() { shutdown(); }
+
+Runtime& Runtime::get() {
+  std::lock_guard lock(g_mu);
+  if (!g_runtime) {
+    spdlog::critical("podium: podium::init() must be called before using meshes");
+    std::abort();
+  }
+  return *g_runtime;
+}
+
+actor::Proc& Runtime::proc() { return *impl_->proc; }
+
+Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Extent& extent) {
+  auto& impl = *impl_;
+  if (impl.sock_dir.empty()) {
+    return std::unexpected(make_error(BaseErrc::kUnsupported,
+                                      "spawning procs from a spawned proc is not supported yet"));
+  }
+  auto mesh = std::make_shared<ProcMeshState>();
+  mesh->extent = extent;
+  mesh->initialized = mesh->initialized_promise.future();
+  {
+    std::lock_guard lock(impl.mu);
+    if (impl.shut_down) {
+      return std::unexpected(make_error(BaseErrc::kCancelled, "podium runtime is shut down"));
+    }
+    mesh->mesh_id = impl.next_mesh++;
+    impl.meshes[mesh->mesh_id] = mesh;
+  }
+  size_t n = extent.num_ranks();
+  mesh->procs.resize(n);
+  for (size_t r = 0; r < n; ++r) {
+    std::string path = impl.sock_dir + "/m" + std::to_string(mesh->mesh_id) + "-" +
+                       std::to_string(r) + ".sock";
+    mesh->procs[r].id = actor::ProcId{channel::Address{channel::Transport::kUnix, path, 0}};
+  }
+  std::string exe = self_exe();
+  std::string parent = impl.proc->id().to_string();
+  for (size_t r = 0; r < n; ++r) {
+    std::string key = mesh->procs[r].id.to_string();
+    {
+      std::lock_guard lock(impl.mu);
+      impl.by_key[key] = Impl::ProcRef{mesh, r};
+    }
+    host::ChildSpec spec;
+    spec.path = exe;
+    spec.argv = g_argv.empty() ? std::vector<std::string>{exe} : g_argv;
+    spec.env.emplace_back(kBootEnv, parent + ";" + key + ";" + std::to_string(mesh->mesh_id) +
+                                        ";" + std::to_string(r));
+    auto pid = impl.on_spawner([&] {
+      return impl.watcher->spawn(spec, [&impl, key](const host::ExitStatus& s) {
+        impl.on_exit(key, s);
+      });
+    });
+    if (!pid) {
+      Error e = pid.error();
+      mesh->initialized_promise.set(std::unexpected(e));
+      std::lock_guard lock(mesh->mu);
+      mesh->procs[r].exit = "failed to start: " + e.to_string();
+      return std::unexpected(e);
+    }
+    std::lock_guard lock(mesh->mu);
+    mesh->procs[r].pid = *pid;
+  }
+  return mesh;
+}
+
+std::shared_ptr<ProcMeshState> Runtime::this_proc() {
+  std::lock_guard lock(impl_->mu);
+  if (!impl_->local_mesh) {
+    auto m = std::make_shared<ProcMeshState>();
+    m->local = true;
+    m->procs.push_back(ProcInfo{impl_->proc->id(), ::getpid(), true, std::nullopt});
+    m->ready_count = 1;
+    m->initialized = m->initialized_promise.future();
+    m->initialized_promise.set({});
+    impl_->local_mesh = std::move(m);
+  }
+  return impl_->local_mesh;
+}
+
+actor::Future<void> Runtime::stop_procs(const std::shared_ptr<ProcMeshState>& mesh,
+                                        std::chrono::milliseconds grace) {
+  struct Stopping {
+    actor::Promise<void> done;
+    std::shared_ptr<Collector> exits;  // kept alive until every proc has exited
+  };
+  auto stopping = std::make_shared<Stopping>();
+  auto future = stopping->done.future();
+  if (mesh->local) {
+    stopping->done.set({});
+    return future;
+  }
+  std::vector<std::pair<actor::ProcId, int>> alive;
+  {
+    std::lock_guard lock(mesh->mu);
+    mesh->stopping = true;
+    for (auto& p : mesh->procs) {
+      if (!p.exit && p.pid > 0) alive.emplace_back(p.id, p.pid);
+    }
+  }
+  if (alive.empty()) {
+    stopping->done.set({});
+    return future;
+  }
+  // The exit watcher fails every rank of a tracked collector when its proc exits, so a
+  // collector over the live procs completes exactly when the last one is gone.
+  std::vector<std::string> keys;
+  for (auto& [id, pid] : alive) keys.push_back(id.to_string());
+  auto exits = std::make_shared<Collector>(keys);
+  stopping->exits = exits;
+  exits->future().on_ready([stopping](const Result<Replies>&) {
+    stopping->done.set({});
+    stopping->exits.reset();
+  });
+  track(exits, keys);
+  for (auto& [id, pid] : alive) {
+    wire::Envelope env;
+    env.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
+    env.dest = actor::PortId{actor::ActorId{id, std::string(actor::kSystemActorName), 0},
+                             actor::kMailboxPort}
+                   .to_string();
+    env.parts.push_back(actor::encode_system_header(actor::SystemHeader{"exit", {}, {}}));
+    impl_->proc->send(id.addr, std::move(env));
+  }
+  // Escalate: whoever has not exited after the grace period is killed.
+  auto timer = std::make_shared<asio::steady_timer>(impl_->proc->io(), grace);
+  auto* impl = impl_.get();
+  timer->async_wait([timer, alive, impl, exits](std::error_code ec) {
+    if (ec || exits->future().ready()) return;
+    for (auto& [id, pid] : alive) {
+      if (impl->watcher->kill_group(pid, SIGKILL)) {
+        spdlog::warn("podium: proc {} (pid {}) did not exit within the grace period; killed",
+                     id.to_string(), pid);
+      }
+    }
+  });
+  return future;
+}
+
+void Runtime::track(const std::shared_ptr<Collector>& collector,
+                    const std::vector<std::string>& proc_keys) {
+  std::vector<std::pair<std::string, Error>> already;
+  {
+    std::lock_guard lock(impl_->mu);
+    for (const auto& k : proc_keys) {
+      auto it = impl_->dead.find(k);
+      if (it != impl_->dead.end()) already.emplace_back(k, it->second);
+    }
+    if (++impl_->tracks_since_prune >= 256) {
+      impl_->collectors.remove_if([](const auto& w) { return w.expired(); });
+      impl_->tracks_since_prune = 0;
+    }
+    impl_->collectors.push_back(collector);
+  }
+  for (auto& [k, e] : already) collector->proc_failed(k, e);
+}
+
+void Runtime::shutdown() {
+  auto& impl = *impl_;
+  {
+    std::lock_guard lock(impl.mu);
+    if (impl.shut_down) return;
+    impl.shut_down = true;
+  }
+  if (impl.watcher) impl.watcher->stop();  // SIGKILL to every proc group, reaped (ME-3)
+  if (impl.proc) impl.proc->stop();
+  {
+    std::lock_guard lock(impl.spawn_mu);
+    impl.spawner_stop = true;
+  }
+  impl.spawn_cv.notify_all();
+  if (impl.spawner.joinable()) impl.spawner.join();
+  if (!impl.sock_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(impl.sock_dir, ec);
+  }
+}
+
+namespace {
+
+Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::string sock_dir) {
+  auto impl = std::make_unique<Runtime::Impl>();
+  impl->sock_dir = std::move(sock_dir);
+  auto proc = actor::Proc::make(actor::ProcConfig{std::move(listen), channel::Config{}});
+  if (!proc) return std::unexpected(proc.error());
+  impl->proc = std::move(*proc);
+  impl->watcher = std::make_unique<host::ChildWatcher>(impl->proc->io());
+  auto* raw = impl.get();
+  impl->proc->on_system("ready", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
+    raw->on_ready(h);
+  });
+  impl->spawner = std::thread(&Runtime::Impl::spawner_main, raw);
+  return std::make_unique<Runtime>(std::move(impl));
+}
+
+[[noreturn]] void worker_main(const std::string& boot) {
+  // boot = "<parent proc addr>;<listen addr>;<mesh id>;<rank>"
+  std::vector<std::string> f;
+  size_t start = 0;
+  for (size_t i = 0; i <= boot.size(); ++i) {
+    if (i == boot.size() || boot[i] == ';') {
+      f.push_back(boot.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  auto fail = [&](const std::string& why) {
+    spdlog::critical("podium proc: bad {}='{}': {}", kBootEnv, boot, why);
+    std::fflush(nullptr);
+    ::_exit(2);
+  };
+  if (f.size() != 4) fail("expected 4 fields");
+  auto parent = channel::Address::parse(f[0]);
+  auto listen = channel::Address::parse(f[1]);
+  if (!parent) fail(parent.error().to_string());
+  if (!listen) fail(listen.error().to_string());
+  ::unsetenv(kBootEnv);  // actors that start programs must not make them procs
+  auto rt = make_runtime(*listen, "");
+  if (!rt) fail(rt.error().to_string());
+  {
+    std::lock_guard lock(g_mu);
+    g_runtime = std::move(*rt);
+  }
+  actor::Proc& proc = g_runtime->proc();
+  wire::Envelope ready;
+  ready.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
+  ready.dest = actor::PortId{actor::ActorId{actor::ProcId{*parent},
+                                            std::string(actor::kSystemActorName), 0},
+                             actor::kMailboxPort}
+                   .to_string();
+  ready.parts.push_back(actor::encode_system_header(actor::SystemHeader{
+      "ready", {f[1]}, {std::stoull(f[2]), std::stoull(f[3]), static_cast<uint64_t>(::getpid())}}));
+  proc.send(*parent, std::move(ready));
+  // The controller's "exit" ends the loop; its death ends the process (PR_SET_PDEATHSIG).
+  proc.wait_exit_requested(std::chrono::hours(24 * 365 * 100));
+  g_runtime->shutdown();
+  std::fflush(nullptr);
+  ::_exit(0);
+}
+
+}  // namespace
+}  // namespace mesh
+
+void init(int argc, char** argv) {
+  mesh::g_argv.assign(argv, argv + argc);
+  if (const char* boot = std::getenv(mesh::kBootEnv)) mesh::worker_main(boot);
+  std::lock_guard lock(mesh::g_mu);
+  if (mesh::g_runtime) return;
+  auto dir = mesh::make_socket_dir();
+  if (!dir) {
+    spdlog::critical("podium: {}", dir.error().to_string());
+    std::abort();
+  }
+  auto rt = mesh::make_runtime(
+      channel::Address{channel::Transport::kUnix, *dir + "/controller.sock", 0}, *dir);
+  if (!rt) {
+    spdlog::critical("podium: cannot start the runtime: {}", rt.error().to_string());
+    std::abort();
+  }
+  mesh::g_runtime = std::move(*rt);
+  std::atexit(shutdown);
+}
+
+void shutdown() {
+  mesh::Runtime* rt = nullptr;
+  {
+    std::lock_guard lock(mesh::g_mu);
+    rt = mesh::g_runtime.get();
+  }
+  // The runtime object lives until the process exits; only its services stop here.
+  if (rt) rt->shutdown();
+}
+
+}  // namespace podium

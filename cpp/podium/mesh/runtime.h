@@ -1,0 +1,90 @@
+// podium::mesh::Runtime — the per-process podium runtime: the root Proc and the procs it has
+// spawned on this host.
+//
+// A program calls podium::init(argc, argv) first. In a controller it creates the runtime and
+// returns. In a proc that the runtime spawned (its own binary re-entered, recognised by the
+// PODIUM_BOOT environment variable) it serves actors until the controller says "exit" or dies,
+// and never returns.
+//
+// Procs are spawned with die-with-parent (PR_SET_PDEATHSIG) in their own process group, watched
+// through pidfds (an exit is seen at once and reported with its status), and killed at
+// shutdown. Their Unix sockets live in a per-controller directory of mode 0700.
+//
+// Threads: every member is thread-safe.
+// Invariants:
+//   ME-3 Every proc spawned is reaped; shutdown() kills and reaps the ones still alive.
+//   ME-4 A ProcMesh's `initialized` resolves once: ok when every proc registered, or the first
+//        proc exit / spawn failure, naming the rank, pid and status.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "podium/actor/future.h"
+#include "podium/actor/proc.h"
+#include "podium/ndslice/extent.h"
+
+namespace podium {
+
+// Starts podium in this process. In a spawned proc: serves, then exits the process.
+void init(int argc, char** argv);
+// Stops every proc this process spawned and the root proc. Idempotent; also run at exit.
+void shutdown();
+
+namespace mesh {
+
+class Collector;
+
+struct ProcInfo {
+  actor::ProcId id;
+  int pid = -1;
+  bool ready = false;
+  std::optional<std::string> exit;  // how it ended, once it has
+};
+
+// The procs of one spawn_procs() call, by base rank. Shared by every slice of the mesh.
+struct ProcMeshState {
+  uint64_t mesh_id = 0;
+  ndslice::Extent extent;
+  std::mutex mu;                     // guards procs[*].ready/exit/pid, ready_count, stopping
+  std::vector<ProcInfo> procs;       // ids immutable after spawn
+  size_t ready_count = 0;
+  bool stopping = false;
+  actor::Promise<void> initialized_promise;
+  actor::Future<void> initialized;
+  bool local = false;                // the root proc itself (this_proc())
+};
+
+class Runtime {
+ public:
+  static Runtime& get();  // after podium::init()
+
+  actor::Proc& proc();
+
+  // Spawns one proc per rank of `extent` on this host; returns at once.
+  [[nodiscard]] Result<std::shared_ptr<ProcMeshState>> spawn_procs(const ndslice::Extent& extent);
+  // The root proc as a mesh with no dimensions.
+  std::shared_ptr<ProcMeshState> this_proc();
+  // Asks each proc to exit; kills those still alive after `grace`. Resolves when all are gone.
+  actor::Future<void> stop_procs(const std::shared_ptr<ProcMeshState>& mesh,
+                                 std::chrono::milliseconds grace);
+
+  // ME-2: the collector learns of exits of the procs it waits on.
+  void track(const std::shared_ptr<Collector>& collector,
+             const std::vector<std::string>& proc_keys);
+
+  void shutdown();
+
+  struct Impl;
+  explicit Runtime(std::unique_ptr<Impl> impl);
+  ~Runtime();
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mesh
+}  // namespace podium
