@@ -63,7 +63,9 @@ struct Proc::Impl {
   };
 
   ProcId id;
-  asio::io_context io{1};
+  // The default concurrency hint keeps Asio's scheduler multi-thread aware: work posted by a
+  // handler stays visible to the runners the Executor adds when that handler runs long.
+  asio::io_context io;
   Executor executor{io};
   std::unique_ptr<channel::Net> net;
   ActorId system_id;

@@ -144,6 +144,30 @@ struct Runtime::Impl {
     if (all) mesh->initialized_promise.set({});
   }
 
+  // One-way messages that could not be delivered. Those to procs that have exited or are
+  // being stopped are expected (an "exit" that the proc obeyed before acknowledging it).
+  void on_undeliverable(const wire::Envelope& env, const Error& why) {
+    bool expected = false;
+    if (auto v = actor::split_port_id(env.dest)) {
+      std::string key(v->addr);
+      std::lock_guard lock(mu);
+      if (dead.contains(key) || shut_down) {
+        expected = true;
+      } else if (auto it = by_key.find(key); it != by_key.end()) {
+        if (auto mesh = it->second.mesh.lock()) {
+          std::lock_guard mlock(mesh->mu);
+          expected = mesh->stopping;
+        }
+      }
+    }
+    if (expected) {
+      spdlog::debug("podium: undeliverable to a stopped proc: {}: {}", env.dest, why.to_string());
+    } else {
+      spdlog::warn("podium: undeliverable message from {} to {}: {}", env.sender, env.dest,
+                   why.to_string());
+    }
+  }
+
   void on_exit(const std::string& key, const host::ExitStatus& status) {
     std::shared_ptr<ProcMeshState> mesh;
     size_t rank = 0;
@@ -373,6 +397,9 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
   auto* raw = impl.get();
   impl->proc->on_system("ready", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
     raw->on_ready(h);
+  });
+  impl->proc->on_undeliverable([raw](const wire::Envelope& env, const Error& why) {
+    raw->on_undeliverable(env, why);
   });
   impl->spawner = std::thread(&Runtime::Impl::spawner_main, raw);
   return std::make_unique<Runtime>(std::move(impl));
