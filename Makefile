@@ -1,0 +1,98 @@
+# podium: `make demo` and `make test` set everything up themselves (see docs/build.md).
+#
+#   make setup   Debian packages, pinned Python packages, then one CMake build (via pip) of the
+#                C++ libraries, binaries, GoogleTest suites and the podium._core extension;
+#                installs podium into the active Python. Incremental when run again.
+#   make test    setup, then every C++ test (ctest) and every Python test (pytest)
+#   make demo    setup, then the main demo ($(DEMO))
+#   make bench   setup, then `podium bench core --json`
+#   make clean   remove the build tree ($(BUILD_DIR))
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON    ?= python3
+BUILD_DIR ?= build/py
+NPROC     := $(shell nproc 2>/dev/null || echo 2)
+# Per-test limits: ctest's applies to tests without their own TIMEOUT property
+# (podium_test() sets one), pytest's to every Python test.
+CTEST_TIMEOUT  ?= 300
+PYTEST_TIMEOUT ?= 120
+# The main demo; later: DEMO ?= $(PYTHON) examples/quickstart.py
+DEMO ?= $(BUILD_DIR)/examples/cpp/hello
+
+export CMAKE_BUILD_PARALLEL_LEVEL ?= $(NPROC)
+export DEBIAN_FRONTEND := noninteractive
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PIP_ROOT_USER_ACTION := ignore
+
+APT_PACKAGES := build-essential libasio-dev libmsgpack-cxx-dev libgtest-dev libbenchmark-dev \
+                libspdlog-dev libfmt-dev iproute2
+# Build tools, runtime dependencies and test tools, pinned.
+PIP_PACKAGES := cmake==4.4.4 ninja==1.13.2 scikit-build-core==1.1.2 nanobind==3.1.0 \
+                msgpack==1.2.4 cloudpickle==3.1.2 numpy==2.4.6 pytest==9.0.3 \
+                pytest-timeout==2.4.0
+# The ctest of the CMake that configured $(BUILD_DIR) (pip's cmake need not be on PATH).
+CTEST = $(or $(shell sed -n 's/^CMAKE_CTEST_COMMAND:INTERNAL=//p' $(BUILD_DIR)/CMakeCache.txt \
+                2>/dev/null),ctest)
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+.PHONY: help setup apt-packages pip-packages build test demo bench clean
+
+help:
+	@sed -n '3,9s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+
+setup: apt-packages pip-packages build
+
+apt-packages:
+	@if dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
+	  echo "setup: Debian packages already installed"; \
+	else \
+	  echo "setup: installing Debian packages: $(APT_PACKAGES)"; \
+	  $(SUDO) apt-get update; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y --no-install-recommends $(APT_PACKAGES); \
+	fi
+
+pip-packages: apt-packages
+	$(PYTHON) -m pip install -q $(PIP_PACKAGES)
+
+# The one build: scikit-build-core configures and builds every default CMake target in
+# $(BUILD_DIR) (libraries, binaries, GoogleTest suites, podium._core), then installs the wheel.
+build: pip-packages
+	$(PYTHON) -m pip install --no-build-isolation -v \
+	  -Cbuild-dir=$(BUILD_DIR) -Ccmake.define.PODIUM_TESTS=ON .
+
+test: setup
+	@status=0; \
+	echo "== C++ tests (ctest) =="; \
+	if ! listing=$$($(CTEST) --test-dir $(BUILD_DIR) -N); then \
+	  echo "ctest: cannot list the tests of $(BUILD_DIR)"; status=1; \
+	elif echo "$$listing" | grep -qx 'Total Tests: 0'; then \
+	  echo "ctest: 0 tests registered in $(BUILD_DIR): 0 passed, 0 failed"; \
+	else \
+	  $(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -j$(NPROC) \
+	    --timeout $(CTEST_TIMEOUT) || status=1; \
+	fi; \
+	echo "== Python tests (pytest) =="; \
+	rc=0; $(PYTHON) -m pytest -q --timeout=$(PYTEST_TIMEOUT) tests/python || rc=$$?; \
+	if [ $$rc -eq 5 ]; then \
+	  echo "pytest: no tests collected (exit 5), counted as a pass"; \
+	elif [ $$rc -ne 0 ]; then \
+	  status=1; \
+	fi; \
+	if [ $$status -eq 0 ]; then echo "make test: all passed"; else echo "make test: FAILED"; fi; \
+	exit $$status
+
+demo: setup
+	@command -v $(firstword $(DEMO)) >/dev/null || { \
+	  echo "make demo: cannot run $(DEMO): $(firstword $(DEMO)) not found (not built yet?)" >&2; \
+	  exit 1; }
+	$(DEMO)
+
+bench: setup
+	$(PYTHON) -m podium bench core --json
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,123 @@
+"""The `podium` command line (also `python -m podium`).
+
+Each sub-command is one `_register_<name>(subparsers)` function that adds its parser and sets
+`run=<handler>`; a handler takes the parsed arguments and returns the exit code. To add a
+sub-command (`worker`, `sim`, ...), write such a function (here or in its own module) and
+append it to `_COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable, Sequence
+
+from podium._src import bin_dir, find_binary, list_binaries
+
+_BENCH_PREFIX = "podium-bench-"
+
+
+def _error(message: str) -> None:
+    print(f"podium: {message}", file=sys.stderr)
+
+
+# --- podium version ----------------------------------------------------------------------
+
+
+def _run_version(args: argparse.Namespace) -> int:
+    import podium
+    from podium import _core
+
+    info = _core.build_info()
+    print(f"podium {podium.__version__}")
+    if args.verbose:
+        for key in sorted(info):
+            print(f"  {key}: {info[key]}")
+    else:
+        print(f"  core {info['version']} ({info['compiler']}, {info['build_type']})")
+    if info["version"] != podium.__version__:
+        _error(
+            f"the C++ core is version {info['version']} but the Python package is "
+            f"{podium.__version__}: reinstall podium (make setup)"
+        )
+        return 1
+    return 0
+
+
+def _register_version(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("version", help="print podium's version and build information")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every build_info() field")
+    p.set_defaults(run=_run_version)
+
+
+# --- podium bench NAME [args...] ---------------------------------------------------------
+
+
+def available_benchmarks() -> list[str]:
+    """Names accepted by `podium bench`: the podium-bench-NAME executables in bin_dir()."""
+    return [n[len(_BENCH_PREFIX) :] for n in list_binaries(_BENCH_PREFIX)]
+
+
+def _benchmark_listing() -> str:
+    names = available_benchmarks()
+    return ", ".join(names) if names else f"none (no {_BENCH_PREFIX}* in {bin_dir()})"
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    if args.name is None:
+        _error(f"bench needs a benchmark NAME; available benchmarks: {_benchmark_listing()}")
+        return 2
+    path = find_binary(_BENCH_PREFIX + args.name)
+    if path is None:
+        _error(f"unknown benchmark '{args.name}'; available benchmarks: {_benchmark_listing()}")
+        return 2
+    argv = [str(path), *args.args]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        # Replace this process: the benchmark's output and exit code are the command's.
+        os.execv(argv[0], argv)
+    except OSError as e:
+        _error(f"cannot run {path}: {e.strerror}")
+        return 126
+
+
+def _register_bench(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="run a benchmark binary (podium bench NAME [args...])",
+        description="Runs <package>/_bin/podium-bench-NAME with the remaining arguments; "
+        "its output and exit code pass through.",
+    )
+    # Optional so that a bare `podium bench` lists the benchmarks instead of a usage error.
+    p.add_argument("name", nargs="?", metavar="NAME", help="benchmark name, e.g. core")
+    p.add_argument(
+        "args", nargs=argparse.REMAINDER, metavar="ARGS", help="passed to the benchmark"
+    )
+    p.set_defaults(run=_run_bench)
+
+
+# -----------------------------------------------------------------------------------------
+
+_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _register_version,
+    _register_bench,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="podium", description="podium command line")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for register in _COMMANDS:
+        register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
