@@ -19,6 +19,15 @@ namespace {
 
 thread_local const ActorId* tls_current_actor = nullptr;
 
+// The last mailbox a non-runner thread scheduled, which that thread may drain itself when it
+// then blocks without a timeout (help_while_waiting). `life` expires with the proc.
+struct HelpCandidate {
+  void* proc = nullptr;
+  std::weak_ptr<void> life;
+  std::weak_ptr<void> cell;
+};
+thread_local HelpCandidate tls_help;
+
 // Messages an actor handles per turn before yielding its runner to other actors.
 constexpr int kDrainBudget = 64;
 
@@ -57,7 +66,8 @@ struct Proc::Impl {
 
     std::mutex mu;             // guards the fields below
     std::deque<Item> queue;
-    bool scheduled = false;    // a drain is posted or running
+    bool scheduled = false;    // a drain is posted (or the queue is being drained)
+    bool running = false;      // a thread is inside drain() for this cell
     State state = State::kCreated;
     Error cause;               // why it failed or stopped
   };
@@ -90,6 +100,7 @@ struct Proc::Impl {
   std::atomic<bool> stopped{false};
 
   Proc* self = nullptr;
+  std::shared_ptr<int> life = std::make_shared<int>(0);  // weak refs see the proc's end
 
   // --- routing -------------------------------------------------------------------------
 
@@ -200,10 +211,26 @@ struct Proc::Impl {
     if (cell->scheduled) return;
     cell->scheduled = true;
     lock.unlock();
+    if (!Executor::current()) {
+      // A thread outside the runtime (a controller's main thread) that waits for the answer
+      // right after sending may run this drain itself (help_while_waiting).
+      tls_help = HelpCandidate{this, life, cell};
+    }
     asio::post(io, [this, cell] { drain(cell); });
   }
 
+  // Runs the cell's queued items. Whoever gets here first (the posted drain on a runner, or a
+  // waiting caller helping) drains; the other finds the cell running or empty and returns.
   void drain(const std::shared_ptr<Cell>& cell) {
+    {
+      std::lock_guard lock(cell->mu);
+      if (cell->running) return;
+      if (cell->queue.empty()) {
+        cell->scheduled = false;
+        return;
+      }
+      cell->running = true;
+    }
     executor.handler_begin();
     const ActorId* outer = tls_current_actor;
     tls_current_actor = &cell->id;
@@ -214,6 +241,7 @@ struct Proc::Impl {
         std::lock_guard lock(cell->mu);
         if (cell->queue.empty()) {
           cell->scheduled = false;
+          cell->running = false;
           more = false;
           break;
         }
@@ -224,7 +252,13 @@ struct Proc::Impl {
     }
     tls_current_actor = outer;
     executor.handler_end();
-    if (more) asio::post(io, [this, cell] { drain(cell); });
+    if (more) {
+      {
+        std::lock_guard lock(cell->mu);
+        cell->running = false;
+      }
+      asio::post(io, [this, cell] { drain(cell); });
+    }
   }
 
   Cell::State state_of(Cell& cell) {
@@ -440,6 +474,15 @@ struct Proc::Impl {
 };
 
 // ---------------------------------------------------------------------------------------
+
+void help_while_waiting() {
+  HelpCandidate h = std::exchange(tls_help, HelpCandidate{});
+  if (Executor::current()) return;
+  auto life = h.life.lock();
+  auto cell = std::static_pointer_cast<Proc::Impl::Cell>(h.cell.lock());
+  if (!life || !cell) return;
+  static_cast<Proc::Impl*>(h.proc)->drain(cell);
+}
 
 void Context::reply(std::vector<Buffer> value) {
   if (replied_ || reply_port_.empty()) return;

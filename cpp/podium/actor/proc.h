@@ -85,13 +85,19 @@ class Proc {
   // Stops the Net, the runners and every actor. Idempotent.
   void stop();
 
+  struct Impl;  // public only so that help_while_waiting() can reach a mailbox
+
  private:
   Proc();
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
 // The actor whose handler is running on this thread, or nullptr.
 const ActorId* current_actor();
+
+// A thread outside the runtime that is about to block with no timeout runs the mailbox it
+// scheduled last, if no runner has started it yet: a local call then costs no thread hop.
+// Called by Signal::wait(); does nothing on runner threads.
+void help_while_waiting();
 
 }  // namespace podium::actor

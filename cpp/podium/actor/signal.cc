@@ -2,17 +2,19 @@
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 
 #include "podium/actor/executor.h"
+#include "podium/actor/proc.h"
 
 namespace podium::actor {
 namespace {
 
-std::atomic<int64_t> g_spin_ns{50'000};
+std::atomic<int64_t> g_spin_ns{200'000};
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -47,12 +49,19 @@ bool Signal::spin_until_set(std::chrono::steady_clock::time_point deadline) cons
   while (true) {
     if (is_set()) return true;
     cpu_relax();
-    // Reading the clock costs ~20 ns; check it every 64 spins.
-    if ((++n & 63) == 0 && std::chrono::steady_clock::now() >= spin_end) return is_set();
+    // Reading the clock costs ~20 ns; check it every 64 spins. Yield now and then, so that a
+    // thread that must run to set this signal is not kept off a core by the spinning.
+    if ((++n & 63) == 0) {
+      if (std::chrono::steady_clock::now() >= spin_end) return is_set();
+      if ((n & 1023) == 0) sched_yield();
+    }
   }
 }
 
 void Signal::wait() {
+  if (is_set()) return;
+  // An untimed wait may run the local handler it waits for (it cannot overrun a timeout).
+  help_while_waiting();
   // A century is "forever" and keeps one code path.
   wait_for(std::chrono::hours(24 * 365 * 100));
 }

@@ -20,6 +20,8 @@ class Signal {
  public:
   void set();
   bool is_set() const { return state_.load(std::memory_order_acquire) == kSet; }
+  // Without a timeout, a thread outside the runtime first runs the local mailbox it scheduled
+  // last, if no runner has picked it up (help_while_waiting() in proc.h).
   void wait();
   // Returns false when `timeout` passed without set().
   bool wait_for(std::chrono::nanoseconds timeout);

@@ -27,7 +27,7 @@ constexpr const char* kBootEnv = "PODIUM_BOOT";
 
 std::mutex g_mu;                     // guards g_runtime
 std::unique_ptr<Runtime> g_runtime;  // set by init()
-std::vector<std::string> g_argv;
+InitOptions g_options;  // set once by init()/init_controller(), before any spawn
 
 Error runtime_error(std::string msg) {
   return make_error(actor::ActorErrc::kProcExited, std::move(msg));
@@ -242,7 +242,7 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Exten
                        std::to_string(r) + ".sock";
     mesh->procs[r].id = actor::ProcId{channel::Address{channel::Transport::kUnix, path, 0}};
   }
-  std::string exe = self_exe();
+  std::string exe = g_options.proc_argv.empty() ? self_exe() : g_options.proc_argv[0];
   std::string parent = impl.proc->id().to_string();
   for (size_t r = 0; r < n; ++r) {
     std::string key = mesh->procs[r].id.to_string();
@@ -252,7 +252,7 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Exten
     }
     host::ChildSpec spec;
     spec.path = exe;
-    spec.argv = g_argv.empty() ? std::vector<std::string>{exe} : g_argv;
+    spec.argv = g_options.proc_argv.empty() ? std::vector<std::string>{exe} : g_options.proc_argv;
     spec.env.emplace_back(kBootEnv, parent + ";" + key + ";" + std::to_string(mesh->mesh_id) +
                                         ";" + std::to_string(r));
     auto pid = impl.on_spawner([&] {
@@ -405,8 +405,19 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
   return std::make_unique<Runtime>(std::move(impl));
 }
 
-[[noreturn]] void worker_main(const std::string& boot) {
+}  // namespace
+}  // namespace mesh
+
+bool is_proc() { return std::getenv(mesh::kBootEnv) != nullptr; }
+
+Status serve_proc() {
+  const char* env = std::getenv(mesh::kBootEnv);
+  if (!env) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument,
+                                      std::string(mesh::kBootEnv) + " is not set: not a proc"));
+  }
   // boot = "<parent proc addr>;<listen addr>;<mesh id>;<rank>"
+  std::string boot = env;
   std::vector<std::string> f;
   size_t start = 0;
   for (size_t i = 0; i <= boot.size(); ++i) {
@@ -415,24 +426,32 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
       start = i + 1;
     }
   }
-  auto fail = [&](const std::string& why) {
-    spdlog::critical("podium proc: bad {}='{}': {}", kBootEnv, boot, why);
-    std::fflush(nullptr);
-    ::_exit(2);
+  auto bad = [&](const std::string& why) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument,
+                                      "bad " + std::string(mesh::kBootEnv) + "='" + boot +
+                                          "': " + why));
   };
-  if (f.size() != 4) fail("expected 4 fields");
+  if (f.size() != 4) return bad("expected 4 fields");
   auto parent = channel::Address::parse(f[0]);
   auto listen = channel::Address::parse(f[1]);
-  if (!parent) fail(parent.error().to_string());
-  if (!listen) fail(listen.error().to_string());
-  ::unsetenv(kBootEnv);  // actors that start programs must not make them procs
-  auto rt = make_runtime(*listen, "");
-  if (!rt) fail(rt.error().to_string());
-  {
-    std::lock_guard lock(g_mu);
-    g_runtime = std::move(*rt);
+  if (!parent) return bad(parent.error().to_string());
+  if (!listen) return bad(listen.error().to_string());
+  uint64_t mesh_id = 0, rank = 0;
+  try {
+    mesh_id = std::stoull(f[2]);
+    rank = std::stoull(f[3]);
+  } catch (const std::exception&) {
+    return bad("mesh id and rank must be numbers");
   }
-  actor::Proc& proc = g_runtime->proc();
+  ::unsetenv(mesh::kBootEnv);  // actors that start programs must not make them procs
+  {
+    std::lock_guard lock(mesh::g_mu);
+    if (mesh::g_runtime) return bad("the runtime is already running");
+    auto rt = mesh::make_runtime(*listen, "");
+    if (!rt) return std::unexpected(rt.error());
+    mesh::g_runtime = std::move(*rt);
+  }
+  actor::Proc& proc = mesh::g_runtime->proc();
   wire::Envelope ready;
   ready.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
   ready.dest = actor::PortId{actor::ActorId{actor::ProcId{*parent},
@@ -440,36 +459,42 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
                              actor::kMailboxPort}
                    .to_string();
   ready.parts.push_back(actor::encode_system_header(actor::SystemHeader{
-      "ready", {f[1]}, {std::stoull(f[2]), std::stoull(f[3]), static_cast<uint64_t>(::getpid())}}));
+      "ready", {f[1]}, {mesh_id, rank, static_cast<uint64_t>(::getpid())}}));
   proc.send(*parent, std::move(ready));
   // The controller's "exit" ends the loop; its death ends the process (PR_SET_PDEATHSIG).
   proc.wait_exit_requested(std::chrono::hours(24 * 365 * 100));
-  g_runtime->shutdown();
-  std::fflush(nullptr);
-  ::_exit(0);
+  mesh::g_runtime->shutdown();
+  return ok();
 }
 
-}  // namespace
-}  // namespace mesh
-
-void init(int argc, char** argv) {
-  mesh::g_argv.assign(argv, argv + argc);
-  if (const char* boot = std::getenv(mesh::kBootEnv)) mesh::worker_main(boot);
+Status init_controller(InitOptions options) {
   std::lock_guard lock(mesh::g_mu);
-  if (mesh::g_runtime) return;
+  if (mesh::g_runtime) return ok();
+  mesh::g_options = std::move(options);
   auto dir = mesh::make_socket_dir();
-  if (!dir) {
-    spdlog::critical("podium: {}", dir.error().to_string());
-    std::abort();
-  }
+  if (!dir) return std::unexpected(dir.error());
   auto rt = mesh::make_runtime(
       channel::Address{channel::Transport::kUnix, *dir + "/controller.sock", 0}, *dir);
-  if (!rt) {
-    spdlog::critical("podium: cannot start the runtime: {}", rt.error().to_string());
-    std::abort();
-  }
+  if (!rt) return std::unexpected(rt.error());
   mesh::g_runtime = std::move(*rt);
   std::atexit(shutdown);
+  return ok();
+}
+
+void init(int argc, char** argv) {
+  if (is_proc()) {
+    auto st = serve_proc();
+    if (!st) spdlog::critical("podium proc: {}", st.error().to_string());
+    std::fflush(nullptr);
+    ::_exit(st ? 0 : 2);
+  }
+  auto st = init_controller(InitOptions{std::vector<std::string>(argv, argv + argc)});
+  if (!st) {
+    spdlog::critical("podium: cannot start the runtime: {}", st.error().to_string());
+    std::abort();
+  }
+  // argv[0] may be relative to a directory the procs do not start in: use the binary itself.
+  if (!mesh::g_options.proc_argv.empty()) mesh::g_options.proc_argv[0] = mesh::self_exe();
 }
 
 void shutdown() {

@@ -31,6 +31,20 @@ namespace podium {
 
 // Starts podium in this process. In a spawned proc: serves, then exits the process.
 void init(int argc, char** argv);
+
+// For embedders (the Python extension) that start procs with another command.
+struct InitOptions {
+  // The command that starts a proc (argv[0] is the executable); it must call serve_proc().
+  // Empty: this binary, re-entered with the same arguments.
+  std::vector<std::string> proc_argv;
+};
+// Starts the controller runtime; a second call does nothing.
+[[nodiscard]] Status init_controller(InitOptions options);
+// True in a process that a podium runtime spawned as a proc (PODIUM_BOOT is set).
+bool is_proc();
+// Runs this proc's runtime: registers with the controller, serves actors until the
+// controller says "exit" (or dies: PR_SET_PDEATHSIG), then stops the runtime and returns.
+[[nodiscard]] Status serve_proc();
 // Stops every proc this process spawned and the root proc. Idempotent; also run at exit.
 void shutdown();
 
