@@ -1,6 +1,7 @@
 // End-to-end tests of the C++ mesh API: real procs spawned from this binary.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <stdexcept>
@@ -184,10 +185,75 @@ TEST(MeshSpawn, StopEndsEveryProc) {
   }
 }
 
+// True while `pid` exists and is not a zombie (a dead proc reparented to an init that has
+// not reaped it yet counts as gone).
+bool running(int pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return false;
+  char state = '?';
+  int n = std::fscanf(f, "%*d (%*[^)]) %c", &state);
+  std::fclose(f);
+  return n == 1 && state != 'Z' && state != 'X';
+}
+
+TEST(MeshSpawn, ProcsDieWithTheirController) {
+  // A controller (this binary, run as one) spawns procs, reports their pids and is SIGKILLed:
+  // no proc may outlive it by more than 5 s.
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  pid_t controller = ::fork();
+  ASSERT_GE(controller, 0);
+  if (controller == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    const char* self = "/proc/self/exe";
+    ::execl(self, self, "--orphan-controller", nullptr);
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[256];
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (text.find("ready") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(out[0]);
+  std::vector<int> pids;
+  for (size_t pos = 0; (pos = text.find("pid ", pos)) != std::string::npos; pos += 4) {
+    pids.push_back(std::atoi(text.c_str() + pos + 4));
+  }
+  ::kill(controller, SIGKILL);
+  ::waitpid(controller, nullptr, 0);
+  ASSERT_EQ(pids.size(), 2u) << text;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int pid : pids) {
+    while (running(pid) && std::chrono::steady_clock::now() - t0 < 5s) {
+      std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_FALSE(running(pid)) << "proc " << pid << " outlived its controller";
+  }
+  std::printf("[ measured ] procs gone %.1f ms after their controller's SIGKILL\n",
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                  .count());
+}
+
+int orphan_controller() {
+  auto procs = podium::this_host().spawn_procs({{"procs", 2}});
+  if (!procs || !procs->initialized().get(10s)) return 1;
+  for (size_t r = 0; r < 2; ++r) std::printf("pid %d\n", procs->pid(r));
+  std::printf("ready\n");
+  std::fflush(stdout);
+  std::this_thread::sleep_for(60s);  // until the test kills us
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   podium::init(argc, argv);  // spawned procs serve here and never return
+  if (argc == 2 && std::string(argv[1]) == "--orphan-controller") return orphan_controller();
   ::testing::InitGoogleTest(&argc, argv);
   int rc = RUN_ALL_TESTS();
   podium::shutdown();
