@@ -1,0 +1,79 @@
+#include "podium/channel/address.h"
+
+#include <gtest/gtest.h>
+
+#include "podium/channel/net.h"
+
+namespace podium::channel {
+namespace {
+
+TEST(ChannelAddress, ParsesAndPrintsEachTransport) {
+  struct Case {
+    std::string text;
+    Transport transport;
+    std::string target;
+    uint16_t port;
+    std::string printed;
+  };
+  const Case cases[] = {
+      {"inproc:proc0", Transport::kInproc, "proc0", 0, "inproc:proc0"},
+      {"inproc:a:b", Transport::kInproc, "a:b", 0, "inproc:a:b"},
+      {"unix:/run/podium/x.sock", Transport::kUnix, "/run/podium/x.sock", 0,
+       "unix:/run/podium/x.sock"},
+      {"unix:rel/x", Transport::kUnix, "rel/x", 0, "unix:rel/x"},
+      {"unix:@podium-1", Transport::kUnix, "@podium-1", 0, "unix:@podium-1"},
+      {"tcp:127.0.0.1:8080", Transport::kTcp, "127.0.0.1", 8080, "tcp:127.0.0.1:8080"},
+      {"tcp:host.example:0", Transport::kTcp, "host.example", 0, "tcp:host.example:0"},
+      {"tcp:[::1]:65535", Transport::kTcp, "::1", 65535, "tcp:[::1]:65535"},
+  };
+  for (const Case& c : cases) {
+    auto a = Address::parse(c.text);
+    ASSERT_TRUE(a) << c.text << ": " << a.error().to_string();
+    EXPECT_EQ(a->transport, c.transport) << c.text;
+    EXPECT_EQ(a->target, c.target) << c.text;
+    EXPECT_EQ(a->port, c.port) << c.text;
+    EXPECT_EQ(a->to_string(), c.printed) << c.text;
+    auto again = Address::parse(a->to_string());
+    ASSERT_TRUE(again) << c.text;
+    EXPECT_EQ(*again, *a) << c.text;
+  }
+}
+
+TEST(ChannelAddress, RejectsMalformedAddressesWithReasons) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"", "expected inproc:, unix: or tcp:"},
+      {"proc0", "expected inproc:, unix: or tcp:"},
+      {"udp:1.2.3.4:5", "unknown transport 'udp'"},
+      {"inproc:", "empty inproc name"},
+      {"unix:", "empty unix path"},
+      {"unix:@", "empty unix path"},
+      {"unix:/" + std::string(107, 'x'), "exceeds the 107-byte limit"},
+      {"tcp:1.2.3.4", "expected tcp:HOST:PORT"},
+      {"tcp:1.2.3.4:", "tcp port is not a number"},
+      {"tcp:1.2.3.4:65536", "tcp port is not a number"},
+      {"tcp:1.2.3.4:-1", "tcp port is not a number"},
+      {"tcp:1.2.3.4:80x", "tcp port is not a number"},
+      {"tcp::80", "empty tcp host"},
+      {"tcp:[]:80", "empty tcp host"},
+      {"tcp:::1:80", "IPv6 host in brackets"},
+  };
+  for (const auto& [text, why] : cases) {
+    auto a = Address::parse(text);
+    ASSERT_FALSE(a) << text;
+    EXPECT_TRUE(a.error().is(ChannelErrc::kBadAddress)) << text;
+    EXPECT_NE(a.error().message.find(why), std::string::npos) << text << ": " << a.error().message;
+  }
+  EXPECT_TRUE(Address::parse("unix:/" + std::string(106, 'x')));
+}
+
+TEST(ChannelAddress, OrdersAndHashesByValue) {
+  auto a = *Address::parse("unix:/a"), b = *Address::parse("unix:/a");
+  auto c = *Address::parse("tcp:a:1"), d = *Address::parse("tcp:a:2");
+  EXPECT_EQ(a, b);
+  EXPECT_NE(c, d);
+  EXPECT_EQ(std::hash<Address>()(a), std::hash<Address>()(b));
+  EXPECT_NE(std::hash<Address>()(c), std::hash<Address>()(d));
+}
+
+}  // namespace
+}  // namespace podium::channel

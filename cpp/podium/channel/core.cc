@@ -1,0 +1,41 @@
+#include "podium/channel/core.h"
+
+namespace podium::channel::internal {
+namespace {
+
+thread_local Gate::Scope* tl_innermost = nullptr;
+
+}  // namespace
+
+Gate::Scope::Scope(Gate& g) : gate_(g), outer_(tl_innermost) {
+  // seq_cst on both sides: either close_and_wait() sees this increment, or this load sees
+  // the close.
+  g.active_.fetch_add(1);
+  entered_ = !g.closed_.load();
+  if (entered_) {
+    tl_innermost = this;
+  } else if (g.active_.fetch_sub(1) == 1) {
+    g.active_.notify_all();
+  }
+}
+
+Gate::Scope::~Scope() {
+  if (!entered_) return;
+  tl_innermost = outer_;
+  if (gate_.active_.fetch_sub(1) == 1 && gate_.closed_.load()) gate_.active_.notify_all();
+}
+
+void Gate::close_and_wait() {
+  closed_.store(true);
+  uint32_t own = 0;
+  for (Scope* s = tl_innermost; s; s = s->outer_) own += &s->gate_ == this;
+  for (uint32_t n = active_.load(); n > own; n = active_.load()) active_.wait(n);
+}
+
+void hand_back(Core& core, std::vector<Outgoing>& out, ChannelErrc code,
+               const std::string& reason) {
+  for (Outgoing& o : out) core.undeliverable(std::move(o.env), make_error(code, reason));
+  out.clear();
+}
+
+}  // namespace podium::channel::internal

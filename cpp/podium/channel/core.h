@@ -1,0 +1,137 @@
+// Internal to podium_channel: the state one Net shares with its links, listeners and
+// connections, and the small tools they all use. Not part of the public surface.
+//
+// Ownership: Net owns a shared_ptr<Core>; every link, listener and connection holds one too,
+// and every pending Asio handler holds the object it completes on. Net::stop() clears the
+// registries below, which breaks the Core -> object -> Core cycles; objects still referenced
+// by pending handlers die when those run or when the io_context is destroyed.
+#pragma once
+
+#include <algorithm>
+#include <asio/io_context.hpp>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "podium/channel/net.h"
+
+namespace podium::channel::internal {
+
+using Clock = std::chrono::steady_clock;
+
+class Link;
+class Inbound;
+struct Session;
+
+// Counts callback sections (code that may call DeliverFn or UndeliverableFn) in flight, so
+// that stop() can close the gate and wait until none runs. A section entered on a thread
+// that then calls stop() does not wait for itself.
+class Gate {
+ public:
+  class Scope {
+   public:
+    explicit Scope(Gate& g);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    explicit operator bool() const { return entered_; }
+
+   private:
+    friend class Gate;
+    Gate& gate_;
+    bool entered_;
+    Scope* outer_;  // the enclosing scope on this thread
+  };
+
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+  // Refuses new sections and waits for the running ones but the caller's own.
+  void close_and_wait();
+
+ private:
+  std::atomic<uint32_t> active_{0};
+  std::atomic<bool> closed_{false};
+};
+
+// An envelope a link holds until it is acknowledged, expires or is handed back.
+struct Outgoing {
+  uint64_t seq = 0;
+  Clock::time_point deadline;
+  wire::Envelope env;
+};
+
+// FIFO on a ring of 2^k slots: no allocation or element move per push/pop in steady state
+// (it grows by doubling). Popped slots hold moved-from values until reused.
+template <class T>
+class Fifo {
+ public:
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+  T& operator[](size_t i) { return slots_[(head_ + i) & (slots_.size() - 1)]; }
+  T& front() { return slots_[head_]; }
+  void push_back(T&& v) {
+    if (size_ == slots_.size()) grow();
+    (*this)[size_++] = std::move(v);
+  }
+  T pop_front() {
+    T v = std::move(slots_[head_]);
+    head_ = (head_ + 1) & (slots_.size() - 1);
+    --size_;
+    return v;
+  }
+  // Moves every element out, oldest first.
+  void drain_into(std::vector<T>& out) {
+    while (!empty()) out.push_back(pop_front());
+  }
+
+ private:
+  void grow() {
+    std::vector<T> bigger(std::max<size_t>(16, slots_.size() * 2));
+    for (size_t i = 0; i < size_; ++i) bigger[i] = std::move((*this)[i]);
+    slots_.swap(bigger);
+    head_ = 0;
+  }
+
+  std::vector<T> slots_;
+  size_t head_ = 0;
+  size_t size_ = 0;
+};
+
+// Something that accepts connections for a Net (a socket listener or an inproc name).
+class ListenerBase {
+ public:
+  virtual ~ListenerBase() = default;
+  virtual void close() = 0;
+};
+
+struct Core {
+  Core(asio::io_context& io, Config config, DeliverFn deliver, UndeliverableFn undeliverable)
+      : io(io),
+        config(config),
+        deliver(std::move(deliver)),
+        undeliverable(std::move(undeliverable)) {}
+
+  asio::io_context& io;
+  const Config config;
+  const DeliverFn deliver;
+  const UndeliverableFn undeliverable;
+  Gate gate;
+
+  std::mutex mu;  // guards everything below
+  bool stopped = false;
+  std::string self_address;  // first listen address, sent in Hello for the peer's logs
+  std::unordered_map<Address, std::shared_ptr<Link>> links;
+  std::vector<std::shared_ptr<ListenerBase>> listeners;
+  std::unordered_set<std::shared_ptr<Inbound>> inbounds;
+  std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions;
+};
+
+// Hands each envelope back with `code` and `reason` (the caller has entered the gate, or is
+// stop(), or is send() refusing).
+void hand_back(Core& core, std::vector<Outgoing>& out, ChannelErrc code, const std::string& reason);
+
+}  // namespace podium::channel::internal

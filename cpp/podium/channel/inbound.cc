@@ -1,0 +1,328 @@
+#include "podium/channel/inbound.h"
+
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace podium::channel::internal {
+namespace {
+
+std::shared_ptr<Session> attach_session(Core& core, uint64_t id) {
+  std::lock_guard lock(core.mu);
+  // Sessions arrive only with a Hello, so sweeping here bounds the table.
+  auto now = Clock::now();
+  auto linger = 2 * core.config.delivery_timeout;
+  std::erase_if(core.sessions, [&](const auto& kv) {
+    return kv.second->connections == 0 && now - kv.second->idle_since > linger;
+  });
+  auto& s = core.sessions[id];
+  if (!s) s = std::make_shared<Session>(id);
+  ++s->connections;
+  return s;
+}
+
+}  // namespace
+
+// ---- Inbound ----
+
+Inbound::Inbound(std::shared_ptr<Core> core, Socket socket, Transport transport, std::string local)
+    : core_(std::move(core)),
+      local_(std::move(local)),
+      peer_(peer_name(socket, transport)),
+      decoder_(wire::FrameLimits{core_->config.max_frame_bytes, core_->config.max_parts}),
+      socket_(std::move(socket)),
+      ack_timer_(core_->io) {
+  configure_stream(socket_, transport);
+}
+
+Inbound::~Inbound() {
+  if (!session_) return;
+  std::lock_guard lock(core_->mu);
+  if (--session_->connections == 0) session_->idle_since = Clock::now();
+}
+
+void Inbound::start() {
+  std::lock_guard lock(mu_);
+  if (!closed_) start_read_locked();
+}
+
+void Inbound::close(const std::string& why, bool warn) {
+  std::lock_guard lock(mu_);
+  close_locked(why, warn);
+}
+
+void Inbound::close_locked(const std::string& why, bool warn) {
+  if (closed_) return;
+  closed_ = true;
+  std::error_code ec;
+  socket_.close(ec);
+  ack_timer_.cancel();
+  std::string from = hello_from_.empty() ? peer_ : peer_ + " (" + hello_from_ + ")";
+  if (warn) {
+    spdlog::warn("channel: closing connection from {} to {}: {}", from, local_, why);
+  } else {
+    spdlog::debug("channel: closing connection from {} to {}: {}", from, local_, why);
+  }
+  decltype(core_->inbounds)::node_type node;  // destroyed after the lock is released
+  std::lock_guard lock(core_->mu);
+  node = core_->inbounds.extract(shared_from_this());
+}
+
+void Inbound::start_read_locked() {
+  auto into = decoder_.prepare();
+  socket_.async_read_some(asio::buffer(into.data(), into.size()),
+                          [self = shared_from_this()](const std::error_code& ec, size_t n) {
+                            self->on_read(ec, n);
+                          });
+}
+
+void Inbound::on_read(const std::error_code& ec, size_t n) {
+  if (ec) {
+    if (ec == asio::error::operation_aborted) return;  // closed by us
+    bool truncated = decoder_.mid_frame();
+    if (ec == asio::error::eof) {
+      close(truncated ? "connection closed inside a frame (truncated frame)" : "closed by peer",
+            truncated);
+    } else {
+      close("read: " + ec.message(), false);
+    }
+    return;
+  }
+  decoder_.commit(n);
+  Gate::Scope gate(core_->gate);
+  if (!gate) {
+    close("net stopped", false);
+    return;
+  }
+  // Taken at the first Data of this read and held for the rest of its frames.
+  std::unique_lock<std::mutex> delivering;
+  wire::RawFrame frame;
+  for (;;) {
+    auto ready = decoder_.next(frame);
+    if (!ready) {
+      close(ready.error().message, true);
+      return;
+    }
+    if (!*ready) break;
+    auto m = wire::decode(std::move(frame));
+    if (!m) {
+      close(m.error().message, true);
+      return;
+    }
+    if (auto* d = std::get_if<wire::Data>(&*m)) {
+      if (!session_) {
+        close("Data before Hello", true);
+        return;
+      }
+      if (!delivering) delivering = std::unique_lock(session_->mu);
+      if (d->seq <= session_->delivered.load(std::memory_order_relaxed)) continue;  // resent
+      if (core_->gate.closed()) {  // stop() is waiting for this read to finish
+        close("net stopped", false);
+        return;
+      }
+      session_->delivered.store(d->seq, std::memory_order_release);
+      core_->deliver(std::move(d->envelope));
+    } else if (auto* hello = std::get_if<wire::Hello>(&*m)) {
+      if (!accept_hello(*hello)) return;
+    } else {
+      close("protocol error: Ack or HelloAck sent to a listener", true);
+      return;
+    }
+  }
+  if (delivering) delivering.unlock();
+  std::lock_guard lock(mu_);
+  if (closed_) return;
+  if (session_) {
+    uint64_t unacked = session_->delivered.load(std::memory_order_acquire) - acked_;
+    if (unacked >= core_->config.ack_every) {
+      ack_locked();
+    } else if (unacked > 0 && !ack_armed_) {
+      ack_armed_ = true;
+      ack_timer_.expires_after(core_->config.ack_delay);
+      ack_timer_.async_wait(
+          [self = shared_from_this()](const std::error_code& ec) { self->on_ack_timer(ec); });
+    }
+  }
+  if (!closed_) start_read_locked();
+}
+
+bool Inbound::accept_hello(const wire::Hello& hello) {
+  if (session_) {
+    close("protocol error: second Hello", true);
+    return false;
+  }
+  if (hello.protocol_version != wire::kSessionProtocolVersion) {
+    close("session protocol version " + std::to_string(hello.protocol_version) +
+              ", this build speaks " + std::to_string(wire::kSessionProtocolVersion),
+          true);
+    return false;
+  }
+  auto session = attach_session(*core_, hello.session_id);
+  std::lock_guard lock(mu_);
+  session_ = std::move(session);  // ~Inbound releases it even if closed meanwhile
+  if (closed_) return false;
+  hello_from_ = hello.listen_address;
+  acked_ = session_->delivered.load(std::memory_order_acquire);
+  wire::encode(wire::HelloAck{acked_}, out_);
+  write_locked();
+  return !closed_;
+}
+
+void Inbound::ack_locked() {
+  if (out_off_ < out_.size()) return;  // a frame is still going out; on_writable re-checks
+  uint64_t delivered = session_->delivered.load(std::memory_order_acquire);
+  if (delivered <= acked_) return;
+  out_.clear();
+  out_off_ = 0;
+  wire::encode(wire::Ack{delivered}, out_);
+  acked_ = delivered;
+  write_locked();
+}
+
+void Inbound::write_locked() {
+  iovec v{out_.data() + out_off_, out_.size() - out_off_};
+  ssize_t n = send_iov(socket_.native_handle(), &v, 1);
+  if (n < 0) {
+    close_locked(errno_error("write", int(-n)).message, false);
+    return;
+  }
+  out_off_ += size_t(n);
+  if (out_off_ < out_.size()) {
+    socket_.async_wait(Socket::wait_write, [self = shared_from_this()](const std::error_code& ec) {
+      self->on_writable(ec);
+    });
+  }
+}
+
+void Inbound::on_writable(const std::error_code& ec) {
+  std::lock_guard lock(mu_);
+  if (closed_) return;
+  if (ec) {
+    close_locked("write: " + ec.message(), false);
+    return;
+  }
+  write_locked();
+  if (!closed_ && out_off_ == out_.size()) ack_locked();
+}
+
+void Inbound::on_ack_timer(const std::error_code& ec) {
+  if (ec) return;
+  std::lock_guard lock(mu_);
+  ack_armed_ = false;
+  if (!closed_ && session_) ack_locked();
+}
+
+// ---- SocketListener ----
+
+SocketListener::SocketListener(std::shared_ptr<Core> core, Address addr)
+    : core_(std::move(core)),
+      bound_(std::move(addr)),
+      acceptor_(core_->io),
+      retry_(core_->io) {}
+
+Result<std::shared_ptr<SocketListener>> SocketListener::listen(std::shared_ptr<Core> core,
+                                                               const Address& addr) {
+  std::string text = addr.to_string();
+  auto fail = [&](std::string_view step, const std::error_code& ec) {
+    return std::unexpected(make_error(ChannelErrc::kListenFailed,
+                                      "listen on " + text + ": " + std::string(step) + ": " +
+                                          ec.message()));
+  };
+  Endpoint ep;
+  if (addr.transport == Transport::kUnix) {
+    if (auto s = prepare_unix_path(addr.target); !s) return std::unexpected(s.error());
+    ep = unix_endpoint(addr.target);
+  } else {
+    auto eps = resolve_tcp(addr.target, addr.port);
+    if (!eps) return std::unexpected(eps.error());
+    ep = eps->front();
+  }
+  std::shared_ptr<SocketListener> l(new SocketListener(std::move(core), addr));
+  std::error_code ec;
+  l->acceptor_.open(ep.protocol(), ec);
+  if (ec) return fail("socket", ec);
+  if (addr.transport == Transport::kTcp) {
+    l->acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  }
+  l->acceptor_.bind(ep, ec);
+  if (ec) return fail("bind", ec);
+  if (addr.transport == Transport::kUnix && !addr.target.starts_with('@')) {
+    struct stat st;
+    // Only the owner may connect; the directory should already keep others out.
+    if (::chmod(addr.target.c_str(), 0600) != 0 || ::stat(addr.target.c_str(), &st) != 0) {
+      int err = errno;
+      ::unlink(addr.target.c_str());
+      return fail("chmod", std::error_code(err, std::system_category()));
+    }
+    l->path_ = addr.target;
+    l->dev_ = st.st_dev;
+    l->ino_ = st.st_ino;
+  }
+  l->acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    l->close();
+    return fail("listen", ec);
+  }
+  if (addr.transport == Transport::kTcp) {
+    Endpoint local = l->acceptor_.local_endpoint(ec);
+    if (ec) return fail("getsockname", ec);
+    const auto* sa = static_cast<const sockaddr*>(local.data());
+    l->bound_.port = ntohs(sa->sa_family == AF_INET6
+                               ? reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port
+                               : reinterpret_cast<const sockaddr_in*>(sa)->sin_port);
+  }
+  l->bound_text_ = l->bound_.to_string();
+  std::lock_guard lock(l->mu_);
+  l->accept_locked();
+  return l;
+}
+
+void SocketListener::close() {
+  std::lock_guard lock(mu_);
+  if (closed_) return;
+  closed_ = true;
+  std::error_code ec;
+  acceptor_.close(ec);
+  retry_.cancel();
+  struct stat st;
+  if (!path_.empty() && ::stat(path_.c_str(), &st) == 0 && uint64_t(st.st_dev) == dev_ &&
+      uint64_t(st.st_ino) == ino_) {
+    ::unlink(path_.c_str());
+  }
+}
+
+void SocketListener::accept_locked() {
+  acceptor_.async_accept([self = shared_from_this()](const std::error_code& ec, Socket s) {
+    self->on_accept(ec, std::move(s));
+  });
+}
+
+void SocketListener::on_accept(const std::error_code& ec, Socket socket) {
+  std::lock_guard lock(mu_);
+  if (closed_ || ec == asio::error::operation_aborted) return;
+  if (ec) {
+    spdlog::warn("channel: accept on {}: {}; retrying in 100 ms", bound_text_, ec.message());
+    retry_.expires_after(std::chrono::milliseconds(100));
+    retry_.async_wait([self = shared_from_this()](const std::error_code& ec) {
+      std::lock_guard lock(self->mu_);
+      if (!ec && !self->closed_) self->accept_locked();
+    });
+    return;
+  }
+  auto in = std::make_shared<Inbound>(core_, std::move(socket), bound_.transport, bound_text_);
+  bool stopped;
+  {
+    std::lock_guard core_lock(core_->mu);
+    stopped = core_->stopped;
+    if (!stopped) core_->inbounds.insert(in);
+  }
+  if (stopped) {
+    in->close("net stopped", false);
+    return;
+  }
+  in->start();
+  accept_locked();
+}
+
+}  // namespace podium::channel::internal

@@ -1,0 +1,104 @@
+// Internal to podium_channel: the receiving side of socket links.
+//
+// A SocketListener accepts connections; each becomes an Inbound that reads Hello, then Data,
+// delivers each envelope whose seq is above what its Session has delivered (CH-1, CH-2), and
+// answers on the same socket with HelloAck and batched cumulative Acks. A malformed frame
+// closes only that connection, with a warning naming the peer and the reason (CH-5).
+//
+// Threads: only the read chain (one outstanding read per connection) decodes and delivers;
+// Inbound::mu_ guards the socket and the ack state it shares with the ack timer, close()
+// and stop(). Session::mu serialises delivery when a stale and a new connection of one
+// session overlap (CH-4).
+#pragma once
+
+#include <asio/basic_socket_acceptor.hpp>
+#include <asio/steady_timer.hpp>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "podium/channel/core.h"
+#include "podium/channel/socket_util.h"
+#include "podium/wire/frame.h"
+#include "podium/wire/message.h"
+
+namespace podium::channel::internal {
+
+// What a receiver remembers of one sending link incarnation (Hello::session_id). Kept while
+// a connection uses it and for 2 x delivery_timeout after, longer than any sender with the
+// same config keeps an envelope for resending.
+struct Session {
+  explicit Session(uint64_t id) : id(id) {}
+  const uint64_t id;
+  std::mutex mu;                       // held while delivering
+  std::atomic<uint64_t> delivered{0};  // highest seq delivered; written under mu
+  int connections = 0;                 // guarded by Core::mu
+  Clock::time_point idle_since;        // guarded by Core::mu
+};
+
+class Inbound : public std::enable_shared_from_this<Inbound> {
+ public:
+  Inbound(std::shared_ptr<Core> core, Socket socket, Transport transport, std::string local);
+  ~Inbound();
+  void start();
+  // Closes the connection; logs `why` as a warning when `warn`, else at debug. Thread-safe.
+  void close(const std::string& why, bool warn);
+
+ private:
+  void close_locked(const std::string& why, bool warn);
+  void start_read_locked();
+  void on_read(const std::error_code& ec, size_t n);
+  bool accept_hello(const wire::Hello& hello);
+  void ack_locked();    // queues an Ack when the session delivered past acked_
+  void write_locked();  // writes out_ from out_off_
+  void on_writable(const std::error_code& ec);
+  void on_ack_timer(const std::error_code& ec);
+
+  const std::shared_ptr<Core> core_;
+  const std::string local_;  // the listen address it came in on
+  const std::string peer_;
+  wire::FrameDecoder decoder_;  // read chain only
+
+  std::mutex mu_;
+  // Guarded by mu_ (session_ is written by the read chain under mu_, which reads it freely):
+  Socket socket_;
+  bool closed_ = false;
+  std::shared_ptr<Session> session_;
+  std::string hello_from_;  // the sender's listen address, for logs
+  uint64_t acked_ = 0;      // highest seq acknowledged on this connection
+  std::vector<std::byte> out_;  // control frame being written, out_off_ bytes sent
+  size_t out_off_ = 0;
+  asio::steady_timer ack_timer_;
+  bool ack_armed_ = false;
+};
+
+class SocketListener final : public ListenerBase,
+                             public std::enable_shared_from_this<SocketListener> {
+ public:
+  [[nodiscard]] static Result<std::shared_ptr<SocketListener>> listen(std::shared_ptr<Core> core,
+                                                                      const Address& addr);
+  const Address& bound() const { return bound_; }
+  // Stops accepting and removes the socket file it bound (if still the same file).
+  void close() override;
+
+ private:
+  using Acceptor = asio::basic_socket_acceptor<asio::generic::stream_protocol>;
+  SocketListener(std::shared_ptr<Core> core, Address addr);
+  void accept_locked();
+  void on_accept(const std::error_code& ec, Socket socket);
+
+  const std::shared_ptr<Core> core_;
+  Address bound_;
+  std::string bound_text_;
+  std::mutex mu_;
+  // Guarded by mu_:
+  Acceptor acceptor_;
+  asio::steady_timer retry_;  // re-accept after an error such as EMFILE
+  bool closed_ = false;
+  // The socket file this listener bound, to unlink on close only if nobody replaced it.
+  std::string path_;
+  uint64_t dev_ = 0, ino_ = 0;
+};
+
+}  // namespace podium::channel::internal

@@ -1,0 +1,413 @@
+#include "podium/channel/link.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <climits>
+#include <random>
+
+#include "podium/wire/message.h"
+
+namespace podium::channel::internal {
+namespace {
+
+// Past these, flush_locked() writes what it has gathered and loops.
+constexpr size_t kBatchBytes = size_t{1} << 20;
+constexpr size_t kMaxIov = IOV_MAX;
+
+uint64_t random_session_id() {
+  std::random_device rd;
+  uint64_t id = 0;
+  while (id == 0) id = uint64_t(rd()) << 32 | rd();
+  return id;
+}
+
+}  // namespace
+
+// ---- Link ----
+
+Link::Link(std::shared_ptr<Core> core, Address to)
+    : core_(std::move(core)),
+      to_(std::move(to)),
+      to_text_(to_.to_string()),
+      backoff_(core_->config.reconnect_min),
+      retry_timer_(core_->io),
+      deadline_timer_(core_->io) {}
+
+void Link::send(wire::Envelope&& env) {
+  std::unique_lock lock(mu_);
+  if (state_ == State::kStopped) {
+    lock.unlock();
+    std::vector<Outgoing> back;
+    back.push_back({0, {}, std::move(env)});
+    hand_back(*core_, back, ChannelErrc::kCancelled, "net stopped");
+    return;
+  }
+  auto deadline = Clock::now() + core_->config.delivery_timeout;
+  queue_.push_back({++next_seq_, deadline, std::move(env)});
+  sent_since_deadline_ = true;
+  if (!deadline_armed_) arm_deadline_locked(deadline);
+  if (state_ == State::kIdle) {
+    connect_locked();
+  } else if (state_ == State::kConnected) {
+    push_locked();
+  }  // connecting or backing off: the queue goes out once connected
+}
+
+void Link::stop() {
+  std::vector<Outgoing> back;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ == State::kStopped) return;
+    state_ = State::kStopped;
+    close_locked();
+    retry_timer_.cancel();
+    deadline_timer_.cancel();
+    take_in_flight_locked(back);  // older than anything still in queue_
+    queue_.drain_into(back);
+    written_ = offset_ = 0;
+  }
+  hand_back(*core_, back, ChannelErrc::kCancelled,
+            "net stopped before " + to_text_ + " acknowledged");
+}
+
+void Link::failed_locked(std::string why) {
+  close_locked();
+  written_ = offset_ = 0;
+  last_error_ = std::move(why);
+  if (queue_.empty()) {
+    state_ = State::kIdle;  // the next send() dials again
+    return;
+  }
+  state_ = State::kBackoff;
+  spdlog::debug("channel: link to {}: {}; retrying in {} us", to_text_, last_error_,
+                std::chrono::duration_cast<std::chrono::microseconds>(backoff_).count());
+  retry_timer_.expires_after(backoff_);
+  retry_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
+    self->on_retry(ec);
+  });
+  backoff_ = std::min<Clock::duration>(backoff_ * 2, core_->config.reconnect_max);
+}
+
+void Link::on_retry(const std::error_code& ec) {
+  if (ec) return;  // cancelled by stop()
+  std::lock_guard lock(mu_);
+  if (state_ != State::kBackoff) return;
+  if (queue_.empty()) {
+    state_ = State::kIdle;
+  } else {
+    connect_locked();
+  }
+}
+
+void Link::acked_locked(uint64_t seq) {
+  while (!queue_.empty() && queue_.front().seq <= seq) {
+    if (written_ > 0) {
+      --written_;
+    } else if (offset_ > 0) {
+      break;  // its frame is half on the wire; it leaves once written
+    }
+    queue_.pop_front();
+  }
+}
+
+void Link::arm_deadline_locked(Clock::time_point at) {
+  deadline_armed_ = true;
+  deadline_timer_.expires_at(at);
+  deadline_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
+    self->on_deadline(ec);
+  });
+}
+
+void Link::on_deadline(const std::error_code& ec) {
+  if (ec) return;  // cancelled by stop()
+  // Enter the gate before taking anything out of the queue: once stop() has closed it, the
+  // queue is stop()'s to hand back.
+  Gate::Scope gate(core_->gate);
+  if (!gate) return;
+  std::vector<Outgoing> expired;
+  std::string reason;
+  auto timeout_ms = core_->config.delivery_timeout.count();
+  {
+    std::lock_guard lock(mu_);
+    if (state_ == State::kStopped) return;
+    auto now = Clock::now();
+    while (!queue_.empty() && queue_.front().deadline <= now) {
+      if (written_ == 0 && offset_ > 0) {
+        // Half a frame is on the wire and the peer has not read it for the whole timeout:
+        // only a new connection can drop it.
+        failed_locked("write stalled for " + std::to_string(timeout_ms) + " ms");
+      }
+      if (written_ > 0) --written_;
+      expired.push_back(queue_.pop_front());
+    }
+    if (!expired.empty()) {
+      reason = "no ack from " + to_text_ + " within " + std::to_string(timeout_ms) + " ms";
+      if (!last_error_.empty()) reason += ": " + last_error_;
+    }
+  }
+  // The timer stays marked armed while the envelopes go back, so that no other expiry of
+  // this link runs meanwhile: they are handed back in order, one at a time.
+  hand_back(*core_, expired, ChannelErrc::kDeliveryTimeout, reason);
+  std::lock_guard lock(mu_);
+  deadline_armed_ = false;
+  if (state_ == State::kStopped) return;
+  if (!queue_.empty()) {
+    arm_deadline_locked(queue_.front().deadline);
+  } else if (sent_since_deadline_) {
+    arm_deadline_locked(Clock::now() + core_->config.delivery_timeout);
+  }
+  sent_since_deadline_ = false;
+}
+
+// ---- SocketLink ----
+
+SocketLink::SocketLink(std::shared_ptr<Core> core, Address to)
+    : Link(std::move(core), std::move(to)),
+      session_id_(random_session_id()),
+      socket_(core_->io),
+      resolver_(core_->io),
+      decoder_(wire::FrameLimits{.max_frame_bytes = 4096, .max_parts = 0}, 4096) {}
+
+void SocketLink::reset_for_test() {
+  std::lock_guard lock(mu_);
+  if (state_ == State::kConnected || state_ == State::kConnecting) {
+    failed_locked("connection reset for test");
+  }
+}
+
+void SocketLink::connect_locked() {
+  state_ = State::kConnecting;
+  ++gen_;
+  endpoints_.clear();
+  if (to_.transport == Transport::kUnix) {
+    endpoints_.push_back(unix_endpoint(to_.target));
+    connect_next_locked();
+    return;
+  }
+  resolver_.async_resolve(
+      to_.target, std::to_string(to_.port), asio::ip::tcp::resolver::numeric_service,
+      [self = std::static_pointer_cast<SocketLink>(shared_from_this()), gen = gen_](
+          const std::error_code& ec, const asio::ip::tcp::resolver::results_type& results) {
+        self->on_resolved(gen, ec, results);
+      });
+}
+
+void SocketLink::on_resolved(uint64_t gen, const std::error_code& ec,
+                             const asio::ip::tcp::resolver::results_type& results) {
+  std::lock_guard lock(mu_);
+  if (gen != gen_ || state_ != State::kConnecting) return;
+  if (ec) {
+    failed_locked("resolve " + to_.target + ": " + ec.message());
+    return;
+  }
+  for (const auto& r : results) endpoints_.emplace_back(r.endpoint());
+  std::reverse(endpoints_.begin(), endpoints_.end());  // tried from the back
+  connect_next_locked();
+}
+
+void SocketLink::connect_next_locked() {
+  if (endpoints_.empty()) {
+    failed_locked("resolve " + to_.target + ": no addresses");
+    return;
+  }
+  Endpoint ep = endpoints_.back();
+  endpoints_.pop_back();
+  std::error_code ec;
+  socket_.close(ec);
+  socket_.open(ep.protocol(), ec);
+  if (ec) {
+    failed_locked("socket: " + ec.message());
+    return;
+  }
+  socket_.async_connect(ep, [self = std::static_pointer_cast<SocketLink>(shared_from_this()),
+                             gen = gen_](const std::error_code& ec) {
+    self->on_connected(gen, ec);
+  });
+}
+
+void SocketLink::on_connected(uint64_t gen, const std::error_code& ec) {
+  std::lock_guard lock(mu_);
+  if (gen != gen_ || state_ != State::kConnecting) return;
+  if (ec) {
+    if (endpoints_.empty()) {
+      failed_locked("connect: " + ec.message());
+    } else {
+      connect_next_locked();
+    }
+    return;
+  }
+  configure_stream(socket_, to_.transport);
+  state_ = State::kConnected;
+  last_error_.clear();
+  wire::Hello hello;
+  hello.session_id = session_id_;
+  {
+    std::lock_guard core_lock(core_->mu);
+    hello.listen_address = core_->self_address;
+  }
+  hello_.clear();
+  wire::encode(hello, hello_);
+  hello_off_ = 0;
+  // Everything not acknowledged goes again. A new session streams at once; a resumed one
+  // first learns from HelloAck what the peer already delivered, so that a reconnect does not
+  // resend a whole backlog the peer has (it would drop the duplicates, but late).
+  written_ = offset_ = 0;
+  holding_ = resumed_;
+  resumed_ = true;
+  decoder_.reset();
+  start_read_locked();
+  flush_locked();
+}
+
+void SocketLink::push_locked() {
+  if (!write_waiting_) flush_locked();
+}
+
+void SocketLink::close_locked() {
+  ++gen_;
+  std::error_code ec;
+  resolver_.cancel();
+  socket_.close(ec);
+  endpoints_.clear();
+  write_waiting_ = false;
+  hello_.clear();
+  hello_off_ = 0;
+}
+
+void SocketLink::start_read_locked() {
+  auto into = decoder_.prepare();
+  socket_.async_read_some(
+      asio::buffer(into.data(), into.size()),
+      [self = std::static_pointer_cast<SocketLink>(shared_from_this()), gen = gen_](
+          const std::error_code& ec, size_t n) { self->on_read(gen, ec, n); });
+}
+
+void SocketLink::on_read(uint64_t gen, const std::error_code& ec, size_t n) {
+  std::lock_guard lock(mu_);
+  if (gen != gen_ || state_ != State::kConnected) return;
+  if (ec) {
+    failed_locked(ec == asio::error::eof ? "connection closed by peer" : "read: " + ec.message());
+    return;
+  }
+  decoder_.commit(n);
+  wire::RawFrame frame;
+  for (;;) {
+    auto ready = decoder_.next(frame);
+    Result<wire::Message> m;
+    if (ready && !*ready) break;
+    if (ready) m = wire::decode(std::move(frame));
+    const Error* bad = !ready ? &ready.error() : !m ? &m.error() : nullptr;
+    if (bad) {
+      spdlog::warn("channel: link to {}: bad frame from the peer ({}); reconnecting", to_text_,
+                   bad->message);
+      failed_locked("bad frame from the peer: " + bad->message);
+      return;
+    }
+    if (auto* ack = std::get_if<wire::Ack>(&*m)) {
+      acked_locked(ack->seq);
+    } else if (auto* hello_ack = std::get_if<wire::HelloAck>(&*m)) {
+      acked_locked(hello_ack->delivered_seq);
+      reset_backoff_locked();
+      holding_ = false;
+      flush_locked();
+      if (state_ != State::kConnected) return;  // the write failed
+    } else {
+      spdlog::warn("channel: link to {}: the peer sent a frame only a dialler sends; reconnecting",
+                   to_text_);
+      failed_locked("protocol error: the peer sent Hello or Data");
+      return;
+    }
+  }
+  start_read_locked();
+}
+
+void SocketLink::on_writable(uint64_t gen, const std::error_code& ec) {
+  std::lock_guard lock(mu_);
+  if (gen != gen_ || state_ != State::kConnected) return;
+  write_waiting_ = false;
+  if (ec) {
+    failed_locked("write: " + ec.message());
+    return;
+  }
+  flush_locked();
+}
+
+void SocketLink::flush_locked() {
+  while (state_ == State::kConnected && !write_waiting_) {
+    bool hello_left = hello_off_ < hello_.size();
+    size_t end = holding_ ? written_ : queue_.size();  // frames that may go out now
+    if (!hello_left && written_ == end) return;
+    // Encode the heads of a batch of frames first: heads_ may move while it grows.
+    heads_.clear();
+    head_ends_.clear();
+    frame_bytes_.clear();
+    size_t batch_bytes = 0;
+    for (size_t i = written_; i < end && batch_bytes < kBatchBytes &&
+                              head_ends_.size() < kMaxIov;
+         ++i) {
+      const Outgoing& o = queue_[i];
+      size_t start = heads_.size();
+      wire::encode_data(o.seq, o.env, heads_);
+      size_t bytes = heads_.size() - start;
+      for (const Buffer& p : o.env.parts) bytes += p.size();
+      head_ends_.push_back(heads_.size());
+      frame_bytes_.push_back(bytes);
+      batch_bytes += bytes;
+    }
+    // Gather the unsent bytes: the rest of the Hello, then the frames, less the offset_
+    // bytes of the first one already sent. offset_ > 0 implies the Hello is out.
+    iov_.clear();
+    size_t total = 0, skip = offset_;
+    auto add = [&](const std::byte* p, size_t n) {
+      if (skip >= n) {
+        skip -= n;
+      } else if (iov_.size() < kMaxIov) {
+        iov_.push_back({const_cast<std::byte*>(p + skip), n - skip});
+        total += n - skip;
+        skip = 0;
+      }
+    };
+    if (hello_left) {
+      iov_.push_back({hello_.data() + hello_off_, hello_.size() - hello_off_});
+      total += hello_.size() - hello_off_;
+    }
+    for (size_t k = 0, head_start = 0; k < head_ends_.size(); head_start = head_ends_[k++]) {
+      add(heads_.data() + head_start, head_ends_[k] - head_start);
+      for (const Buffer& p : queue_[written_ + k].env.parts) {
+        if (!p.empty()) add(p.data(), p.size());
+      }
+    }
+    ssize_t n = send_iov(socket_.native_handle(), iov_.data(), iov_.size());
+    if (n < 0) {
+      failed_locked(errno_error("write", int(-n)).message);
+      return;
+    }
+    // Advance the cursor over the n bytes written.
+    size_t left = size_t(n);
+    if (hello_left) {
+      size_t c = std::min(left, hello_.size() - hello_off_);
+      hello_off_ += c;
+      left -= c;
+    }
+    for (size_t k = 0; k < frame_bytes_.size() && left > 0; ++k) {
+      size_t rest = frame_bytes_[k] - offset_;
+      if (left < rest) {
+        offset_ += left;
+        break;
+      }
+      left -= rest;
+      offset_ = 0;
+      ++written_;
+    }
+    if (size_t(n) < total) {  // the socket buffer is full: finish on the io_context
+      write_waiting_ = true;
+      socket_.async_wait(
+          Socket::wait_write,
+          [self = std::static_pointer_cast<SocketLink>(shared_from_this()), gen = gen_](
+              const std::error_code& ec) { self->on_writable(gen, ec); });
+    }
+  }
+}
+
+}  // namespace podium::channel::internal

@@ -1,0 +1,130 @@
+// Internal to podium_channel: the sending end of one session, from a Net to one destination
+// Address (docs/channel.md).
+//
+// Link keeps the envelopes not yet acknowledged, in seq order, with their deadlines; it
+// re-dials with backoff and hands back what expires. A transport subclass moves the queue to
+// the peer: SocketLink over a Unix or TCP socket, InprocLink (inproc.h) into the destination
+// Net's memory.
+//
+// Threads: send(), stop() and reset_for_test() are thread-safe; everything else runs on
+// io_context threads. One mutex (mu_) guards all mutable state, including the socket: a
+// send() on a connected idle link writes on the caller's thread under it (CH-6).
+#pragma once
+
+#include <sys/uio.h>
+
+#include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "podium/channel/core.h"
+#include "podium/channel/socket_util.h"
+#include "podium/wire/frame.h"
+
+namespace podium::channel::internal {
+
+class Link : public std::enable_shared_from_this<Link> {
+ public:
+  Link(std::shared_ptr<Core> core, Address to);
+  virtual ~Link() = default;
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+  void send(wire::Envelope&& env);
+  // Closes the connection and hands back everything not acknowledged (kCancelled), on the
+  // calling thread. Idempotent.
+  void stop();
+  virtual void reset_for_test() {}
+  asio::io_context& io() const { return core_->io; }
+
+ protected:
+  enum class State : uint8_t { kIdle, kConnecting, kConnected, kBackoff, kStopped };
+
+  // Transport hooks, all called with mu_ held.
+  virtual void connect_locked() = 0;  // start one attempt; ends in connected or failed_locked()
+  virtual void push_locked() = 0;     // entries were appended to queue_ while connected
+  virtual void close_locked() = 0;    // drop the connection, no callbacks
+  // Moves out envelopes the transport holds beyond queue_ (stop()).
+  virtual void take_in_flight_locked(std::vector<Outgoing>&) {}
+
+  // The connection failed or broke: retry after the backoff if anything is queued.
+  void failed_locked(std::string why);
+  // Drops entries the peer acknowledged (seq <= `seq`), keeping the write cursor valid.
+  void acked_locked(uint64_t seq);
+  void reset_backoff_locked() { backoff_ = core_->config.reconnect_min; }
+
+  const std::shared_ptr<Core> core_;
+  const Address to_;
+  const std::string to_text_;
+
+  std::mutex mu_;
+  // Guarded by mu_:
+  State state_ = State::kIdle;
+  Fifo<Outgoing> queue_;  // unacknowledged, seq order
+  // Write cursor of byte transports: queue_[0, written_) are on the wire, and offset_ bytes
+  // of queue_[written_]. Both reset to 0 when a connection starts (everything is resent).
+  size_t written_ = 0;
+  size_t offset_ = 0;
+  std::string last_error_;  // why the last connection attempt or connection failed
+
+ private:
+  void arm_deadline_locked(Clock::time_point at);
+  void on_deadline(const std::error_code& ec);
+  void on_retry(const std::error_code& ec);
+
+  // Guarded by mu_:
+  uint64_t next_seq_ = 0;
+  Clock::duration backoff_;
+  asio::steady_timer retry_timer_;
+  // One timer for all deadlines, armed no later than queue_.front().deadline while anything
+  // is queued. It is not cancelled when the queue empties, so that a busy link's send()
+  // never touches it: when it fires on an empty queue after recent sends it re-arms for
+  // delivery_timeout; only an idle link lets it lapse.
+  asio::steady_timer deadline_timer_;
+  bool deadline_armed_ = false;
+  bool sent_since_deadline_ = false;
+};
+
+// A link over a Unix or TCP stream socket: Hello, then Data frames; HelloAck/Acks come back.
+class SocketLink final : public Link {
+ public:
+  SocketLink(std::shared_ptr<Core> core, Address to);
+  void reset_for_test() override;
+
+ private:
+  void connect_locked() override;
+  void push_locked() override;
+  void close_locked() override;
+
+  void connect_next_locked();
+  void on_resolved(uint64_t gen, const std::error_code& ec,
+                   const asio::ip::tcp::resolver::results_type& results);
+  void on_connected(uint64_t gen, const std::error_code& ec);
+  void start_read_locked();
+  void on_read(uint64_t gen, const std::error_code& ec, size_t n);
+  void on_writable(uint64_t gen, const std::error_code& ec);
+  // Writes queued bytes until done or the socket is full (then waits for writability).
+  void flush_locked();
+
+  const uint64_t session_id_;
+  // Guarded by mu_ (see Link):
+  Socket socket_;
+  uint64_t gen_ = 0;  // bumped per attempt; handlers of older attempts do nothing
+  asio::ip::tcp::resolver resolver_;
+  std::vector<Endpoint> endpoints_;  // left to try in this attempt
+  std::vector<std::byte> hello_;     // this connection's Hello, hello_off_ bytes sent
+  size_t hello_off_ = 0;
+  bool resumed_ = false;  // the session had a connection before this one
+  bool holding_ = false;  // a resumed session writes no Data until HelloAck says where to go on
+  bool write_waiting_ = false;  // an async_wait(write) is pending
+  wire::FrameDecoder decoder_;  // HelloAck/Ack from the peer
+  // Reused by flush_locked() so that the hot path does not allocate.
+  std::vector<std::byte> heads_;
+  std::vector<size_t> head_ends_, frame_bytes_;
+  std::vector<iovec> iov_;
+};
+
+}  // namespace podium::channel::internal

@@ -1,0 +1,143 @@
+#include "podium/channel/net.h"
+
+#include "podium/channel/core.h"
+#include "podium/channel/inbound.h"
+#include "podium/channel/inproc.h"
+#include "podium/channel/link.h"
+#include "podium/wire/message.h"
+
+namespace podium::channel {
+
+using internal::Core;
+
+struct Net::Impl {
+  std::shared_ptr<Core> core;
+};
+
+Net::Net(asio::io_context& io, Config config, DeliverFn deliver, UndeliverableFn undeliverable)
+    : impl_(std::make_unique<Impl>(Impl{std::make_shared<Core>(
+          io, config, std::move(deliver), std::move(undeliverable))})) {}
+
+Net::~Net() {
+  stop();
+  // send() uses links by plain pointer (they stay in the map until here); dropping them now
+  // breaks the Core <-> Link cycle.
+  std::unordered_map<Address, std::shared_ptr<internal::Link>> links;
+  std::lock_guard lock(impl_->core->mu);
+  links.swap(impl_->core->links);
+}
+
+const Config& Net::config() const { return impl_->core->config; }
+
+Result<Address> Net::listen(const Address& addr) {
+  const auto& core = impl_->core;
+  auto stopped = [&] {
+    return std::unexpected(
+        make_error(ChannelErrc::kListenFailed, "listen on " + addr.to_string() + ": net stopped"));
+  };
+  {
+    std::lock_guard lock(core->mu);
+    if (core->stopped) return stopped();
+  }
+  std::shared_ptr<internal::ListenerBase> listener;
+  Address bound = addr;
+  if (addr.transport == Transport::kInproc) {
+    auto l = internal::InprocListener::listen(core, addr.target);
+    if (!l) return std::unexpected(l.error());
+    listener = *l;
+  } else {
+    auto l = internal::SocketListener::listen(core, addr);
+    if (!l) return std::unexpected(l.error());
+    bound = (*l)->bound();
+    listener = *l;
+  }
+  {
+    std::lock_guard lock(core->mu);
+    if (!core->stopped) {
+      core->listeners.push_back(listener);
+      if (core->self_address.empty()) core->self_address = bound.to_string();
+      return bound;
+    }
+  }
+  listener->close();
+  return stopped();
+}
+
+void Net::send(const Address& to, wire::Envelope env) {
+  Core& core = *impl_->core;
+  auto refuse = [&](ChannelErrc code, std::string why) {
+    std::vector<internal::Outgoing> back;
+    back.push_back({0, {}, std::move(env)});
+    internal::hand_back(core, back, code, why);
+  };
+  if (env.parts.size() > std::min<size_t>(core.config.max_parts, wire::kMaxPartsLimit)) {
+    return refuse(ChannelErrc::kFrameTooLarge,
+                  "envelope for " + to.to_string() + " has " + std::to_string(env.parts.size()) +
+                      " parts, the limit is " + std::to_string(core.config.max_parts));
+  }
+  if (size_t bound = wire::data_frame_bound(env); bound > core.config.max_frame_bytes) {
+    return refuse(ChannelErrc::kFrameTooLarge,
+                  "envelope for " + to.to_string() + " of up to " + std::to_string(bound) +
+                      " bytes exceeds max_frame_bytes " +
+                      std::to_string(core.config.max_frame_bytes));
+  }
+  internal::Link* link;
+  {
+    std::lock_guard lock(core.mu);
+    if (core.stopped) {
+      link = nullptr;
+    } else {
+      auto& slot = core.links[to];
+      if (!slot) {
+        if (to.transport == Transport::kInproc) {
+          slot = std::make_shared<internal::InprocLink>(impl_->core, to);
+        } else {
+          slot = std::make_shared<internal::SocketLink>(impl_->core, to);
+        }
+      }
+      link = slot.get();
+    }
+  }
+  if (!link) return refuse(ChannelErrc::kCancelled, "net stopped");
+  link->send(std::move(env));
+}
+
+void Net::stop() {
+  Core& core = *impl_->core;
+  std::vector<std::shared_ptr<internal::Link>> links;
+  std::vector<std::shared_ptr<internal::ListenerBase>> listeners;
+  std::unordered_set<std::shared_ptr<internal::Inbound>> inbounds;
+  bool again;
+  {
+    std::lock_guard lock(core.mu);
+    again = core.stopped;
+    core.stopped = true;
+    if (!again) {
+      for (auto& [addr, link] : core.links) links.push_back(link);
+      listeners.swap(core.listeners);
+      inbounds.swap(core.inbounds);
+      core.sessions.clear();
+    }
+  }
+  // A second stop() (or ~Net after stop()) also waits: no callback may outlive it.
+  core.gate.close_and_wait();
+  if (again) return;
+  for (auto& l : listeners) l->close();
+  for (auto& in : inbounds) in->close("net stopped", false);
+  for (auto& link : links) link->stop();
+}
+
+void Net::reset_connections_for_test() {
+  Core& core = *impl_->core;
+  std::vector<std::shared_ptr<internal::Link>> links;
+  std::vector<std::shared_ptr<internal::Inbound>> inbounds;
+  {
+    std::lock_guard lock(core.mu);
+    for (auto& [addr, link] : core.links) links.push_back(link);
+    inbounds.assign(core.inbounds.begin(), core.inbounds.end());
+  }
+  for (auto& link : links) link->reset_for_test();
+  for (auto& in : inbounds) in->close("connection reset for test", false);
+}
+
+}  // namespace podium::channel

@@ -1,0 +1,102 @@
+// podium::channel::Net — a proc's reliable, ordered links to other procs.
+//
+// One Net per proc. It listens on one or more Addresses and keeps one outgoing link per
+// destination Address. Each link is a reliable ordered session over any transport (inproc,
+// Unix socket, TCP): the sender numbers envelopes, the receiver acknowledges cumulatively and
+// drops duplicates, a broken connection is re-dialled with backoff and everything not yet
+// acknowledged is sent again. An envelope that cannot be delivered within
+// Config::delivery_timeout is handed back through the UndeliverableFn with the reason.
+//
+// Threads: the caller owns the asio::io_context and runs it on one or more threads; the Net is
+// correct however many threads run it. The io_context must outlive the Net. send(), listen()
+// and stop() are thread-safe. DeliverFn runs on io_context threads. UndeliverableFn runs on
+// io_context threads, with two exceptions that run it on the calling thread before returning:
+// stop() hands back what is queued, and send() hands back an envelope it refuses outright
+// (the Net is stopped, or the envelope exceeds max_frame_bytes or max_parts). Once stop()
+// returns, no DeliverFn or UndeliverableFn call is running or will start (except the one
+// that called stop(), if any).
+//
+// Invariants (tests name them):
+//   CH-1 Per (sending Net, destination Address), envelopes are delivered in send() order.
+//   CH-2 Each envelope is delivered at most once, across reconnects and resends.
+//   CH-3 Each envelope is either delivered or handed to UndeliverableFn, never silently lost
+//        (stop() hands back what is still queued with a kCancelled error). An envelope handed
+//        back after it was written may still have been delivered: its ack was not seen.
+//   CH-4 DeliverFn calls for one incoming link never run concurrently.
+//   CH-5 A malformed, truncated or oversized frame closes only its own connection, with a
+//        logged reason; the Net keeps serving its other connections.
+//   CH-6 send() never blocks on the network; when the link is connected and idle it writes on
+//        the caller's thread (one writev, no thread hop), otherwise the io_context finishes.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "podium/base/error.h"
+#include "podium/channel/address.h"
+#include "podium/wire/envelope.h"
+
+namespace asio {
+class io_context;
+}
+
+namespace podium::channel {
+
+enum class ChannelErrc : uint16_t {
+  kBadAddress = 100,
+  kListenFailed = 101,
+  kConnectFailed = 102,
+  kDeliveryTimeout = 103,
+  kCancelled = 104,
+  kFrameTooLarge = 105,
+  kMalformedFrame = 106,
+  kProtocol = 107,
+};
+constexpr Subsystem subsystem_of(ChannelErrc) { return Subsystem::kChannel; }
+
+struct Config {
+  size_t max_frame_bytes = size_t{1} << 31;
+  uint32_t max_parts = 1024;  // parts per envelope (at most 65535)
+  std::chrono::milliseconds delivery_timeout{30'000};
+  std::chrono::milliseconds reconnect_min{2};
+  std::chrono::milliseconds reconnect_max{500};
+  uint32_t ack_every = 256;                 // receiver acks after this many envelopes ...
+  std::chrono::microseconds ack_delay{1000};  // ... or this long after the first unacked one
+};
+
+using DeliverFn = std::function<void(wire::Envelope&&)>;
+using UndeliverableFn = std::function<void(wire::Envelope&&, Error)>;
+
+class Net {
+ public:
+  // Does no I/O.
+  Net(asio::io_context& io, Config config, DeliverFn deliver, UndeliverableFn undeliverable);
+  ~Net();
+  Net(const Net&) = delete;
+  Net& operator=(const Net&) = delete;
+
+  // Starts accepting on `addr`. Returns the bound address (a TCP port 0 becomes the chosen
+  // port). A stale Unix socket file at the path is replaced. Thread-safe.
+  [[nodiscard]] Result<Address> listen(const Address& addr);
+
+  // Queues `env` for the proc listening at `to` (CH-1..CH-3, CH-6). Thread-safe.
+  void send(const Address& to, wire::Envelope env);
+
+  // Closes listeners and connections; envelopes not yet acknowledged are handed to the
+  // UndeliverableFn with ChannelErrc::kCancelled. Idempotent. Thread-safe.
+  void stop();
+
+  const Config& config() const;
+
+  // Test hook: abruptly closes every socket of this Net (both directions), as a network
+  // reset would; links re-dial and resend.
+  void reset_connections_for_test();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace podium::channel

@@ -1,0 +1,105 @@
+#include "podium/wire/message.h"
+
+#include <gtest/gtest.h>
+
+#include <msgpack.hpp>
+
+namespace podium::wire {
+namespace {
+
+// A frame of `kind` whose header is `header` packed by msgpack-cxx itself.
+template <class T>
+RawFrame frame_with(FrameKind kind, const T& header, std::vector<std::byte>& storage,
+                    std::vector<Buffer> parts = {}) {
+  msgpack::sbuffer sb;
+  msgpack::pack(sb, header);
+  auto b = std::as_bytes(std::span(sb.data(), sb.size()));
+  storage.assign(b.begin(), b.end());
+  return RawFrame{kind, storage, std::move(parts)};
+}
+
+TEST(WireMessage, DecodesHeadersPackedByMsgpackCxx) {
+  std::vector<std::byte> s;
+  std::map<std::string, std::string> headers{{"a", "1"}, {"b", std::string(70000, 'z')}};
+  auto data = decode(frame_with(FrameKind::kData,
+                                std::make_tuple(uint64_t(1) << 33, 200, std::string(40, 'd'),
+                                                std::string("s"), 0, uint64_t(-1), headers),
+                                s, {Buffer::copy_of("payload")}));
+  ASSERT_TRUE(data) << data.error().to_string();
+  auto& d = std::get<Data>(*data);
+  EXPECT_EQ(d.seq, uint64_t(1) << 33);
+  EXPECT_EQ(d.envelope.kind, 200);
+  EXPECT_EQ(d.envelope.dest, std::string(40, 'd'));
+  EXPECT_EQ(d.envelope.sender, "s");
+  EXPECT_EQ(d.envelope.order_seq, uint64_t(-1));
+  ASSERT_EQ(d.envelope.headers.size(), 2u);
+  EXPECT_EQ(d.envelope.headers[1].second.size(), 70000u);
+  ASSERT_EQ(d.envelope.parts.size(), 1u);
+  EXPECT_EQ(d.envelope.parts[0].view(), "payload");
+
+  auto hello = decode(frame_with(FrameKind::kHello, std::make_tuple(1, 42, std::string("x")), s));
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(std::get<Hello>(*hello).session_id, 42u);
+}
+
+TEST(WireMessage, OurHeadersAreStandardMsgpack) {
+  Envelope e;
+  e.kind = 3;
+  e.dest = "d";
+  e.sender = "s";
+  e.order_stream = 5;
+  e.order_seq = 6;
+  e.headers = {{"k", "v"}};
+  std::vector<std::byte> head;
+  encode_data(9, e, head);
+  auto header = std::span(head).subspan(table_end(0));
+  auto oh = msgpack::unpack(reinterpret_cast<const char*>(header.data()), header.size());
+  auto t = oh.get().as<std::tuple<uint64_t, int, std::string, std::string, uint64_t, uint64_t,
+                                  std::map<std::string, std::string>>>();
+  EXPECT_EQ(std::get<0>(t), 9u);
+  EXPECT_EQ(std::get<1>(t), 3);
+  EXPECT_EQ(std::get<2>(t), "d");
+  EXPECT_EQ(std::get<6>(t).at("k"), "v");
+}
+
+TEST(WireMessage, RejectsMalformedHeaders) {  // WI-3
+  std::vector<std::byte> s;
+  auto expect_bad = [](Result<Message> m, std::string_view what) {
+    ASSERT_FALSE(m) << what;
+    EXPECT_TRUE(m.error().is(WireErrc::kMalformedHeader)) << what;
+    EXPECT_NE(m.error().message.find(what), std::string::npos) << m.error().message;
+  };
+  expect_bad(decode(frame_with(FrameKind::kAck, std::make_tuple(1, 2), s)), "expected [seq]");
+  expect_bad(decode(frame_with(FrameKind::kAck, std::make_tuple(-1), s)), "expected [seq]");
+  expect_bad(decode(frame_with(FrameKind::kHelloAck, std::string("x"), s)), "expected [seq]");
+  expect_bad(decode(frame_with(FrameKind::kHello, std::make_tuple(1, 2, 3), s)),
+             "bad listen_address");
+  expect_bad(decode(frame_with(FrameKind::kData, std::make_tuple(1, 2), s)),
+             "expected an array of 7");
+  expect_bad(decode(frame_with(FrameKind::kData,
+                               std::make_tuple(1, 256, "d", "s", 0, 0, std::map<int, int>{}), s)),
+             "bad kind");
+  expect_bad(decode(frame_with(FrameKind::kData,
+                               std::make_tuple(1, 2, "d", "s", 0, 0, std::map<int, int>{{1, 2}}),
+                               s)),
+             "bad header entry");
+  expect_bad(decode(frame_with(FrameKind::kAck, std::make_tuple(1), s, {Buffer::copy_of("x")})),
+             "carries 1 parts");
+  // Trailing bytes after a valid header.
+  auto f = frame_with(FrameKind::kAck, std::make_tuple(1), s);
+  s.push_back(std::byte{0});
+  f.header = s;
+  expect_bad(decode(std::move(f)), "trailing bytes");
+  // Empty and truncated headers.
+  expect_bad(decode(RawFrame{FrameKind::kData, {}, {}}), "expected an array of 7");
+  f = frame_with(FrameKind::kHello, std::make_tuple(1, 2, std::string(100, 'a')), s);
+  f.header = f.header.first(f.header.size() - 1);
+  expect_bad(decode(std::move(f)), "bad listen_address");
+  // A map that claims 2^32-1 entries is refused before anything is reserved.
+  const uint8_t huge[] = {0x97, 1, 2, 0xa1, 'd', 0xa1, 's', 0, 0, 0xdf, 0xff, 0xff, 0xff, 0xff};
+  expect_bad(decode(RawFrame{FrameKind::kData, std::as_bytes(std::span(huge)), {}}),
+             "bad headers");
+}
+
+}  // namespace
+}  // namespace podium::wire
