@@ -19,8 +19,8 @@ NPROC     := $(shell nproc 2>/dev/null || echo 2)
 # (podium_test() sets one), pytest's to every Python test.
 CTEST_TIMEOUT  ?= 300
 PYTEST_TIMEOUT ?= 120
-# The main demo; later: DEMO ?= $(PYTHON) examples/quickstart.py
-DEMO ?= $(BUILD_DIR)/examples/cpp/hello
+# The main demo (the C++ one: $(BUILD_DIR)/examples/cpp/hello)
+DEMO ?= $(PYTHON) examples/quickstart.py
 
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(NPROC)
 export DEBIAN_FRONTEND := noninteractive

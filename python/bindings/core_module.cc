@@ -54,8 +54,11 @@ NB_MODULE(_core, m) {
   m.doc() = "podium's C++ core (nanobind extension)";
   m.def("build_info", &podium::python::build_info,
         "Version, compiler, build type, binding layers and runtime binaries of this build.");
-#define PODIUM_BINDING(layer) \
-  podium::python::bind_##layer(m.def_submodule(#layer, "podium C++ layer " #layer));
+#define PODIUM_BINDING(layer)                                                 \
+  {                                                                             \
+    nb::module_ sub = m.def_submodule(#layer, "podium C++ layer " #layer);      \
+    podium::python::bind_##layer(sub);                                          \
+  }
 #include "podium_bindings.inc"
 #undef PODIUM_BINDING
 }

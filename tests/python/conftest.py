@@ -28,3 +28,66 @@ def run_podium():
         )
 
     return run
+
+
+# --- podium.actor fixtures ------------------------------------------------------------------
+# Every fixture that starts procs or actors stops them when the test (or module) ends, even
+# when it fails. Every wait is bounded.
+
+WAIT_S = 30  # bound on a fixture's own waits
+
+
+def _mesh_name(request: pytest.FixtureRequest, n: int) -> str:
+    base = "".join(c if c.isalnum() or c in "-_" else "_" for c in request.node.name)
+    return f"{base}-{n}"
+
+
+@pytest.fixture(scope="module")
+def procs():
+    """One ProcMesh of extent {"gpus": 2} shared by the tests of a module."""
+    from podium.actor import this_host
+
+    pm = this_host().spawn_procs(per_host={"gpus": 2})
+    try:
+        pm.initialized.get(timeout=WAIT_S)
+        yield pm
+    finally:
+        pm.stop().get(timeout=WAIT_S)
+
+
+@pytest.fixture
+def new_procs():
+    """Spawns ProcMeshes of the test's own (new_procs(gpus=3)); stops them afterwards."""
+    from podium.actor import this_host
+
+    meshes = []
+
+    def spawn(**per_host: int):
+        pm = this_host().spawn_procs(per_host=per_host)
+        meshes.append(pm)
+        return pm
+
+    yield spawn
+    for pm in meshes:
+        pm.stop().get(timeout=WAIT_S)
+
+
+@pytest.fixture
+def spawn(procs, request):
+    """spawn(Class, *args, on=proc_mesh, **kwargs): an actor mesh with a name unique to the
+    test, on the module's procs unless `on` says otherwise; stopped after the test."""
+    meshes = []
+
+    def do(Class, *args, on=None, **kwargs):
+        mesh = (on if on is not None else procs).spawn(
+            _mesh_name(request, len(meshes)), Class, *args, **kwargs
+        )
+        meshes.append(mesh)
+        return mesh
+
+    yield do
+    for mesh in meshes:
+        try:
+            mesh.stop().get(timeout=WAIT_S)
+        except Exception:  # a test that failed or killed its actors: they are gone already
+            pass

@@ -7,8 +7,9 @@
 #pragma once
 
 #include <functional>
-#include <string>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "podium/actor/ids.h"
@@ -38,6 +39,14 @@ class Context {
   void reply(std::vector<Buffer> value);
   void reply_error(Error error);
   bool replied() const { return replied_; }
+  // Takes over the duty to answer: returns the reply port (empty for a one-way message) and
+  // marks the message answered, so the runtime sends nothing when the handler returns. The
+  // taker answers later, from any thread, with Proc::send_reply(port, rank(), ...). For
+  // handlers that finish on a thread of their own (Python actors).
+  std::string take_reply() {
+    replied_ = true;
+    return std::exchange(reply_port_, std::string());
+  }
 
  private:
   Proc& proc_;

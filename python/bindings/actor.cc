@@ -1,0 +1,400 @@
+// podium._core.actor: Python actors on the C++ actor runtime.
+//
+// The actor type "python" is a C++ ActorBase (PythonActor) whose handler never runs Python:
+// it moves each call into the actor's Inbox and returns, taking over the reply duty
+// (Context::take_reply). A Python-owned thread per actor pops the Inbox (GIL released while it
+// waits), runs the endpoint and answers with Inbox.reply (GIL released while it sends). So
+// runner and I/O threads never take the GIL, one actor runs one message at a time in arrival
+// order (the Inbox is FIFO and has one consumer), and actors of one process run in parallel
+// as far as the GIL lets them; a thread blocked in a Future wait holds no GIL and stalls
+// nobody.
+//
+// Construction. The spawn of a "python" actor runs the TypeFactory on a runner (AC-6: as the
+// first item of its mailbox). The factory queues a SpawnRequest for the process's spawner (a
+// Python thread that podium._src.server starts) and waits, as a blocking runner (the
+// executor adds another, AC-2), until the new actor thread has run __init__: so the spawn's
+// reply, and the mesh's `initialized`, follow the constructor, and a constructor that raises
+// fails the spawn with the remote traceback.
+//
+// Failure. Python calls Inbox.fail() when an endpoint raises a BaseException or an exception
+// nobody awaits (broadcast). From then on the actor thread answers what is already queued
+// with that error, and PythonActor::handle returns it for the next message, which fails the
+// actor in the runtime (later messages are refused with the cause).
+//
+// Stop. PythonActor::cleanup queues a stop item after the queued calls and waits until the
+// actor thread ran __cleanup__ and acknowledged (or exited).
+//
+// Threads: Inbox and SpawnQueue members are thread-safe. Python-facing functions need the GIL
+// and release it around every wait and send.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "podium/actor/actor.h"
+#include "podium/actor/proc.h"
+#include "podium/actor/signal.h"
+
+namespace podium::python {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::chrono::nanoseconds seconds_to_ns(double s) {
+  if (s < 0) s = 0;
+  if (s > 1e9) s = 1e9;
+  return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
+}
+
+struct InboxItem {
+  enum class Kind : uint8_t { kCall, kStop };
+  Kind kind = Kind::kCall;
+  std::string endpoint;
+  uint64_t rank = 0;
+  std::vector<std::string> labels;
+  std::vector<uint64_t> sizes;
+  std::string reply_port;                  // empty: one-way
+  std::vector<Buffer> parts;               // the call's arguments (after the CallHeader)
+  std::shared_ptr<actor::Signal> stopped;  // kStop: set once __cleanup__ has run
+};
+
+// The queue between a PythonActor (producer: runner threads, one at a time by AC-6) and its
+// Python thread (the one consumer).
+class Inbox {
+ public:
+  Inbox(actor::Proc& proc, std::string actor_id, std::string name, uint32_t index)
+      : proc_(proc), actor_id_(std::move(actor_id)), name_(std::move(name)), index_(index) {}
+
+  actor::Proc& proc() { return proc_; }
+  const std::string& actor_id() const { return actor_id_; }
+  const std::string& name() const { return name_; }
+  uint32_t index() const { return index_; }
+
+  void push(InboxItem item) {
+    bool wake;
+    {
+      std::lock_guard lock(mu_);
+      q_.push_back(std::move(item));
+      wake = sleeping_;
+    }
+    if (wake) cv_.notify_one();
+  }
+
+  // Waits up to `timeout` for an item; nullopt on timeout or once closed and empty.
+  std::optional<InboxItem> pop(std::chrono::nanoseconds timeout) {
+    std::unique_lock lock(mu_);
+    sleeping_ = true;
+    cv_.wait_for(lock, timeout, [&] { return !q_.empty() || closed_; });
+    sleeping_ = false;
+    if (q_.empty()) return std::nullopt;
+    InboxItem item = std::move(q_.front());
+    q_.pop_front();
+    return item;
+  }
+
+  void close() {
+    {
+      std::lock_guard lock(mu_);
+      closed_ = true;
+    }
+    cv_.notify_all();
+  }
+  bool closed() {
+    std::lock_guard lock(mu_);
+    return closed_ && q_.empty();
+  }
+
+  void fail(Error e) {
+    std::lock_guard lock(mu_);
+    if (!failure_) failure_ = std::move(e);
+  }
+  std::optional<Error> failure() {
+    std::lock_guard lock(mu_);
+    return failure_;
+  }
+
+  // The Python thread has left its loop: nobody will pop again.
+  void set_finished() {
+    finished_.set();
+    std::deque<InboxItem> left;
+    {
+      std::lock_guard lock(mu_);
+      left.swap(q_);
+    }
+    for (auto& it : left) {
+      if (it.stopped) it.stopped->set();
+      if (!it.reply_port.empty()) {
+        proc_.send_reply(it.reply_port, it.rank,
+                         std::unexpected(make_error(actor::ActorErrc::kActorStopped,
+                                                    actor_id_ + ": actor thread has exited")));
+      }
+    }
+  }
+  bool finished() const { return finished_.is_set(); }
+
+ private:
+  actor::Proc& proc_;
+  const std::string actor_id_;
+  const std::string name_;
+  const uint32_t index_;
+  std::mutex mu_;  // guards q_, closed_, failure_, sleeping_
+  std::condition_variable cv_;
+  std::deque<InboxItem> q_;
+  bool sleeping_ = false;  // the consumer waits on cv_ (push skips the notify otherwise)
+  bool closed_ = false;
+  std::optional<Error> failure_;
+  actor::Signal finished_;
+};
+
+class PythonActor : public actor::ActorBase {
+ public:
+  explicit PythonActor(std::shared_ptr<Inbox> inbox) : inbox_(std::move(inbox)) {}
+  ~PythonActor() override { inbox_->close(); }
+
+  Status handle(wire::Envelope&& msg, actor::Context& cx) override {
+    if (auto f = inbox_->failure()) return std::unexpected(std::move(*f));
+    const actor::CallHeader* call = cx.call();
+    if (msg.kind != static_cast<uint8_t>(actor::MessageKind::kCall) || !call) {
+      cx.reply_error(make_error(actor::ActorErrc::kBadArguments,
+                                inbox_->actor_id() + ": a Python actor takes only calls"));
+      return ok();
+    }
+    InboxItem item;
+    item.endpoint = call->endpoint;
+    item.rank = call->rank;
+    item.labels = call->labels;
+    item.sizes = call->sizes;
+    item.reply_port = cx.take_reply();
+    item.parts.assign(std::make_move_iterator(msg.parts.begin() + 1),
+                      std::make_move_iterator(msg.parts.end()));
+    inbox_->push(std::move(item));
+    return ok();
+  }
+
+  void cleanup(actor::Context&) override {
+    auto stopped = std::make_shared<actor::Signal>();
+    InboxItem item;
+    item.kind = InboxItem::Kind::kStop;
+    item.stopped = stopped;
+    inbox_->push(std::move(item));
+    // __cleanup__ is user code: wait as long as it runs, but not for a thread that is gone.
+    while (!stopped->wait_for(100ms)) {
+      if (inbox_->finished()) break;
+    }
+    inbox_->close();
+  }
+
+ private:
+  std::shared_ptr<Inbox> inbox_;
+};
+
+struct SpawnRequest {
+  std::shared_ptr<Inbox> inbox;
+  std::vector<Buffer> args;
+  actor::Signal done;
+  std::optional<Error> error;  // written before done.set()
+
+  void finish(std::optional<Error> e) {
+    if (done.is_set()) return;
+    error = std::move(e);
+    done.set();
+  }
+};
+
+// Spawn requests from factories (runner threads) to the process's Python spawner thread.
+class SpawnQueue {
+ public:
+  bool push(std::shared_ptr<SpawnRequest> r) {
+    {
+      std::lock_guard lock(mu_);
+      if (!serving_) return false;
+      q_.push_back(std::move(r));
+    }
+    cv_.notify_one();
+    return true;
+  }
+  std::shared_ptr<SpawnRequest> pop(std::chrono::nanoseconds timeout) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return !q_.empty() || !serving_; });
+    if (q_.empty()) return nullptr;
+    auto r = std::move(q_.front());
+    q_.pop_front();
+    return r;
+  }
+  void serve() {
+    std::lock_guard lock(mu_);
+    serving_ = true;
+  }
+  void close() {
+    std::deque<std::shared_ptr<SpawnRequest>> left;
+    {
+      std::lock_guard lock(mu_);
+      serving_ = false;
+      left.swap(q_);
+    }
+    cv_.notify_all();
+    for (auto& r : left) {
+      r->finish(make_error(actor::ActorErrc::kProcStopped,
+                           "the Python actor runtime of this process has shut down"));
+    }
+  }
+  bool serving() {
+    std::lock_guard lock(mu_);
+    return serving_;
+  }
+
+ private:
+  std::mutex mu_;  // guards q_, serving_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<SpawnRequest>> q_;
+  bool serving_ = false;
+};
+
+SpawnQueue& spawn_queue() {
+  static auto* q = new SpawnQueue();  // never destroyed: runner threads may outlive statics
+  return *q;
+}
+
+Result<std::unique_ptr<actor::ActorBase>> make_python_actor(std::vector<Buffer> args,
+                                                            actor::Context& cx) {
+  auto req = std::make_shared<SpawnRequest>();
+  req->inbox = std::make_shared<Inbox>(cx.proc(), cx.self().to_string(), cx.self().name,
+                                       cx.self().index);
+  req->args = std::move(args);
+  if (!spawn_queue().push(req)) {
+    return std::unexpected(make_error(actor::ActorErrc::kUnknownActorType,
+                                      "this process does not serve Python actors (yet)"));
+  }
+  // The spawner thread and the actor thread always finish the request (or close() does).
+  while (!req->done.wait_for(100ms)) {
+    if (!spawn_queue().serving() && !req->done.is_set()) {
+      req->finish(make_error(actor::ActorErrc::kProcStopped,
+                             "the Python actor runtime of this process has shut down"));
+    }
+  }
+  if (req->error) return std::unexpected(*req->error);
+  return std::make_unique<PythonActor>(req->inbox);
+}
+
+// What Python sees of an InboxItem.
+struct PyItem {
+  InboxItem item;
+};
+
+}  // namespace
+
+void bind_actor(nb::module_& m) {
+  m.def("serve_python_actors",
+        [] {
+          spawn_queue().serve();
+          actor::register_actor_type("python", &make_python_actor);
+        },
+        "Registers the actor type 'python' and lets spawn requests queue for this process's "
+        "spawner thread (next_spawn).");
+  m.def("close_spawns", [] { spawn_queue().close(); },
+        "Fails queued and later spawns of Python actors; next_spawn returns None.");
+  m.def(
+      "next_spawn",
+      [](double timeout_s) -> std::shared_ptr<SpawnRequest> {
+        release_deferred();
+        nb::gil_scoped_release unlocked;
+        return spawn_queue().pop(seconds_to_ns(timeout_s));
+      },
+      nb::arg("timeout_s"), "The next spawn request, or None after timeout_s or close_spawns().");
+
+  nb::class_<SpawnRequest>(m, "SpawnRequest")
+      .def_prop_ro("inbox", [](SpawnRequest& r) { return r.inbox; })
+      .def_prop_ro("parts", [](SpawnRequest& r) { return parts_to_python(r.args); })
+      .def("constructed", [](SpawnRequest& r) { r.finish(std::nullopt); },
+           "__init__ has run: the spawn succeeds.")
+      .def("failed",
+           [](SpawnRequest& r, std::string message) {
+             r.finish(make_error(actor::ActorErrc::kActorFailed, std::move(message)));
+           },
+           "__init__ raised: the spawn fails with `message`.");
+
+  nb::class_<PyItem>(m, "InboxItem")
+      .def_prop_ro("kind",
+                   [](const PyItem& p) {
+                     return p.item.kind == InboxItem::Kind::kStop ? "stop" : "call";
+                   })
+      .def_prop_ro("endpoint", [](const PyItem& p) { return p.item.endpoint; })
+      .def_prop_ro("rank", [](const PyItem& p) { return p.item.rank; })
+      .def_prop_ro("labels", [](const PyItem& p) { return p.item.labels; })
+      .def_prop_ro("sizes", [](const PyItem& p) { return p.item.sizes; })
+      .def_prop_ro("reply_port", [](const PyItem& p) { return p.item.reply_port; })
+      .def_prop_ro("parts", [](const PyItem& p) { return parts_to_python(p.item.parts); })
+      .def("stopped", [](PyItem& p) {
+        if (p.item.stopped) p.item.stopped->set();
+      });
+
+  nb::class_<Inbox>(m, "Inbox")
+      .def_prop_ro("actor_id", &Inbox::actor_id)
+      .def_prop_ro("name", &Inbox::name)
+      .def_prop_ro("index", &Inbox::index)
+      .def(
+          "next",
+          [](Inbox& in, double timeout_s) -> std::optional<PyItem> {
+            release_deferred();
+            std::optional<InboxItem> item;
+            {
+              nb::gil_scoped_release unlocked;
+              item = in.pop(seconds_to_ns(timeout_s));
+            }
+            if (!item) return std::nullopt;
+            return PyItem{std::move(*item)};
+          },
+          nb::arg("timeout_s"), "The next item, or None after timeout_s or once closed.")
+      .def_prop_ro("closed", &Inbox::closed)
+      .def("close", &Inbox::close)
+      .def(
+          "reply",
+          [](Inbox& in, const std::string& port, uint64_t rank, nb::handle parts) {
+            auto bufs = buffers_from_python(parts);
+            nb::gil_scoped_release unlocked;
+            in.proc().send_reply(port, rank, std::move(bufs));
+          },
+          nb::arg("port"), nb::arg("rank"), nb::arg("parts"))
+      .def(
+          "reply_error",
+          [](Inbox& in, const std::string& port, uint64_t rank, std::string message) {
+            nb::gil_scoped_release unlocked;
+            in.proc().send_reply(
+                port, rank,
+                std::unexpected(make_error(actor::ActorErrc::kHandlerFailed, std::move(message))));
+          },
+          nb::arg("port"), nb::arg("rank"), nb::arg("message"))
+      .def(
+          "reply_failure",
+          [](Inbox& in, const std::string& port, uint64_t rank) {
+            auto f = in.failure();
+            if (!f) return;
+            nb::gil_scoped_release unlocked;
+            in.proc().send_reply(port, rank, std::unexpected(*f));
+          },
+          "Answers with the error that failed this actor.")
+      .def(
+          "fail", [](Inbox& in, std::string message) {
+            in.fail(make_error(actor::ActorErrc::kActorFailed,
+                               in.actor_id() + " failed: " + std::move(message)));
+          },
+          "Fails the actor: queued calls and later ones are refused with `message`.")
+      .def_prop_ro("failed", [](Inbox& in) { return in.failure().has_value(); })
+      .def("finished", [](Inbox& in) {
+        nb::gil_scoped_release unlocked;
+        in.set_finished();
+      });
+}
+
+}  // namespace podium::python

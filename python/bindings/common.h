@@ -1,0 +1,62 @@
+// Helpers shared by the binding files of podium._core (defined in base.cc).
+//
+// Buffers. A message part sent from Python is a Python buffer object (bytes, memoryview,
+// PickleBuffer). Parts up to kCopyThreshold bytes are copied into a C++ allocation (a copy of
+// a few hundred bytes costs less than keeping a Python object alive across threads); larger
+// ones are wrapped without a copy: the Buffer holds the Python buffer export, and when the last
+// reference to the Buffer drops — often on an I/O thread, which must never touch Python — the
+// export is queued and released later by a thread that holds the GIL (release_deferred(), run
+// at every binding entry that sends or waits). A part received by Python is a PartBuffer: a
+// read-only Python buffer over the C++ Buffer, so pickle.loads(buffers=...) reads the bytes
+// in place.
+//
+// Errors. throw_error() is the one translation from podium::Error to a Python exception for
+// errors raised synchronously by the bindings: ndslice kUnknownLabel -> TypeError, kOutOfRange
+// -> IndexError, other ndslice codes and invalid arguments -> ValueError, timeouts ->
+// TimeoutError, everything else -> podium._core.base.CoreError with `subsystem`, `code` and
+// `message` attributes. Errors that arrive as replies are handed to Python as values
+// (error_tuple) and translated by podium._src.errors.
+//
+// Threads: every function here requires the GIL, except that a Buffer made by
+// buffer_from_python() may be copied and dropped on any thread.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "podium/base/buffer.h"
+#include "podium/base/error.h"
+
+namespace podium::python {
+
+namespace nb = nanobind;
+
+inline constexpr size_t kCopyThreshold = 32 * 1024;
+
+// `obj` must export a C-contiguous buffer; raises BufferError/TypeError otherwise.
+Buffer buffer_from_python(nb::handle obj);
+// Every item of the sequence `seq`, in order.
+std::vector<Buffer> buffers_from_python(nb::handle seq);
+// A PartBuffer owning a reference to `b`.
+nb::object part_to_python(Buffer b);
+// PartBuffers for parts[from..].
+nb::list parts_to_python(const std::vector<Buffer>& parts, size_t from = 0);
+// Releases the Python exports of zero-copy Buffers that died since the last call.
+void release_deferred();
+
+[[noreturn]] void throw_error(const Error& e);
+// (subsystem, code, message) of an error that Python translates itself.
+nb::tuple error_tuple(const Error& e);
+
+template <class T>
+T unwrap(Result<T> r) {
+  if (!r) throw_error(r.error());
+  return std::move(*r);
+}
+inline void unwrap(Status s) {
+  if (!s) throw_error(s.error());
+}
+
+}  // namespace podium::python

@@ -1,0 +1,136 @@
+"""Future: the result of a call, waited on with get() or awaited in asyncio.
+
+A Future wraps a C++ future (podium._core.mesh.CoreFuture) and a function that turns its
+replies into a value or an exception. get() waits with the GIL released; a timeout raises
+TimeoutError and leaves the result in place for a later get() or await. The first completed
+get() decodes the replies once; every later get() returns the same value (or raises the same
+exception).
+
+``await fut`` never blocks the event loop: the C++ completion writes an eventfd that the loop
+watches (one podium._core.mesh.Notifier per loop), and the loop wakes the awaiting task on
+its own thread. No C++ thread ever calls into Python.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from typing import Any, Callable, Dict, Generator, Generic, Optional, TypeVar
+
+from podium._core import mesh as _mesh
+
+R = TypeVar("R")
+
+_PENDING = object()
+
+
+class Future(Generic[R]):
+    __slots__ = ("_core", "_decode", "_lock", "_ok", "_value")
+
+    def __init__(self, core: Any, decode: Callable[[Any], R]) -> None:
+        self._core = core
+        self._decode = decode
+        self._lock = threading.Lock()
+        self._ok: Optional[bool] = None
+        self._value: Any = _PENDING
+
+    def _settle(self) -> None:
+        with self._lock:
+            if self._ok is not None:
+                return
+            try:
+                self._value = self._decode(self._core)
+                self._ok = True
+            except Exception as e:  # the endpoint's or the runtime's error, kept for every get
+                self._value = e
+                self._ok = False
+
+    def _outcome(self) -> R:
+        if self._ok is None:
+            self._settle()
+        if self._ok:
+            return self._value
+        raise self._value
+
+    def get(self, timeout: Optional[float] = None) -> R:
+        """Waits for the result (at most ``timeout`` seconds) and returns it, or raises the
+        call's exception. A timeout raises TimeoutError and does not consume the result."""
+        if self._ok is None and not self._core.wait(timeout):
+            raise TimeoutError(f"the future did not complete within {timeout} s")
+        return self._outcome()
+
+    def result(self, timeout: Optional[float] = None) -> R:
+        """Same as get()."""
+        return self.get(timeout)
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        """Waits like get() and returns the call's exception, or None if it succeeded."""
+        try:
+            self.get(timeout)
+        except TimeoutError:
+            if self._ok is None:
+                raise
+            return self._value
+        except Exception as e:
+            return e
+        return None
+
+    def done(self) -> bool:
+        return self._ok is not None or self._core.ready()
+
+    def __await__(self) -> Generator[Any, None, R]:
+        if self._ok is None and not self._core.ready():
+            yield from _waker(asyncio.get_running_loop()).wait(self._core).__await__()
+        return self._outcome()
+
+    def as_asyncio(self) -> "asyncio.Future[R]":
+        """An asyncio future of the running loop that completes with this one."""
+        return asyncio.ensure_future(_await(self))
+
+    def __repr__(self) -> str:
+        state = "pending" if self._ok is None else ("done" if self._ok else "failed")
+        return f"<podium Future {state}>"
+
+
+async def _await(f: "Future[R]") -> R:
+    return await f
+
+
+class _LoopWaker:
+    """Wakes tasks of one event loop when C++ futures complete (see the module doc)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._notifier = _mesh.Notifier()
+        self._waiters: Dict[int, asyncio.Future] = {}
+        self._next = 0
+        loop.add_reader(self._notifier.fileno(), self._drain)
+
+    def wait(self, core: Any) -> "asyncio.Future[None]":
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        token = self._next
+        self._next += 1
+        self._waiters[token] = waiter
+        core.notify(self._notifier, token)
+        return waiter
+
+    def _drain(self) -> None:
+        for token in self._notifier.drain():
+            waiter = self._waiters.pop(token, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+
+_wakers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker]" = (
+    weakref.WeakKeyDictionary()
+)
+_wakers_lock = threading.Lock()
+
+
+def _waker(loop: asyncio.AbstractEventLoop) -> _LoopWaker:
+    with _wakers_lock:
+        w = _wakers.get(loop)
+        if w is None:
+            w = _wakers[loop] = _LoopWaker(loop)
+        return w
