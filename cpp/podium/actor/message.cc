@@ -23,21 +23,45 @@ Buffer to_buffer(msgpack::sbuffer&& sb) {
   return Buffer(std::move(owner), reinterpret_cast<const std::byte*>(raw), size);
 }
 
-msgpack::object_handle unpack(const Buffer& b) {
-  return msgpack::unpack(reinterpret_cast<const char*>(b.data()), b.size());
-}
+// Decoding into a per-thread zone that is reset after each use costs no allocation per
+// message (msgpack::unpack's own zone mallocs 8 KiB each time).
+class ScratchObject {
+ public:
+  explicit ScratchObject(const Buffer& b)
+      : obj_(msgpack::unpack(zone(), reinterpret_cast<const char*>(b.data()), b.size())) {}
+  ~ScratchObject() { zone().clear(); }
+  const msgpack::object& get() const { return obj_; }
+
+ private:
+  static msgpack::zone& zone() {
+    thread_local msgpack::zone z;
+    return z;
+  }
+  msgpack::object obj_;
+};
+
+ScratchObject unpack(const Buffer& b) { return ScratchObject(b); }
 
 }  // namespace
 
-Buffer encode_call_header(const CallHeader& h) {
-  msgpack::sbuffer sb(64 + h.endpoint.size());
+Buffer encode_call_header(std::string_view endpoint, uint64_t rank,
+                          const std::vector<std::string>& labels,
+                          const std::vector<size_t>& sizes) {
+  msgpack::sbuffer sb(64 + endpoint.size());
   msgpack::packer<msgpack::sbuffer> pk(sb);
   pk.pack_array(4);
-  pk.pack(h.endpoint);
-  pk.pack(h.rank);
-  pk.pack(h.labels);
-  pk.pack(h.sizes);
+  pk.pack_str(static_cast<uint32_t>(endpoint.size()));
+  pk.pack_str_body(endpoint.data(), static_cast<uint32_t>(endpoint.size()));
+  pk.pack(rank);
+  pk.pack(labels);
+  pk.pack_array(static_cast<uint32_t>(sizes.size()));
+  for (size_t s : sizes) pk.pack(static_cast<uint64_t>(s));
   return to_buffer(std::move(sb));
+}
+
+Buffer encode_call_header(const CallHeader& h) {
+  std::vector<size_t> sizes(h.sizes.begin(), h.sizes.end());
+  return encode_call_header(h.endpoint, h.rank, h.labels, sizes);
 }
 
 Result<CallHeader> decode_call_header(const Buffer& b) {

@@ -48,6 +48,10 @@ struct SystemHeader {
 };
 
 [[nodiscard]] Buffer encode_call_header(const CallHeader& h);
+// The same bytes, without building a CallHeader (the cast hot path).
+[[nodiscard]] Buffer encode_call_header(std::string_view endpoint, uint64_t rank,
+                                        const std::vector<std::string>& labels,
+                                        const std::vector<size_t>& sizes);
 [[nodiscard]] Result<CallHeader> decode_call_header(const Buffer& b);
 [[nodiscard]] Buffer encode_reply_header(const ReplyHeader& h);
 [[nodiscard]] Result<ReplyHeader> decode_reply_header(const Buffer& b);

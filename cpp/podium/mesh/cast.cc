@@ -79,10 +79,6 @@ actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
     rt.track(collector, keys);
   }
 
-  actor::CallHeader header;
-  header.endpoint.assign(endpoint);
-  header.labels = extent.labels();
-  header.sizes.assign(extent.sizes().begin(), extent.sizes().end());
   std::string sender;
   if (const auto* me = actor::current_actor()) sender = me->to_string();
   for (size_t r = 0; r < targets.size(); ++r) {
@@ -92,9 +88,8 @@ actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
     env.dest = t.dest;
     env.sender = sender;
     if (want_reply) env.headers.emplace_back(actor::kReplyHeader, reply_port);
-    header.rank = r;
     env.parts.reserve(1 + args.size());
-    env.parts.push_back(actor::encode_call_header(header));
+    env.parts.push_back(actor::encode_call_header(endpoint, r, extent.labels(), extent.sizes()));
     for (const auto& a : args) env.parts.push_back(a);
     if (load && want_reply) {
       load->outstanding[base_ranks[r]].fetch_add(1, std::memory_order_relaxed);

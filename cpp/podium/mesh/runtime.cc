@@ -6,6 +6,7 @@
 
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -27,6 +28,7 @@ constexpr const char* kBootEnv = "PODIUM_BOOT";
 
 std::mutex g_mu;                     // guards g_runtime
 std::unique_ptr<Runtime> g_runtime;  // set by init()
+std::atomic<Runtime*> g_current{nullptr};  // g_runtime.get(), read without the lock
 InitOptions g_options;  // set once by init()/init_controller(), before any spawn
 
 Error runtime_error(std::string msg) {
@@ -208,12 +210,13 @@ Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Runtime::~Runtime() { shutdown(); }
 
 Runtime& Runtime::get() {
-  std::lock_guard lock(g_mu);
-  if (!g_runtime) {
+  // Every cast asks; the runtime is set once and lives until the process exits.
+  Runtime* rt = g_current.load(std::memory_order_acquire);
+  if (!rt) {
     spdlog::critical("podium: podium::init() must be called before using meshes");
     std::abort();
   }
-  return *g_runtime;
+  return *rt;
 }
 
 actor::Proc& Runtime::proc() { return *impl_->proc; }
@@ -450,6 +453,7 @@ Status serve_proc() {
     auto rt = mesh::make_runtime(*listen, "");
     if (!rt) return std::unexpected(rt.error());
     mesh::g_runtime = std::move(*rt);
+    mesh::g_current.store(mesh::g_runtime.get(), std::memory_order_release);
   }
   actor::Proc& proc = mesh::g_runtime->proc();
   wire::Envelope ready;
@@ -477,6 +481,7 @@ Status init_controller(InitOptions options) {
       channel::Address{channel::Transport::kUnix, *dir + "/controller.sock", 0}, *dir);
   if (!rt) return std::unexpected(rt.error());
   mesh::g_runtime = std::move(*rt);
+  mesh::g_current.store(mesh::g_runtime.get(), std::memory_order_release);
   std::atexit(shutdown);
   return ok();
 }
