@@ -107,20 +107,22 @@ template <class A>
 struct Endpoint {
   std::string_view name;
   EndpointKey key;
-  Result<Buffer> (*invoke)(A&, const Buffer& args);
+  // Runs the endpoint; encodes its result only when `want_result` (one-way calls skip it).
+  Result<Buffer> (*invoke)(A&, const Buffer& args, bool want_result);
 };
 
 template <class A, auto M>
-Result<Buffer> invoke(A& actor, const Buffer& args) {
+Result<Buffer> invoke(A& actor, const Buffer& args, bool want_result) {
   using T = MemberTraits<decltype(M)>;
   auto decoded = unpack<typename T::Params>(args, "arguments");
   if (!decoded) return std::unexpected(decoded.error());
   try {
     if constexpr (std::is_void_v<typename T::Result>) {
       std::apply([&](auto&... xs) { (actor.*M)(xs...); }, *decoded);
-      return pack(msgpack::type::nil_t());
+      return want_result ? pack(msgpack::type::nil_t()) : Buffer();
     } else {
-      return pack(std::apply([&](auto&... xs) { return (actor.*M)(xs...); }, *decoded));
+      auto r = std::apply([&](auto&... xs) { return (actor.*M)(xs...); }, *decoded);
+      return want_result ? pack(r) : Buffer();
     }
   } catch (const std::exception& e) {
     return std::unexpected(make_error(actor::ActorErrc::kHandlerFailed, e.what()));
@@ -170,7 +172,8 @@ class detail_TypedActor final : public actor::ActorBase {
     base.current_ = Actor::CurrentCall{&cx.self(), call->rank, &cx.proc()};
     base.cx_ = &base.current_;
     static const Buffer kNoArgs = detail::pack(std::tuple<>());
-    auto out = ep->invoke(*actor_, msg.parts.size() > 1 ? msg.parts[1] : kNoArgs);
+    auto out = ep->invoke(*actor_, msg.parts.size() > 1 ? msg.parts[1] : kNoArgs,
+                          cx.expects_reply());
     base.cx_ = nullptr;
     if (out) {
       cx.reply({std::move(*out)});
