@@ -7,7 +7,9 @@ PyTorch Monarch by changing the import below to `from monarch.actor import ...`.
 import os
 import time
 
-from podium.actor import Actor, ActorError, current_rank, endpoint, this_host
+import operator
+
+from podium.actor import Accumulator, Actor, ActorError, current_rank, endpoint, this_host
 
 
 class Counter(Actor):
@@ -42,7 +44,7 @@ class Counter(Actor):
 
     @endpoint
     def say(self, text: str) -> None:
-        print(f"  (actor {current_rank()} in pid {os.getpid()} says: {text})", flush=True)
+        print(f"{text} from pid {os.getpid()}", flush=True)
 
 
 def main() -> None:
@@ -73,9 +75,14 @@ def main() -> None:
     for fut in counters.nap.stream([0.3, 0.2, 0.1, 0.0]):
         print(f"  {fut.get(timeout=10)}")
 
-    print("\nbroadcast: fire and forget (the actors print to this terminal)")
+    print("\nbroadcast: fire and forget (what actors print reaches this terminal, prefixed "
+          "with the actor's name and rank)")
     counters.say.broadcast("hello")
     print(f"  values after the broadcast: {list(counters.incr.call(0).get(timeout=10).values())}")
+
+    print("\nAccumulator: fold every actor's reply")
+    total = Accumulator(counters.incr, 0, operator.add).accumulate(0).get(timeout=10)
+    print(f"  sum of the counters: {total}")
 
     print("\na remote exception is caught here, and the actor lives on")
     try:

@@ -24,6 +24,11 @@
 // Stop. PythonActor::cleanup queues a stop item after the queued calls and waits until the
 // actor thread ran __cleanup__ and acknowledged (or exited).
 //
+// Async actors. An actor with `async def` endpoints waits in its asyncio loop, not in pop():
+// Inbox.event_fd() is an eventfd that every push and close() writes; the loop watches it with
+// add_reader and pops with a zero timeout, so @concurrent_endpoint calls keep running between
+// messages.
+//
 // Threads: Inbox and SpawnQueue members are thread-safe. Python-facing functions need the GIL
 // and release it around every wait and send.
 #include <nanobind/nanobind.h>
@@ -32,6 +37,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -81,6 +90,11 @@ class Inbox {
   const std::string& name() const { return name_; }
   uint32_t index() const { return index_; }
 
+  ~Inbox() {
+    int fd = efd_.load();
+    if (fd >= 0) ::close(fd);
+  }
+
   void push(InboxItem item) {
     bool wake;
     {
@@ -89,6 +103,27 @@ class Inbox {
       wake = sleeping_;
     }
     if (wake) cv_.notify_one();
+    signal_event();
+  }
+
+  // An eventfd that every push (and close) writes, for consumers that wait in an asyncio
+  // loop instead of in pop(). Created on the first call; the consumer drains it.
+  int event_fd() {
+    std::lock_guard lock(mu_);
+    int fd = efd_.load();
+    if (fd < 0) {
+      fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (fd < 0) return -1;
+      efd_.store(fd);
+    }
+    return fd;
+  }
+  void drain_event() {
+    int fd = efd_.load();
+    if (fd < 0) return;
+    uint64_t count = 0;
+    ssize_t n = ::read(fd, &count, sizeof count);
+    (void)n;  // EAGAIN: nothing written since the last drain
   }
 
   // Waits up to `timeout` for an item; nullopt on timeout or once closed and empty.
@@ -109,6 +144,7 @@ class Inbox {
       closed_ = true;
     }
     cv_.notify_all();
+    signal_event();
   }
   bool closed() {
     std::lock_guard lock(mu_);
@@ -155,6 +191,15 @@ class Inbox {
   bool closed_ = false;
   std::optional<Error> failure_;
   actor::Signal finished_;
+  std::atomic<int> efd_{-1};  // written once (under mu_), then read by any thread
+
+  void signal_event() {
+    int fd = efd_.load();
+    if (fd < 0) return;
+    uint64_t one = 1;
+    ssize_t n = ::write(fd, &one, sizeof one);
+    (void)n;  // EAGAIN: the counter is saturated, the reader is woken anyway
+  }
 };
 
 class PythonActor : public actor::ActorBase {
@@ -375,6 +420,20 @@ void bind_actor(nb::module_& m) {
                 std::unexpected(make_error(actor::ActorErrc::kHandlerFailed, std::move(message))));
           },
           nb::arg("port"), nb::arg("rank"), nb::arg("message"))
+      .def(
+          "reply_stopped",
+          [](Inbox& in, const std::string& port, uint64_t rank, std::string message) {
+            nb::gil_scoped_release unlocked;
+            in.proc().send_reply(
+                port, rank,
+                std::unexpected(make_error(actor::ActorErrc::kActorStopped,
+                                           in.actor_id() + ": " + std::move(message))));
+          },
+          nb::arg("port"), nb::arg("rank"), nb::arg("message"),
+          "Answers a call that the actor's stop cancelled.")
+      .def("event_fd", &Inbox::event_fd,
+           "An eventfd written on every push and on close (asyncio actors watch it).")
+      .def("drain_event", &Inbox::drain_event)
       .def(
           "reply_failure",
           [](Inbox& in, const std::string& port, uint64_t rank) {

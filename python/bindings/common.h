@@ -24,10 +24,13 @@
 #include <nanobind/nanobind.h>
 
 #include <cstddef>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "podium/base/buffer.h"
 #include "podium/base/error.h"
+#include "podium/ndslice/region.h"
 
 namespace podium::python {
 
@@ -49,6 +52,14 @@ void release_deferred();
 [[noreturn]] void throw_error(const Error& e);
 // (subsystem, code, message) of an error that Python translates itself.
 nb::tuple error_tuple(const Error& e);
+
+// (labels, offset, sizes, strides): what a Region is made of, so that meshes and ValueMeshes
+// of a sliced mesh can be pickled and rebuilt in another process (defined in ndslice.cc).
+using RegionState =
+    std::tuple<std::vector<std::string>, size_t, std::vector<size_t>, std::vector<size_t>>;
+RegionState region_state(const ndslice::Region& r);
+// Raises ValueError when the state does not describe a valid Region.
+ndslice::Region region_from_state(const RegionState& st);
 
 template <class T>
 T unwrap(Result<T> r) {

@@ -9,20 +9,32 @@
 // and the event loop, which watches the eventfd with add_reader, drains the tokens on its own
 // thread under the GIL.
 //
-// Threads: CoreFuture, Notifier and the mesh handles may be used from any Python thread;
-// their C++ state is thread-safe. Every function that waits or spawns releases the GIL.
+// Ports. PortReceiver opens a port of this process's root proc whose handler (on the
+// delivering C++ thread) queues each kPort or kReply message; recv() hands them out as
+// CoreFutures in arrival order. send_port / send_reply send to any PortId.
+//
+// Mesh state. state() / from_state() turn a ProcMesh or ActorMesh handle into plain values
+// (proc ids, targets, the Region) and back, so that Python can pickle meshes: a rebuilt handle
+// addresses the same procs and actors; its `initialized` is resolved (the spawner owns it).
+// split / flatten / rename return handles over the Region that the C++ ndslice computes.
+//
+// Threads: CoreFuture, Notifier, PortReceiver and the mesh handles may be used from any Python
+// thread; their C++ state is thread-safe. Every function that waits, sends or spawns releases
+// the GIL.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -30,7 +42,12 @@
 #include <utility>
 #include <vector>
 
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+
 #include "common.h"
+#include "podium/actor/message.h"
+#include "podium/mesh/cast.h"
 #include "podium/mesh/proc_mesh.h"
 #include "podium/mesh/runtime.h"
 
@@ -91,6 +108,7 @@ class CoreFuture {
       : f_(std::move(f)), stream_(std::move(st)), slot_(slot) {}
 
   bool ready() const { return f_.ready(); }
+  const actor::Future<Replies>& future() const { return f_; }
 
   // True once ready; false when `timeout_s` (None: no limit) passed first.
   bool wait(std::optional<double> timeout_s) {
@@ -193,6 +211,274 @@ std::vector<std::vector<Buffer>> per_rank_buffers(nb::handle seq) {
   return out;
 }
 
+// --- ports --------------------------------------------------------------------------------
+
+// The receiving end of a Channel: a port of this process's root proc whose handler (on the
+// delivering thread, never Python) queues each message; recv() hands them out in arrival
+// order as futures. A message is a kPort (parts = the value) or a kReply (an endpoint's answer
+// when the port was given to send(), or a Port.send of an explicit response port).
+class PortReceiver {
+ public:
+  struct State {
+    std::mutex mu;  // guards everything below
+    std::deque<mesh::Reply> items;
+    std::deque<actor::Promise<Replies>> waiters;
+    bool closed = false;
+  };
+
+  explicit PortReceiver(bool once) : st_(std::make_shared<State>()) {
+    auto& proc = mesh::Runtime::get().proc();
+    port_ = proc.open_port(
+        [st = st_](wire::Envelope&& env) {
+          mesh::Reply reply;
+          if (env.kind == static_cast<uint8_t>(actor::MessageKind::kReply)) {
+            reply = mesh::decode_reply(std::move(env)).second;
+          } else {
+            reply = std::move(env.parts);
+          }
+          deliver(*st, std::move(reply));
+        },
+        once);
+  }
+  ~PortReceiver() { close(); }
+  PortReceiver(const PortReceiver&) = delete;
+  PortReceiver& operator=(const PortReceiver&) = delete;
+
+  std::string port_id() const { return port_.to_string(); }
+
+  CoreFuture recv() {
+    actor::Promise<Replies> p;
+    CoreFuture out(p.future());
+    std::optional<mesh::Reply> item;
+    {
+      std::lock_guard lock(st_->mu);
+      if (!st_->items.empty()) {
+        item = std::move(st_->items.front());
+        st_->items.pop_front();
+      } else if (st_->closed) {
+        item = mesh::Reply(std::unexpected(
+            make_error(actor::ActorErrc::kNoSuchPort, "the receiver of " + port_id() +
+                                                          " is closed")));
+      } else {
+        st_->waiters.push_back(std::move(p));
+        return out;
+      }
+    }
+    p.set(Replies{std::move(*item)});
+    return out;
+  }
+
+  // Closes the port; pending recv() futures fail.
+  void close() {
+    std::deque<actor::Promise<Replies>> waiters;
+    {
+      std::lock_guard lock(st_->mu);
+      if (st_->closed) return;
+      st_->closed = true;
+      waiters.swap(st_->waiters);
+    }
+    mesh::Runtime::get().proc().close_port(port_.port);
+    for (auto& w : waiters) {
+      w.set(Replies{mesh::Reply(std::unexpected(make_error(
+          actor::ActorErrc::kNoSuchPort, "the receiver of " + port_id() + " was closed")))});
+    }
+  }
+
+ private:
+  static void deliver(State& st, mesh::Reply reply) {
+    actor::Promise<Replies> waiter;
+    {
+      std::lock_guard lock(st.mu);
+      if (st.closed) return;
+      if (st.waiters.empty()) {
+        st.items.push_back(std::move(reply));
+        return;
+      }
+      waiter = std::move(st.waiters.front());
+      st.waiters.pop_front();
+    }
+    waiter.set(Replies{std::move(reply)});
+  }
+
+  std::shared_ptr<State> st_;
+  actor::PortId port_;
+};
+
+// --- mesh state, for pickling -------------------------------------------------------------
+
+// (proc id text, pid) per base rank of the root mesh.
+using ProcsState = std::vector<std::pair<std::string, int>>;
+// (addr, mailbox dest, actor id, proc key) per base rank; None where no actor was spawned.
+using TargetState = std::optional<std::tuple<std::string, std::string, std::string, std::string>>;
+
+ProcsState procs_state(mesh::ProcMeshState& st) {
+  ProcsState out;
+  std::lock_guard lock(st.mu);
+  for (const auto& p : st.procs) out.emplace_back(p.id.to_string(), p.pid);
+  return out;
+}
+
+// A ProcMeshState for a mesh this process did not spawn: every proc registered, and
+// `initialized` already resolved (the spawner owns and watches the procs).
+std::shared_ptr<mesh::ProcMeshState> procs_from_state(const std::vector<std::string>& labels,
+                                                      const std::vector<size_t>& sizes,
+                                                      const ProcsState& procs) {
+  auto st = std::make_shared<mesh::ProcMeshState>();
+  st->extent = unwrap(ndslice::Extent::make(labels, sizes));
+  if (procs.size() != st->extent.num_ranks()) {
+    throw nb::value_error("mesh state: one proc per rank of the root extent expected");
+  }
+  for (const auto& [id, pid] : procs) {
+    auto addr = unwrap(channel::Address::parse(id));
+    st->procs.push_back(mesh::ProcInfo{actor::ProcId{addr}, pid, true, std::nullopt});
+  }
+  st->ready_count = st->procs.size();
+  st->initialized = st->initialized_promise.future();
+  st->initialized_promise.set({});
+  return st;
+}
+
+nb::tuple proc_mesh_state(const ProcMesh& p) {
+  auto& st = *p.state();
+  return nb::make_tuple(st.extent.labels(), st.extent.sizes(), procs_state(st),
+                        region_state(p.region()));
+}
+
+ProcMesh proc_mesh_from_state(const std::vector<std::string>& labels,
+                              const std::vector<size_t>& sizes, const ProcsState& procs,
+                              const RegionState& region) {
+  return ProcMesh(procs_from_state(labels, sizes, procs), region_from_state(region));
+}
+
+nb::tuple actor_mesh_state(const ActorMeshBase& a) {
+  const auto& st = *a.state();
+  std::vector<TargetState> targets;
+  for (const auto& t : st.targets) {
+    if (t.dest.empty()) {
+      targets.emplace_back(std::nullopt);
+    } else {
+      targets.emplace_back(std::make_tuple(t.addr.to_string(), t.dest, t.actor, t.proc_key));
+    }
+  }
+  return nb::make_tuple(st.name, st.procs->extent.labels(), st.procs->extent.sizes(),
+                        procs_state(*st.procs), targets, region_state(a.region()));
+}
+
+ActorMeshBase actor_mesh_from_state(const std::string& name,
+                                    const std::vector<std::string>& labels,
+                                    const std::vector<size_t>& sizes, const ProcsState& procs,
+                                    const std::vector<TargetState>& targets,
+                                    const RegionState& region) {
+  auto st = std::make_shared<mesh::ActorMeshState>();
+  st->name = name;
+  st->procs = procs_from_state(labels, sizes, procs);
+  if (targets.size() != st->procs->procs.size()) {
+    throw nb::value_error("actor mesh state: one target per rank of the root extent expected");
+  }
+  for (const auto& t : targets) {
+    mesh::ActorTarget target;
+    if (t) {
+      const auto& [addr, dest, actor, key] = *t;
+      target.addr = unwrap(channel::Address::parse(addr));
+      target.dest = dest;
+      target.actor = actor;
+      target.proc_key = key;
+    }
+    st->targets.push_back(std::move(target));
+  }
+  st->load = std::make_shared<mesh::LoadCounters>(st->targets.size());
+  actor::Promise<void> init;
+  st->initialized = init.future();
+  init.set({});
+  return ActorMeshBase(std::move(st), region_from_state(region));
+}
+
+// --- casts whose replies go to a given port (send(endpoint, ..., port=p)) ------------------
+
+// Sends `endpoint` to every actor of the mesh's region, or to rank `only` alone (then as a
+// mesh of no dimensions, like call_rank_raw), each message carrying `reply_port` as where to
+// answer. Nothing here waits for the answers: they go to that port.
+void cast_to_port(const ActorMeshBase& a, const std::string& endpoint,
+                  std::vector<Buffer> args, const std::string& reply_port,
+                  std::optional<size_t> only) {
+  auto& proc = mesh::Runtime::get().proc();
+  const auto& st = *a.state();
+  std::vector<size_t> base = a.region().base_ranks();
+  actor::CallHeader header;
+  header.endpoint = endpoint;
+  if (only) {
+    if (*only >= base.size()) throw nb::index_error("rank out of range");
+    base = {base[*only]};
+  } else {
+    header.labels = a.extent().labels();
+    header.sizes.assign(a.extent().sizes().begin(), a.extent().sizes().end());
+  }
+  for (size_t r = 0; r < base.size(); ++r) {
+    const mesh::ActorTarget& t = st.targets[base[r]];
+    wire::Envelope env;
+    env.kind = static_cast<uint8_t>(actor::MessageKind::kCall);
+    env.dest = t.dest;
+    if (!reply_port.empty()) env.headers.emplace_back(actor::kReplyHeader, reply_port);
+    header.rank = r;
+    env.parts.reserve(1 + args.size());
+    env.parts.push_back(actor::encode_call_header(header));
+    for (const auto& b : args) env.parts.push_back(b);
+    proc.send(t.addr, std::move(env));
+  }
+}
+
+// --- stop ---------------------------------------------------------------------------------
+
+// ProcMesh.stop() after its actor meshes: stops the procs once every future in `first` is
+// ready (whatever its outcome) or `wait` has passed, whichever comes first.
+CoreFuture stop_after(const ProcMesh& p, const std::vector<const CoreFuture*>& first,
+                      std::chrono::milliseconds wait, std::chrono::milliseconds grace) {
+  struct Chain {
+    std::mutex mu;  // guards started, remaining
+    bool started = false;
+    size_t remaining = 0;
+    actor::Promise<Replies> done;
+  };
+  auto chain = std::make_shared<Chain>();
+  CoreFuture out(chain->done.future());
+  auto go = [chain, p, grace] {
+    {
+      std::lock_guard lock(chain->mu);
+      if (chain->started) return;
+      chain->started = true;
+    }
+    p.stop(grace).on_ready([chain](const Result<void>& r) {
+      if (r) {
+        chain->done.set(Replies{});
+      } else {
+        chain->done.set(std::unexpected(r.error()));
+      }
+    });
+  };
+  chain->remaining = first.size();
+  if (first.empty()) {
+    go();
+    return out;
+  }
+  // The timer is never cancelled (its handler finds the chain started): it owns itself until
+  // it fires, so no thread but the io_context's touches it.
+  auto timer = std::make_shared<asio::steady_timer>(mesh::Runtime::get().proc().io(), wait);
+  timer->async_wait([timer, go](std::error_code ec) {
+    if (!ec) go();
+  });
+  for (const auto* f : first) {
+    f->future().on_ready([chain, go](const Result<Replies>&) {
+      bool last;
+      {
+        std::lock_guard lock(chain->mu);
+        last = --chain->remaining == 0;
+      }
+      if (last) go();
+    });
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_mesh(nb::module_& m) {
@@ -228,6 +514,39 @@ void bind_mesh(nb::module_& m) {
         shutdown();
       },
       "Kills every proc this process spawned and stops its runtime. Idempotent.");
+
+  m.def(
+      "send_port",
+      [](const std::string& port, nb::handle parts) {
+        auto bufs = buffers_from_python(parts);
+        nb::gil_scoped_release unlocked;
+        wire::Envelope env;
+        env.kind = static_cast<uint8_t>(actor::MessageKind::kPort);
+        env.dest = port;
+        env.parts = std::move(bufs);
+        mesh::Runtime::get().proc().send(std::move(env));
+      },
+      nb::arg("port"), nb::arg("parts"),
+      "Sends `parts` to the port `port` (a PortId text), one-way; in order per sender.");
+  m.def(
+      "send_reply",
+      [](const std::string& port, uint64_t rank, nb::handle parts) {
+        auto bufs = buffers_from_python(parts);
+        nb::gil_scoped_release unlocked;
+        mesh::Runtime::get().proc().send_reply(port, rank, std::move(bufs));
+      },
+      nb::arg("port"), nb::arg("rank"), nb::arg("parts"),
+      "Answers the call whose reply port is `port` as rank `rank` of its cast.");
+  m.def("this_proc_id", [] { return mesh::Runtime::get().proc().id().to_string(); },
+        "The ProcId (channel address) of this process's root proc.");
+
+  nb::class_<PortReceiver>(m, "PortReceiver")
+      .def(nb::init<bool>(), nb::arg("once"))
+      .def_prop_ro("port_id", &PortReceiver::port_id)
+      .def("recv", &PortReceiver::recv,
+           "A future of the next message, in arrival order: one reply, (True, parts) or "
+           "(False, error).")
+      .def("close", &PortReceiver::close);
 
   nb::class_<Notifier>(m, "Notifier")
       .def(nb::new_([] { return std::make_shared<Notifier>(); }))
@@ -282,7 +601,36 @@ void bind_mesh(nb::module_& m) {
           },
           nb::arg("grace_ms"))
       .def("pid", &ProcMesh::pid)
-      .def("exit_status", &ProcMesh::exit_status);
+      .def("exit_status", &ProcMesh::exit_status)
+      .def("state", &proc_mesh_state,
+           "(root labels, root sizes, [(proc id, pid)], region state), for pickling.")
+      .def_static("from_state", &proc_mesh_from_state, nb::arg("labels"), nb::arg("sizes"),
+                  nb::arg("procs"), nb::arg("region"),
+                  "A handle on procs that another process spawned (see state()).")
+      .def("split",
+           [](const ProcMesh& p, std::string_view label, std::vector<std::string> labels,
+              std::vector<int64_t> sizes) {
+             return ProcMesh(p.state(),
+                             unwrap(p.region().split(label, std::move(labels), std::move(sizes))));
+           })
+      .def("flatten",
+           [](const ProcMesh& p, std::string label) {
+             return ProcMesh(p.state(), unwrap(p.region().flatten(std::move(label))));
+           })
+      .def("rename",
+           [](const ProcMesh& p, std::string_view from, std::string to) {
+             return ProcMesh(p.state(), unwrap(p.region().rename(from, std::move(to))));
+           })
+      .def(
+          "stop_after",
+          [](const ProcMesh& p, std::vector<const CoreFuture*> first, int64_t wait_ms,
+             int64_t grace_ms) {
+            nb::gil_scoped_release unlocked;
+            return stop_after(p, first, std::chrono::milliseconds(wait_ms),
+                              std::chrono::milliseconds(grace_ms));
+          },
+          nb::arg("first"), nb::arg("wait_ms"), nb::arg("grace_ms"),
+          "Stops the procs once every future in `first` is ready or after wait_ms.");
 
   nb::class_<ActorMeshBase>(m, "ActorMesh")
       .def_prop_ro("region", &ActorMeshBase::region)
@@ -333,6 +681,37 @@ void bind_mesh(nb::module_& m) {
           },
           nb::arg("endpoint"), nb::arg("parts"))
       .def("least_loaded_rank", &ActorMeshBase::least_loaded_rank)
+      .def(
+          "cast_to_port",
+          [](const ActorMeshBase& a, const std::string& endpoint, nb::handle parts,
+             const std::string& reply_port, std::optional<size_t> only) {
+            auto bufs = buffers_from_python(parts);
+            nb::gil_scoped_release unlocked;
+            cast_to_port(a, endpoint, std::move(bufs), reply_port, only);
+          },
+          nb::arg("endpoint"), nb::arg("parts"), nb::arg("reply_port"),
+          nb::arg("only").none() = nb::none(),
+          "Sends to every actor of the region (or to rank `only`), answers going to "
+          "`reply_port` (empty: one-way).")
+      .def("state", &actor_mesh_state,
+           "(name, root labels, root sizes, [(proc id, pid)], [target], region state).")
+      .def_static("from_state", &actor_mesh_from_state, nb::arg("name"), nb::arg("labels"),
+                  nb::arg("sizes"), nb::arg("procs"), nb::arg("targets"), nb::arg("region"),
+                  "A handle on actors that another process spawned (see state()).")
+      .def("split",
+           [](const ActorMeshBase& a, std::string_view label, std::vector<std::string> labels,
+              std::vector<int64_t> sizes) {
+             return ActorMeshBase(
+                 a.state(), unwrap(a.region().split(label, std::move(labels), std::move(sizes))));
+           })
+      .def("flatten",
+           [](const ActorMeshBase& a, std::string label) {
+             return ActorMeshBase(a.state(), unwrap(a.region().flatten(std::move(label))));
+           })
+      .def("rename",
+           [](const ActorMeshBase& a, std::string_view from, std::string to) {
+             return ActorMeshBase(a.state(), unwrap(a.region().rename(from, std::move(to))));
+           })
       .def("stop", [](const ActorMeshBase& a) {
         nb::gil_scoped_release unlocked;
         return CoreFuture(a.stop());

@@ -6,13 +6,17 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
+
+#include <tuple>
 
 #include "common.h"
 #include "podium/ndslice/extent.h"
 #include "podium/ndslice/point.h"
 #include "podium/ndslice/range.h"
 #include "podium/ndslice/region.h"
+#include "podium/ndslice/slice.h"
 
 namespace podium::python {
 
@@ -20,6 +24,18 @@ using ndslice::Extent;
 using ndslice::Point;
 using ndslice::Range;
 using ndslice::Region;
+using ndslice::Slice;
+
+RegionState region_state(const Region& r) {
+  const Slice& s = r.slice();
+  return {r.labels(), s.offset(), s.sizes(), s.strides()};
+}
+
+Region region_from_state(const RegionState& st) {
+  const auto& [labels, offset, sizes, strides] = st;
+  auto slice = unwrap(Slice::make(offset, sizes, strides));
+  return unwrap(Region::make(labels, std::move(slice)));
+}
 
 void bind_ndslice(nb::module_& m) {
   nb::class_<Extent>(m, "Extent")
@@ -82,6 +98,12 @@ void bind_ndslice(nb::module_& m) {
       .def("base_rank", [](const Region& r, size_t rank) { return unwrap(r.base_rank(rank)); })
       .def("rank_of_base",
            [](const Region& r, size_t base) { return unwrap(r.rank_of_base(base)); })
+      .def_prop_ro("offset", [](const Region& r) { return r.slice().offset(); })
+      .def_prop_ro("strides", [](const Region& r) { return r.slice().strides(); })
+      .def("__eq__", [](const Region& a, const Region& b) { return a == b; })
+      .def("__getstate__", &region_state)
+      .def("__setstate__",
+           [](Region& self, const RegionState& st) { new (&self) Region(region_from_state(st)); })
       .def("__str__", &Region::to_string);
 }
 

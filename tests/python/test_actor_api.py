@@ -269,8 +269,13 @@ def test_endpoint_arguments_are_checked_before_sending(spawn):
         mesh.incr.call(1, 2)
     with pytest.raises(TypeError):
         mesh.incr.choose(nope=1)
+    # A plain method is reachable (for as_endpoint) but calling it is a clear error.
     with pytest.raises(AttributeError, match="not an endpoint"):
-        mesh.helper
+        mesh.helper.call()
+    with pytest.raises(RuntimeError, match="not an endpoint"):
+        mesh.helper()
+    with pytest.raises(AttributeError, match="no endpoint 'nope'"):
+        mesh.nope
     assert mesh.value.call().get(timeout=T).values() == [0, 0]
 
 

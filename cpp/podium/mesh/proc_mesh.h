@@ -48,6 +48,8 @@ class ActorMeshBase {
   const ndslice::Extent& extent() const { return region_.extent(); }
   size_t size() const { return region_.num_ranks(); }
   const std::string& name() const { return st_->name; }
+  // The state shared by every slice of this mesh (bindings rebuild handles from it).
+  const std::shared_ptr<mesh::ActorMeshState>& state() const { return st_; }
 
   [[nodiscard]] Result<ActorMeshBase> slice(std::string_view label, int64_t index) const;
   [[nodiscard]] Result<ActorMeshBase> slice(std::string_view label, ndslice::Range range) const;
@@ -86,6 +88,8 @@ class ProcMesh {
   const ndslice::Region& region() const { return region_; }
   const ndslice::Extent& extent() const { return region_.extent(); }
   size_t size() const { return region_.num_ranks(); }
+  // The state shared by every slice of this mesh (bindings rebuild handles from it).
+  const std::shared_ptr<mesh::ProcMeshState>& state() const { return st_; }
 
   [[nodiscard]] Result<ProcMesh> slice(std::string_view label, int64_t index) const;
   [[nodiscard]] Result<ProcMesh> slice(std::string_view label, ndslice::Range range) const;

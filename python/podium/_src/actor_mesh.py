@@ -1,24 +1,37 @@
-"""ActorMesh and its endpoints' adverbs: call, call_one, choose, stream, broadcast.
+"""ActorMesh and its endpoints' adverbs: call, call_one, choose, stream, broadcast; send(),
+as_endpoint(), Accumulator.
 
-A call message carries, after the C++ CallHeader: a meta part (empty, or for calls sent to one
-rank on behalf of a wider mesh — choose, stream — the pickled (rank, labels, sizes) the actor
-should see as current_rank()), then the pickled (args, kwargs) and their out-of-band buffers.
-A reply carries the pickled (True, value) or (False, exception, message, remote traceback).
+A call message carries, after the C++ CallHeader: a meta part, then the pickled (args, kwargs)
+and their out-of-band buffers. The meta part is empty, or a pickled dict with ``rank`` (for
+calls sent to one rank on behalf of a wider mesh — choose, stream, send(selection="choose") —
+the (rank, labels, sizes) the actor should see as current_rank()) and/or ``raw`` (the method
+is not decorated: as_endpoint(); the value says whether it takes an explicit response port).
+
+A reply carries the pickled ``(True, value)``, ``(False, exception)`` (Port.exception: the
+caller raises that exception) or ``(False, exception, message, remote traceback)`` (the
+endpoint raised: the caller raises ActorError).
 """
 
 from __future__ import annotations
 
 import pickle
-from typing import Any, Generic, Iterator, List, TypeVar
+from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar
 
+from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
 from podium._src import errors, pickling
-from podium._src.endpoint import check_call, endpoints_of, EndpointProperty
+from podium._src.endpoint import (
+    check_call,
+    endpoints_of,
+    EndpointProperty,
+    NotAnEndpoint,
+)
 from podium._src.future import Future
 from podium._src.shape import MeshShape, select, ValueMesh
 
 R = TypeVar("R")
 T = TypeVar("T")
+A = TypeVar("A")
 
 _NO_META = b""
 
@@ -31,6 +44,8 @@ def _decode_reply(ok: bool, payload: Any, where: str, endpoint: str) -> Any:
     reply = pickling.loads(payload)
     if reply[0]:
         return reply[1]
+    if len(reply) == 2:  # Port.exception(e) of an explicit response port
+        raise reply[1]
     _, exc, message, tb = reply
     raise errors.ActorError(exc, f"{message} ({where})", tb)
 
@@ -48,9 +63,17 @@ def _decode_none(core: Any) -> None:
             raise errors.from_core(*payload)
 
 
+def _rebuild_actor_mesh(cls: type, state: tuple) -> "ActorMesh[Any]":
+    from podium._src.proc_mesh import ensure_runtime
+
+    ensure_runtime()
+    return ActorMesh(cls, _mesh.ActorMesh.from_state(*state), None)
+
+
 class ActorMesh(MeshShape, Generic[T]):
     """Actors of one class, one per proc of the mesh they were spawned on. Endpoints are
-    attributes: ``mesh.method.call(...)``."""
+    attributes: ``mesh.method.call(...)``. Picklable: pass it to an actor, or return it from an
+    endpoint, and call it from there."""
 
     def __init__(self, cls: type, core: Any, proc_mesh: Any) -> None:
         self._class = cls
@@ -70,16 +93,13 @@ class ActorMesh(MeshShape, Generic[T]):
         """Resolves when every actor's __init__ has run; raises if one failed."""
         return Future(self._core.initialized(), _decode_none)
 
-    def __getattr__(self, name: str) -> "Endpoint[Any]":
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
         ep = endpoints_of(self._class).get(name)
         if ep is None:
-            if hasattr(self._class, name):
-                raise AttributeError(
-                    f"{self._class.__qualname__}.{name} is not an endpoint: decorate it with "
-                    f"@endpoint to call it on an actor mesh"
-                )
+            if callable(getattr(self._class, name, None)):
+                return NotAnEndpoint(self, name)
             raise AttributeError(f"{self._class.__qualname__} has no endpoint '{name}'")
         return Endpoint(self, name, ep)
 
@@ -87,10 +107,17 @@ class ActorMesh(MeshShape, Generic[T]):
         """``slice(gpus=1)`` removes the dimension, ``slice(gpus=slice(0, 2))`` keeps it."""
         return ActorMesh(self._class, select(self._core, kwargs), self._proc_mesh)
 
+    def _reshaped(self, op: Callable[[Any], Any]) -> "ActorMesh[T]":
+        return ActorMesh(self._class, op(self._core), self._proc_mesh)
+
     def stop(self) -> "Future[None]":
-        """Stops the actors of this mesh after the messages queued before the stop (running
-        ``__cleanup__``); later calls raise SupervisionError."""
+        """Stops the actors of this mesh after the messages queued before the stop: each stops
+        the meshes it spawned, then runs ``__cleanup__``; later calls raise
+        SupervisionError."""
         return Future(self._core.stop(), _decode_none)
+
+    def __reduce__(self):
+        return (_rebuild_actor_mesh, (self._class, tuple(self._core.state())))
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self.name} of {self._class.__qualname__} {self.extent}>"
@@ -99,39 +126,59 @@ class ActorMesh(MeshShape, Generic[T]):
 class Endpoint(Generic[R]):
     """One endpoint of an ActorMesh, with its adverbs."""
 
-    def __init__(self, mesh: ActorMesh[Any], name: str, prop: EndpointProperty) -> None:
+    def __init__(
+        self, mesh: ActorMesh[Any], name: str, prop: EndpointProperty, raw: bool = False
+    ) -> None:
         self._mesh = mesh
         self._name = name
         self._prop = prop
+        self._raw = raw  # not decorated: made an endpoint by as_endpoint()
 
     @property
     def _what(self) -> str:
         return f"{self._mesh._class.__qualname__}.{self._name}()"
 
     def _parts(self, args: tuple, kwargs: dict) -> List[Any]:
-        check_call(self._what, self._prop.signature, args, kwargs)
+        check_call(self._what, self._prop.signature, args, kwargs,
+                   port=self._prop._explicit_response_port)
         return pickling.dumps_call(self._what, args, kwargs)
 
     def _where(self, rank: int) -> str:
         point = self._mesh._core.region.extent.point_of_rank(rank)
         return f"{self._mesh.name} rank {rank} {point}"
 
-    def call(self, *args: Any, **kwargs: Any) -> "Future[ValueMesh[R]]":
-        """Every actor of the mesh runs the endpoint; the future resolves to a ValueMesh of the
-        results, or raises ActorError if any raised."""
+    def _meta(self, rank: Optional[int] = None) -> bytes:
+        if rank is None and not self._raw:
+            return _NO_META
+        meta: Dict[str, Any] = {}
+        if rank is not None:
+            e = self._mesh._core.region.extent
+            meta["rank"] = (rank, list(e.labels), list(e.sizes))
+        if self._raw:
+            meta["raw"] = self._prop._explicit_response_port
+        return pickle.dumps(meta)
+
+    def _call(self, args: tuple, kwargs: dict, then: Optional[Callable[[Any], Any]] = None
+              ) -> "Future[Any]":
         parts = self._parts(args, kwargs)
         core = self._mesh._core
         region_extent = core.region.extent
         name = self._name
 
-        def decode(fut: Any) -> ValueMesh[R]:
+        def decode(fut: Any) -> Any:
             values = []
             for rank, (ok, payload) in enumerate(fut.replies()):
                 values.append(_decode_reply(ok, payload, self._where(rank), name))
-            return ValueMesh._from_values(list(region_extent.labels), list(region_extent.sizes),
-                                          values)
+            vm = ValueMesh._from_values(list(region_extent.labels), list(region_extent.sizes),
+                                        values)
+            return vm if then is None else then(vm)
 
-        return Future(core.call(name, [_NO_META, *parts]), decode)
+        return Future(core.call(name, [self._meta(), *parts]), decode)
+
+    def call(self, *args: Any, **kwargs: Any) -> "Future[ValueMesh[R]]":
+        """Every actor of the mesh runs the endpoint; the future resolves to a ValueMesh of the
+        results, or raises ActorError if any raised."""
+        return self._call(args, kwargs)
 
     def call_one(self, *args: Any, **kwargs: Any) -> "Future[R]":
         """Calls the one actor of this mesh; ValueError at once if it holds several."""
@@ -142,7 +189,7 @@ class Endpoint(Generic[R]):
                 f"{self._mesh.extent}: slice it first, or use call() or choose()"
             )
         parts = self._parts(args, kwargs)
-        return self._single(self._mesh._core.call(self._name, [_NO_META, *parts]), 0)
+        return self._single(self._mesh._core.call(self._name, [self._meta(), *parts]), 0)
 
     def choose(self, *args: Any, **kwargs: Any) -> "Future[R]":
         """One actor of the mesh runs the endpoint: the one with the fewest calls
@@ -169,11 +216,24 @@ class Endpoint(Generic[R]):
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget to every actor of the mesh. An exception there fails the actor."""
         parts = self._parts(args, kwargs)
-        self._mesh._core.broadcast(self._name, [_NO_META, *parts])
+        self._mesh._core.broadcast(self._name, [self._meta(), *parts])
 
-    def _meta(self, rank: int) -> bytes:
-        e = self._mesh._core.region.extent
-        return pickle.dumps((rank, list(e.labels), list(e.sizes)))
+    def _send(self, args: tuple, kwargs: dict, port: Any = None, selection: str = "all") -> None:
+        """See send()."""
+        from podium._src.ports import _DROP, Port
+
+        if port is not None and not isinstance(port, Port):
+            raise TypeError(f"send(port=...) takes a Port, not {type(port).__name__}")
+        if selection not in ("all", "choose"):
+            raise ValueError(f"send(selection=...) is 'all' or 'choose', not {selection!r}")
+        parts = self._parts(args, kwargs)
+        core = self._mesh._core
+        reply = "" if port is None or port._kind == _DROP else port._port_id
+        if selection == "all":
+            core.cast_to_port(self._name, [self._meta(), *parts], reply, None)
+        else:
+            rank = core.least_loaded_rank()
+            core.cast_to_port(self._name, [self._meta(rank), *parts], reply, rank)
 
     def _single(self, core_future: Any, rank: int) -> "Future[R]":
         where = self._where(rank)
@@ -187,3 +247,63 @@ class Endpoint(Generic[R]):
 
     def __repr__(self) -> str:
         return f"<Endpoint {self._what} on {self._mesh.name}>"
+
+
+def send(
+    endpoint: Endpoint[R],
+    args: Tuple[Any, ...],
+    kwargs: Dict[str, Any],
+    port: Any = None,
+    selection: str = "all",
+) -> None:
+    """Fire and forget: sends ``endpoint(*args, **kwargs)`` to every actor of its mesh
+    (``selection="all"``) or to one (``"choose"``, the least loaded). With ``port``, each
+    actor's result (or exception) is sent to that Port, where its PortReceiver gets it;
+    without, the results are dropped and an exception fails the actor."""
+    if not isinstance(endpoint, Endpoint):
+        raise TypeError(f"send() takes an endpoint of an actor mesh, not {endpoint!r}")
+    endpoint._send(tuple(args), dict(kwargs or {}), port, selection)
+
+
+def as_endpoint(
+    not_an_endpoint: Any, *, propagate: Any = None, explicit_response_port: bool = False
+) -> Endpoint[Any]:
+    """Calls a method that is not decorated with @endpoint as if it were one:
+    ``as_endpoint(mesh.helper).call(...)``."""
+    if not isinstance(not_an_endpoint, NotAnEndpoint):
+        raise ValueError(
+            "as_endpoint() expects a method of a spawned actor mesh that is not an endpoint "
+            f"(mesh.method), not {not_an_endpoint!r}"
+        )
+    mesh = not_an_endpoint._ref
+    method = getattr(mesh._class, not_an_endpoint._name)
+    prop = EndpointProperty(method, explicit_response_port=explicit_response_port,
+                            propagate=propagate)
+    return Endpoint(mesh, not_an_endpoint._name, prop, raw=True)
+
+
+class Accumulator(Generic[R, A]):
+    """Folds the results of calling an endpoint on every actor of its mesh:
+    ``Accumulator(mesh.value, 0, operator.add).accumulate()`` is a Future of the sum."""
+
+    def __init__(self, endpoint: Endpoint[R], identity: A,
+                 combine: Callable[[A, R], A]) -> None:
+        if not isinstance(endpoint, Endpoint):
+            raise TypeError(f"Accumulator takes an endpoint of an actor mesh, not {endpoint!r}")
+        self._endpoint = endpoint
+        self._identity = identity
+        self._combine = combine
+
+    def accumulate(self, *args: Any, **kwargs: Any) -> "Future[A]":
+        """Calls the endpoint on every actor with these arguments; the Future resolves to
+        ``combine(...combine(combine(identity, r0), r1)..., rN)`` over the replies in rank
+        order, or raises ActorError if any actor raised."""
+        identity, combine = self._identity, self._combine
+
+        def fold(vm: ValueMesh[R]) -> A:
+            acc = identity
+            for v in vm.values():
+                acc = combine(acc, v)
+            return acc
+
+        return self._endpoint._call(args, kwargs, fold)

@@ -1,27 +1,61 @@
 """context(), current_rank(), current_size(), current_actor_name().
 
-An actor's thread (see server.py) sets the context of the message it is handling; everywhere
-else (the controller's own code) the context is the client's: no dimensions, rank 0."""
+An actor's thread (see server.py) sets the context of the message it is handling, in a
+contextvars.ContextVar so that concurrent endpoints of one actor (asyncio tasks on the same
+thread) each see their own message; everywhere else (the controller's own code) the context is
+the client's: no dimensions, rank 0."""
 
 from __future__ import annotations
 
-import threading
-from typing import Dict, Optional
+import contextvars
+from typing import Any, Dict, List, Optional
 
 from podium._src.shape import Extent, Point
 
 
 class ActorInstance:
-    """Who is running: ``actor_id`` (text), ``name`` (the mesh name given to spawn),
-    ``rank`` (the actor's point in the proc mesh it was spawned on), ``class_name``."""
+    """Who is running.
 
-    __slots__ = ("actor_id", "name", "rank", "class_name")
+    ``actor_id`` (text), ``name`` (the mesh name given to spawn), ``rank`` (the actor's point
+    in the proc mesh it was spawned on), ``class_name``, ``proc_mesh`` (the ProcMesh it was
+    spawned on; this_proc() for the client), ``proc`` (its own proc, as a ProcMesh of no
+    dimensions)."""
 
-    def __init__(self, actor_id: str, name: str, rank: Point, class_name: Optional[str]) -> None:
+    __slots__ = ("actor_id", "name", "rank", "class_name", "_proc_mesh", "_children")
+
+    def __init__(
+        self,
+        actor_id: str,
+        name: str,
+        rank: Point,
+        class_name: Optional[str],
+        proc_mesh: Any = None,
+    ) -> None:
         self.actor_id = actor_id
         self.name = name
         self.rank = rank
         self.class_name = class_name
+        self._proc_mesh = proc_mesh
+        # Actor meshes this actor spawned: stopped before its own __cleanup__ runs.
+        self._children: List[Any] = []
+
+    @property
+    def proc_mesh(self) -> Any:
+        if self._proc_mesh is None:
+            from podium._src.proc_mesh import this_proc
+
+            self._proc_mesh = this_proc()
+        return self._proc_mesh
+
+    @property
+    def proc(self) -> Any:
+        mesh = self.proc_mesh
+        if len(mesh.extent) == 0:
+            return mesh
+        return mesh.slice(**dict(self.rank))
+
+    def _add_child(self, mesh: Any) -> None:
+        self._children.append(mesh)
 
     def __repr__(self) -> str:
         rank = str(self.rank) if len(self.rank) else ""
@@ -39,7 +73,9 @@ class Context:
         self.message_rank = message_rank
 
 
-_tls = threading.local()
+_current: "contextvars.ContextVar[Optional[Context]]" = contextvars.ContextVar(
+    "podium.context", default=None
+)
 _client: Optional[Context] = None
 
 
@@ -51,12 +87,21 @@ def _client_context() -> Context:
     return _client
 
 
-def set_context(ctx: Optional[Context]) -> None:
-    _tls.ctx = ctx
+def set_context(ctx: Optional[Context]) -> "contextvars.Token[Optional[Context]]":
+    return _current.set(ctx)
+
+
+def reset_context(token: "contextvars.Token[Optional[Context]]") -> None:
+    _current.reset(token)
+
+
+def actor_context() -> Optional[Context]:
+    """The context of the actor running on this thread / task, or None outside actors."""
+    return _current.get()
 
 
 def context() -> Context:
-    return getattr(_tls, "ctx", None) or _client_context()
+    return _current.get() or _client_context()
 
 
 def current_rank() -> Point:

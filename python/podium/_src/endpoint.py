@@ -1,4 +1,5 @@
-"""Actor, @endpoint, and the checks made on an actor class before it is spawned."""
+"""Actor, @endpoint, @concurrent_endpoint, and the checks made on an actor class before it is
+spawned."""
 
 from __future__ import annotations
 
@@ -11,19 +12,40 @@ from typing import Any, Callable, Dict, Optional
 
 class Actor:
     """Base class of podium actors. Endpoints are methods decorated with @endpoint; they are
-    either all ``def`` or all ``async def`` within one class."""
+    either all ``def`` or all ``async def`` within one class.
+
+    Optional hooks: ``__cleanup__(self, exc)`` runs when the actor stops (``exc`` is None for
+    a requested stop)."""
 
 
 class EndpointProperty:
     """What @endpoint puts on the class. On an actor instance (inside the actor) it is the
-    plain bound method; on an ActorMesh it becomes an Endpoint with the adverbs."""
+    plain bound method; on an ActorMesh it becomes an Endpoint with the adverbs.
 
-    def __init__(self, method: Callable[..., Any]) -> None:
+    ``explicit_response_port``: the method takes a Port as its first argument after self and
+    answers through it (its return value is ignored). ``concurrent``: an async method whose
+    calls may overlap with the actor's other calls."""
+
+    def __init__(
+        self,
+        method: Callable[..., Any],
+        *,
+        explicit_response_port: bool = False,
+        concurrent: bool = False,
+        propagate: Any = None,
+        instrument: bool = True,
+    ) -> None:
+        if isinstance(method, EndpointProperty):
+            raise ValueError("@endpoint is applied twice to the same method")
         if not callable(method):
             raise TypeError(f"@endpoint decorates a method, not {type(method).__name__}")
         self._method = method
         self._name = getattr(method, "__name__", "endpoint")
         self._is_async = inspect.iscoroutinefunction(method)
+        self._explicit_response_port = bool(explicit_response_port)
+        self._concurrent = bool(concurrent)
+        self._propagator = propagate
+        self._instrument = instrument
         self._signature: Optional[inspect.Signature] = None
         functools.update_wrapper(self, method)
 
@@ -42,11 +64,95 @@ class EndpointProperty:
         return types.MethodType(self._method, instance)
 
 
-def endpoint(method: Optional[Callable[..., Any]] = None) -> Any:
-    """Marks an actor method as an endpoint: ``@endpoint`` or ``@endpoint()``."""
+def endpoint(
+    method: Optional[Callable[..., Any]] = None,
+    *,
+    propagate: Any = None,
+    explicit_response_port: bool = False,
+    instrument: bool = True,
+) -> Any:
+    """Marks an actor method as an endpoint: ``@endpoint``, ``@endpoint()`` or
+    ``@endpoint(explicit_response_port=True)`` (the method then takes a Port as its first
+    argument after self, and the caller's future resolves with what is sent to it)."""
     if method is None:
-        return EndpointProperty
-    return EndpointProperty(method)
+        return functools.partial(
+            endpoint,
+            propagate=propagate,
+            explicit_response_port=explicit_response_port,
+            instrument=instrument,
+        )
+    return EndpointProperty(
+        method,
+        explicit_response_port=explicit_response_port,
+        propagate=propagate,
+        instrument=instrument,
+    )
+
+
+def concurrent_endpoint(
+    method: Optional[Callable[..., Any]] = None,
+    *,
+    propagate: Any = None,
+    explicit_response_port: bool = False,
+    instrument: bool = True,
+) -> Any:
+    """Marks an ``async def`` actor method as an endpoint whose calls may run while the
+    actor's other calls are in progress (they overlap at every ``await``). Calls of plain
+    endpoints of the same actor still run one at a time, in arrival order."""
+    if method is None:
+        return functools.partial(
+            concurrent_endpoint,
+            propagate=propagate,
+            explicit_response_port=explicit_response_port,
+            instrument=instrument,
+        )
+    if isinstance(method, EndpointProperty):
+        raise ValueError(
+            "@concurrent_endpoint does not wrap @endpoint: use @concurrent_endpoint alone"
+        )
+    if not inspect.iscoroutinefunction(method):
+        raise ValueError(
+            f"@concurrent_endpoint can only wrap async endpoints; "
+            f"{getattr(method, '__qualname__', method)!s} is not `async def`"
+        )
+    return EndpointProperty(
+        method,
+        explicit_response_port=explicit_response_port,
+        concurrent=True,
+        propagate=propagate,
+        instrument=instrument,
+    )
+
+
+class NotAnEndpointError(AttributeError, RuntimeError):
+    """A method of an actor that is not an endpoint was called on an ActorMesh."""
+
+
+class NotAnEndpoint:
+    """What an ActorMesh gives for a method of its class that is not an endpoint: calling it
+    (or one of its adverbs) raises; ``as_endpoint(mesh.method)`` turns it into an Endpoint."""
+
+    def __init__(self, mesh: Any, name: str) -> None:
+        self._ref = mesh
+        self._name = name
+
+    def _error(self) -> NotAnEndpointError:
+        cls = self._ref._class.__qualname__
+        return NotAnEndpointError(
+            f"{cls}.{self._name} is not an endpoint: decorate it with @endpoint to call it on "
+            f"an actor mesh, or wrap it: as_endpoint(mesh.{self._name}).call(...)"
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._error()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("call", "call_one", "choose", "stream", "broadcast", "rref"):
+            raise self._error()
+        raise AttributeError(name)
+
+    def __repr__(self) -> str:
+        return f"<not an endpoint: {self._ref._class.__qualname__}.{self._name}>"
 
 
 _endpoints: "weakref.WeakKeyDictionary[type, Dict[str, EndpointProperty]]" = (
@@ -75,7 +181,8 @@ def _collect_endpoints(cls: type) -> Dict[str, EndpointProperty]:
 
 def check_actor_class(cls: Any) -> bool:
     """Raises TypeError for a non-Actor, ValueError for a class that mixes sync and async
-    endpoints; returns True when the endpoints are async."""
+    endpoints (or an async class with a sync ``__cleanup__``, and the reverse); returns True
+    when the endpoints are async."""
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
         raise TypeError(f"spawn needs a subclass of podium.actor.Actor, not {cls!r}")
     eps = endpoints_of(cls)
@@ -86,12 +193,33 @@ def check_actor_class(cls: Any) -> bool:
             f"{cls.__qualname__} mixes sync endpoints ({', '.join(sync)}) and async endpoints "
             f"({', '.join(asyn)}); an actor's endpoints must be all `def` or all `async def`"
         )
+    cleanup = getattr(cls, "__cleanup__", None)
+    if cleanup is not None:
+        async_cleanup = inspect.iscoroutinefunction(cleanup)
+        if sync and async_cleanup:
+            raise ValueError(
+                f"{cls.__qualname__} has sync endpoints but an async __cleanup__; make "
+                f"__cleanup__ a plain `def` too"
+            )
+        if asyn and not async_cleanup:
+            raise ValueError(
+                f"{cls.__qualname__} has async endpoints but a sync __cleanup__; make "
+                f"__cleanup__ `async def` too"
+            )
+        if not sync and not asyn and async_cleanup:
+            return True
     return bool(asyn)
 
 
-def check_call(what: str, signature: inspect.Signature, args: tuple, kwargs: dict) -> None:
-    """TypeError, naming ``what``, when (self, *args, **kwargs) does not fit ``signature``."""
+def check_call(
+    what: str, signature: inspect.Signature, args: tuple, kwargs: dict, port: bool = False
+) -> None:
+    """TypeError, naming ``what``, when (self, [port,] *args, **kwargs) does not fit
+    ``signature``."""
     try:
-        signature.bind(None, *args, **kwargs)
+        if port:
+            signature.bind(None, None, *args, **kwargs)
+        else:
+            signature.bind(None, *args, **kwargs)
     except TypeError as e:
         raise TypeError(f"{what}: {e}") from None

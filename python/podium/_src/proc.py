@@ -8,20 +8,16 @@ import sys
 
 
 def main() -> int:
-    # Output reaches the controller's terminal line by line, not at exit, and each line in
-    # one write(2) so that lines of different procs do not interleave (write_through would
-    # write a print's text and its newline separately).
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.reconfigure(line_buffering=True, write_through=False)
-        except (AttributeError, ValueError):
-            pass
     from podium._core import mesh as _mesh
-    from podium._src import server
+    from podium._src import output, server
 
     if not _mesh.is_proc():
         print("podium._src.proc is started by podium's runtime, not by hand", file=sys.stderr)
         return 2
+    # Output reaches the controller's terminal line by line, each line in one write(2) and,
+    # when an actor wrote it, prefixed with the actor's name and rank (see output.py).
+    output.install()
+    server.mark_proc()
     server.start()
     rc = 0
     try:

@@ -1,22 +1,34 @@
-"""HostMesh, ProcMesh, this_host(), this_proc(), and starting the runtime of this process.
+"""HostMesh, ProcMesh, this_host(), this_proc(), get_or_spawn_controller(), and starting the
+runtime of this process.
 
 The first call that needs the runtime starts the controller runtime in C++
 (podium._core.mesh.init_controller), which spawns procs as ``python -m podium._src.proc``.
+
+Spawn message layout (read by server.py): part 0 is the pickled spawn meta dict —
+``sys_path``, ``labels``/``sizes``/``base_ranks`` (the region spawned on), ``proc_mesh`` (the
+ProcMesh, for context().actor_instance.proc_mesh), ``registry`` (the controller's
+get_or_spawn_controller registry, an ActorMesh, or None) and ``bootstrap`` (None, "run": this
+actor runs the procs' bootstrap function, or "wait": wait for it before __init__) — then the
+cloudpickled ``(Class, args, kwargs)``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import inspect
 import pickle
 import sys
 import threading
-from typing import Any, Dict, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
 from podium._src import pickling, server
 from podium._src.actor_mesh import ActorMesh, _decode_none
-from podium._src.endpoint import check_actor_class, check_call
+from podium._src.context import actor_context
+from podium._src.endpoint import Actor, check_actor_class, check_call, endpoint
+from podium._src.errors import SupervisionError
 from podium._src.future import Future
 from podium._src.shape import MeshShape, select
 
@@ -24,6 +36,11 @@ T = TypeVar("T")
 
 PROC_ARGV = [sys.executable, "-m", "podium._src.proc"]
 STOP_GRACE_MS = 5000
+# ProcMesh.stop(): how long the actors' stops (drain + __cleanup__) may take before the procs
+# are asked to exit anyway.
+STOP_ACTORS_MS = 10000
+BOOTSTRAP_NAME = "podium-bootstrap"
+REGISTRY_NAME = "podium-controllers"
 
 _lock = threading.Lock()
 _running = False
@@ -48,85 +65,7 @@ def _at_exit() -> None:
     _mesh.shutdown()
 
 
-class HostMesh(MeshShape):
-    """This host, as a mesh with no dimensions."""
-
-    def __init__(self) -> None:
-        self._r = _nd.Region(_nd.Extent([], []))
-
-    @property
-    def _region(self) -> "_nd.Region":
-        return self._r
-
-    def spawn_procs(self, per_host: Optional[Dict[str, int]] = None) -> "ProcMesh":
-        """Starts one process per point of ``per_host`` (e.g. ``{"gpus": 8}``) on this host and
-        returns their ProcMesh at once; ``.initialized`` resolves when all are up."""
-        ensure_runtime()
-        per_host = dict(per_host or {})
-        for label, size in per_host.items():
-            if not isinstance(label, str) or not isinstance(size, int) or isinstance(size, bool):
-                raise TypeError(f"per_host maps dimension names to sizes, got {label!r}: {size!r}")
-        return ProcMesh(_mesh.ProcMesh.spawn_procs(list(per_host.items())))
-
-    def __repr__(self) -> str:
-        return "<HostMesh this_host()>"
-
-
-class ProcMesh(MeshShape):
-    """OS processes, shaped as a mesh; ``spawn`` starts one actor in each."""
-
-    def __init__(self, core: Any) -> None:
-        self._core = core
-
-    @property
-    def _region(self) -> "_nd.Region":
-        return self._core.region
-
-    @property
-    def initialized(self) -> "Future[None]":
-        """Resolves when every proc is up; raises SupervisionError if one exited first."""
-        return Future(self._core.initialized(), _decode_none)
-
-    def spawn(self, name: str, Class: Type[T], *args: Any, **kwargs: Any) -> ActorMesh[T]:
-        """Creates one ``Class(*args, **kwargs)`` per proc, named ``name``; returns the
-        ActorMesh at once (``.initialized`` resolves after every ``__init__``)."""
-        if not isinstance(name, str):
-            raise TypeError(f"spawn(name, Class, ...): name must be a str, not {name!r}")
-        check_actor_class(Class)
-        check_call(f"{Class.__qualname__}()", _init_signature(Class), args, kwargs)
-        region = self._core.region
-        meta = pickle.dumps(
-            (list(sys.path), list(region.extent.labels), list(region.extent.sizes),
-             list(region.base_ranks()))
-        )
-        try:
-            parts = pickling.dumps((Class, args, kwargs))
-        except Exception as e:
-            pickling.dumps_call(f"{Class.__qualname__}()", args, kwargs)  # names the argument
-            raise TypeError(f"cannot pickle actor class {Class.__qualname__}: {e}") from e
-        return ActorMesh(Class, self._core.spawn("python", name, [meta, *parts]), self)
-
-    def slice(self, **kwargs: Any) -> "ProcMesh":
-        return ProcMesh(select(self._core, kwargs))
-
-    def stop(self) -> "Future[None]":
-        """Asks every proc of the mesh to exit (killing those still there after a grace
-        period); resolves when all are gone."""
-        return Future(self._core.stop(STOP_GRACE_MS), _decode_none)
-
-    async def __aenter__(self) -> "ProcMesh":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.stop()
-
-    def __repr__(self) -> str:
-        return f"<ProcMesh {self.extent}>"
-
-
 def _init_signature(cls: type) -> Any:
-    import inspect
-
     try:
         return inspect.signature(cls.__init__)
     except (TypeError, ValueError):
@@ -135,7 +74,210 @@ def _init_signature(cls: type) -> Any:
                                   inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
 
 
+def _check_spawn(Class: Any, args: tuple, kwargs: dict) -> None:
+    check_actor_class(Class)
+    check_call(f"{Class.__qualname__}()", _init_signature(Class), args, kwargs)
+
+
+# --- HostMesh -------------------------------------------------------------------------------
+
+
+class HostMesh(MeshShape):
+    """This host, as a mesh (no dimensions for this_host(); reshaping gives it dimensions of
+    size 1, which spawn_procs keeps in front of ``per_host``)."""
+
+    def __init__(self, region: Optional["_nd.Region"] = None) -> None:
+        self._r = region if region is not None else _nd.Region(_nd.Extent([], []))
+
+    @property
+    def _region(self) -> "_nd.Region":
+        return self._r
+
+    def _reshaped(self, op: Callable[[Any], Any]) -> "HostMesh":
+        return HostMesh(op(self._r))
+
+    def slice(self, **kwargs: Any) -> "HostMesh":
+        return HostMesh(select(_RegionView(self._r), kwargs).region)
+
+    def spawn_procs(
+        self,
+        per_host: Optional[Dict[str, int]] = None,
+        bootstrap: Optional[Callable[[], Any]] = None,
+        name: Optional[str] = None,
+    ) -> "ProcMesh":
+        """Starts one process per point of ``per_host`` (e.g. ``{"gpus": 8}``) on this host
+        and returns their ProcMesh at once; ``.initialized`` resolves when all are up (and have
+        run ``bootstrap``, when given: a function, sync or async, that runs in every proc
+        before any actor, e.g. to set environment variables)."""
+        ensure_runtime()
+        per_host = dict(per_host or {})
+        for label, size in per_host.items():
+            if not isinstance(label, str) or not isinstance(size, int) or isinstance(size, bool):
+                raise TypeError(f"per_host maps dimension names to sizes, got {label!r}: {size!r}")
+        if bootstrap is not None and not callable(bootstrap):
+            raise TypeError(f"bootstrap must be a function, not {type(bootstrap).__name__}")
+        host = self._r.extent
+        dims = list(zip(host.labels, host.sizes)) + list(per_host.items())
+        pm = ProcMesh(_mesh.ProcMesh.spawn_procs(dims), _ProcShared(True))
+        if bootstrap is not None:
+            pm._shared.bootstrap = True
+            pm._shared.bootstrap_mesh = pm._spawn(BOOTSTRAP_NAME, _Bootstrap, (bootstrap,), {},
+                                                  "run")
+        return pm
+
+    def __reduce__(self):
+        return (HostMesh, (self._r,))
+
+    def __repr__(self) -> str:
+        return f"<HostMesh {self.extent}>"
+
+
+class _RegionView:
+    __slots__ = ("region",)
+
+    def __init__(self, region: "_nd.Region") -> None:
+        self.region = region
+
+    def slice(self, label: str, sel: Any) -> "_RegionView":
+        return _RegionView(self.region.select(label, sel))
+
+
+# --- ProcMesh -------------------------------------------------------------------------------
+
+
+class _ProcShared:
+    """What the slices of one ProcMesh share in this process."""
+
+    def __init__(self, owned: bool, bootstrap: bool = False) -> None:
+        self.owned = owned  # this process spawned the procs: it alone can stop them
+        self.bootstrap = bootstrap  # actors wait for the procs' bootstrap before __init__
+        self.bootstrap_mesh: Optional[ActorMesh[Any]] = None
+        self.lock = threading.Lock()  # guards actor_meshes, stopped
+        self.actor_meshes: List[Any] = []  # C++ ActorMesh handles spawned from here
+        self.stopped = False
+
+
+class ProcMesh(MeshShape):
+    """OS processes, shaped as a mesh; ``spawn`` starts one actor in each. Picklable: an actor
+    that receives one can spawn on it (only the process that spawned the procs stops them)."""
+
+    def __init__(self, core: Any, shared: _ProcShared) -> None:
+        self._core = core
+        self._shared = shared
+
+    @property
+    def _region(self) -> "_nd.Region":
+        return self._core.region
+
+    @property
+    def initialized(self) -> "Future[None]":
+        """Resolves when every proc is up (and has run its bootstrap); raises
+        SupervisionError if one exited first."""
+        if self._shared.bootstrap_mesh is not None:
+            return self._shared.bootstrap_mesh.initialized
+        return Future(self._core.initialized(), _decode_none)
+
+    def spawn(self, name: str, Class: Type[T], *args: Any, **kwargs: Any) -> ActorMesh[T]:
+        """Creates one ``Class(*args, **kwargs)`` per proc, named ``name``; returns the
+        ActorMesh at once (``.initialized`` resolves after every ``__init__``)."""
+        if not isinstance(name, str):
+            raise TypeError(f"spawn(name, Class, ...): name must be a str, not {name!r}")
+        _check_spawn(Class, args, kwargs)
+        return self._spawn(name, Class, args, kwargs, "wait" if self._shared.bootstrap else None)
+
+    def _spawn(self, name: str, Class: type, args: tuple, kwargs: dict,
+               bootstrap: Optional[str]) -> ActorMesh[Any]:
+        with self._shared.lock:
+            if self._shared.stopped:
+                raise SupervisionError(f"cannot spawn '{name}': the proc mesh {self.extent} "
+                                       f"has been stopped")
+        region = self._core.region
+        meta = pickle.dumps({
+            "sys_path": list(sys.path),
+            "labels": list(region.extent.labels),
+            "sizes": list(region.extent.sizes),
+            "base_ranks": list(region.base_ranks()),
+            "proc_mesh": self,
+            "registry": _registry_for_spawn(Class),
+            "bootstrap": bootstrap,
+        })
+        try:
+            parts = pickling.dumps((Class, args, kwargs))
+        except Exception as e:
+            pickling.dumps_call(f"{Class.__qualname__}()", args, kwargs)  # names the argument
+            raise TypeError(f"cannot pickle actor class {Class.__qualname__}: {e}") from e
+        core = self._core.spawn("python", name, [meta, *parts])
+        mesh = ActorMesh(Class, core, self)
+        if bootstrap == "run" or Class is _ControllerController:
+            return mesh  # podium's own actors: no owner stops them
+        ctx = actor_context()
+        if ctx is not None:
+            ctx.actor_instance._add_child(mesh)  # stopped before the spawner's __cleanup__
+        if self._shared.owned:
+            with self._shared.lock:
+                self._shared.actor_meshes.append(core)
+        return mesh
+
+    def slice(self, **kwargs: Any) -> "ProcMesh":
+        return ProcMesh(select(self._core, kwargs), self._shared)
+
+    def _reshaped(self, op: Callable[[Any], Any]) -> "ProcMesh":
+        return ProcMesh(op(self._core), self._shared)
+
+    def stop(self) -> "Future[None]":
+        """Stops the actor meshes spawned on these procs from this process (each drains its
+        queued messages, stops the meshes its actors spawned, runs ``__cleanup__``), then asks
+        every proc to exit, killing those still there after a grace period. Resolves when all
+        are gone. Later spawns and calls raise SupervisionError."""
+        if not self._shared.owned:
+            raise RuntimeError(
+                f"the proc mesh {self.extent} was spawned by another process; only that "
+                f"process can stop it"
+            )
+        with self._shared.lock:
+            self._shared.stopped = True
+            cores, self._shared.actor_meshes = self._shared.actor_meshes, []
+        first = [c.stop() for c in cores]
+        return Future(self._core.stop_after(first, STOP_ACTORS_MS, STOP_GRACE_MS), _decode_none)
+
+    async def __aenter__(self) -> "ProcMesh":
+        if self._shared.stopped:
+            raise RuntimeError(f"the proc mesh {self.extent} has already been stopped")
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if not self._shared.stopped:
+            await self.stop()
+
+    def __reduce__(self):
+        return (_rebuild_proc_mesh, (tuple(self._core.state()), self._shared.bootstrap))
+
+    def __repr__(self) -> str:
+        return f"<ProcMesh {self.extent}>"
+
+
+def _rebuild_proc_mesh(state: tuple, bootstrap: bool) -> ProcMesh:
+    ensure_runtime()
+    return ProcMesh(_mesh.ProcMesh.from_state(*state), _ProcShared(False, bootstrap))
+
+
+class _Bootstrap(Actor):
+    """Runs a ProcMesh's bootstrap function in each of its procs (server.py then lets the
+    other actors' constructors run)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        if inspect.iscoroutinefunction(fn):
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(fn())
+            finally:
+                loop.close()
+        else:
+            fn()
+
+
 _this_host = HostMesh()
+_local_shared = _ProcShared(True)
 
 
 def this_host() -> HostMesh:
@@ -147,4 +289,62 @@ def this_host() -> HostMesh:
 def this_proc() -> ProcMesh:
     """This process, as a mesh with no dimensions: actors spawned on it run in-process."""
     ensure_runtime()
-    return ProcMesh(_mesh.ProcMesh.this_proc())
+    return ProcMesh(_mesh.ProcMesh.this_proc(), _local_shared)
+
+
+# --- get_or_spawn_controller ----------------------------------------------------------------
+
+
+class _ControllerController(Actor):
+    """The controller process's registry of singleton actors, by name."""
+
+    def __init__(self) -> None:
+        self._controllers: Dict[str, ActorMesh[Any]] = {}
+
+    @endpoint
+    def get_or_spawn(self, name: str, Class: type, args: tuple, kwargs: dict) -> ActorMesh[Any]:
+        mesh = self._controllers.get(name)
+        if mesh is None:
+            mesh = this_proc().spawn(name, Class, *args, **kwargs)
+            self._controllers[name] = mesh
+        return mesh
+
+
+_registry: Optional[ActorMesh[Any]] = None
+_registry_lock = threading.Lock()
+
+
+def _registry_for_spawn(Class: type) -> Optional[ActorMesh[Any]]:
+    """The registry that spawned actors reach get_or_spawn_controller() through: in the
+    controller it is spawned (once) on first need; in a proc it came with its actors' spawn."""
+    if Class is _ControllerController:
+        return None
+    if server.in_proc() or server.registry() is not None:
+        return server.registry()
+    return _controller_registry()
+
+
+def _controller_registry() -> ActorMesh[Any]:
+    global _registry
+    with _registry_lock:
+        if _registry is None:
+            _registry = this_proc().spawn(REGISTRY_NAME, _ControllerController)
+            server.set_registry(_registry)
+        return _registry
+
+
+def get_or_spawn_controller(name: str, Class: Type[T], *args: Any, **kwargs: Any
+                            ) -> "Future[ActorMesh[T]]":
+    """The singleton actor ``name`` of the controller process, spawned there (on its
+    this_proc()) as ``Class(*args, **kwargs)`` by the first caller, from the controller or any
+    actor; later callers get the same actor. Returns a Future of its ActorMesh."""
+    if not isinstance(name, str):
+        raise TypeError(f"get_or_spawn_controller(name, ...): name must be a str, not {name!r}")
+    _check_spawn(Class, args, kwargs)
+    ensure_runtime()
+    registry = server.registry()
+    if registry is None:
+        if server.in_proc():
+            raise RuntimeError("this proc does not know its controller's registry yet")
+        registry = _controller_registry()
+    return registry.get_or_spawn.call_one(name, Class, args, kwargs)

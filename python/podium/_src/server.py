@@ -6,34 +6,89 @@ waiting C++ factory, then handles the actor's messages one at a time in arrival 
 them from the actor's C++ Inbox with the GIL released. Async actors get an event loop of their
 own on that thread, and each message runs to completion on it before the next starts.
 
-Nothing here routes, times or sends on its own: replies go back through Inbox.reply into the
-C++ runtime.
+An async actor's thread runs one event loop for the actor's life. It watches the Inbox's
+eventfd (written by C++ on every push) with add_reader, so the loop keeps running while no
+message is there: calls of @concurrent_endpoint methods run as tasks that overlap with later
+messages; every other call is awaited to completion before the next message starts.
+
+A stop (queued behind the messages sent before it) cancels the actor's concurrent tasks, stops
+the actor meshes the actor spawned (bounded wait), runs ``__cleanup__`` and acknowledges.
+
+Nothing here routes, times or sends on its own: replies go back through Inbox.reply (or a
+Port) into the C++ runtime.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import pickle
 import sys
 import threading
 import time
 import traceback
-from typing import Any, Optional, Set
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 from podium._core import actor as _actor
 from podium._core import ndslice as _nd
 from podium._src import pickling
-from podium._src.context import ActorInstance, Context, set_context
+from podium._src.context import ActorInstance, Context, reset_context, set_context
 from podium._src.endpoint import check_actor_class, endpoints_of
 from podium._src.shape import Point
 
 _POLL_S = 1.0  # how often idle threads look at the shutdown flag
+_CHILD_STOP_S = 10.0  # bound on stopping the meshes an actor spawned, when it stops
 
 _lock = threading.Lock()
 _started = False
 _stopping = False
 _spawner: Optional[threading.Thread] = None
 _servers: Set["_ActorServer"] = set()
+
+# This process is a proc that the runtime spawned (set by podium._src.proc).
+_in_proc = False
+# The controller's get_or_spawn_controller registry (an ActorMesh), once known here.
+_registry: Any = None
+
+# The proc's bootstrap function (spawn_procs(bootstrap=...)): actors whose spawn says "wait"
+# construct only after it ran; _boot_error is its traceback if it raised.
+_boot_done = threading.Event()
+_boot_error: Optional[str] = None
+
+
+def mark_proc() -> None:
+    global _in_proc
+    _in_proc = True
+
+
+def in_proc() -> bool:
+    return _in_proc
+
+
+def registry() -> Any:
+    return _registry
+
+
+def set_registry(mesh: Any) -> None:
+    global _registry
+    with _lock:
+        if _registry is None:
+            _registry = mesh
+
+
+def _bootstrap_finished(error: Optional[str]) -> None:
+    global _boot_error
+    _boot_error = error
+    _boot_done.set()
+
+
+def _wait_bootstrap() -> None:
+    while not _boot_done.wait(_POLL_S):
+        if _stopping:
+            raise RuntimeError("this proc is shutting down before its bootstrap ran")
+    if _boot_error is not None:
+        raise RuntimeError(f"the bootstrap function of this proc raised:\n{_boot_error}")
 
 
 def start() -> None:
@@ -123,43 +178,60 @@ class _ActorServer:
     def run(self) -> None:
         try:
             if self._construct():
-                self._serve()
+                if self.loop is not None:
+                    self.loop.run_until_complete(self._serve_async())
+                else:
+                    self._serve()
         finally:
             if self.loop is not None:
                 self.loop.close()
-            set_context(None)
             self.inbox.finished()
             with _lock:
                 _servers.discard(self)
 
     def _construct(self) -> bool:
+        """Runs __init__; False when the thread has nothing more to do (it failed, or it was
+        the proc's bootstrap)."""
         req, inbox = self.req, self.inbox
         self.req = None
+        boot = None
         try:
             parts = req.parts
-            sys_path, labels, sizes, base_ranks = pickle.loads(parts[0])
-            for p in sys_path:  # so that classes pickled by reference import here too
+            meta = pickle.loads(parts[0])
+            for p in meta["sys_path"]:  # so that classes pickled by reference import here too
                 if p not in sys.path:
                     sys.path.append(p)
+            if meta.get("registry") is not None:
+                set_registry(meta["registry"])
+            boot = meta.get("bootstrap")
+            if boot == "wait":
+                _wait_bootstrap()
             cls, args, kwargs = pickling.loads(parts[1:])
             self.cls = cls
-            rank = base_ranks.index(inbox.index)
-            point = Point._wrap(_nd.Extent(labels, sizes).point_of_rank(rank))
+            rank = meta["base_ranks"].index(inbox.index)
+            point = Point._wrap(_nd.Extent(meta["labels"], meta["sizes"]).point_of_rank(rank))
             self.info = ActorInstance(
-                inbox.actor_id, inbox.name, point, f"{cls.__module__}.{cls.__qualname__}"
+                inbox.actor_id, inbox.name, point, f"{cls.__module__}.{cls.__qualname__}",
+                proc_mesh=meta.get("proc_mesh"),
             )
             if check_actor_class(cls):
                 self.loop = asyncio.new_event_loop()
                 asyncio.set_event_loop(self.loop)
-            set_context(Context(self.info, point))
-            self.instance = cls(*args, **kwargs)
+            token = set_context(Context(self.info, point))
+            try:
+                self.instance = cls(*args, **kwargs)
+            finally:
+                reset_context(token)
         except BaseException as e:
-            req.failed(f"{inbox.actor_id}: __init__ raised:\n{_format(e)}")
+            text = _format(e)
+            if boot == "run":
+                _bootstrap_finished(text)
+            req.failed(f"{inbox.actor_id}: __init__ raised:\n{text}")
             return False
-        finally:
-            set_context(None)
+        if boot == "run":
+            _bootstrap_finished(None)
         req.constructed()
-        return True
+        return boot != "run"
 
     # --- messages -------------------------------------------------------------------------
 
@@ -172,78 +244,196 @@ class _ActorServer:
                     return
                 continue
             if item.kind == "stop":
-                self._cleanup()
+                self._stop_children()
+                self._cleanup_sync()
                 item.stopped()
                 return
             self._handle(item)
 
-    def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.loop is not None and asyncio.iscoroutinefunction(fn):
-            return self.loop.run_until_complete(fn(*args, **kwargs))
-        return fn(*args, **kwargs)
+    async def _serve_async(self) -> None:
+        inbox, loop = self.inbox, asyncio.get_running_loop()
+        fd = inbox.event_fd()
+        if fd < 0:
+            raise OSError("cannot create the eventfd of an async actor's inbox")
+        ready = asyncio.Event()
 
-    def _cleanup(self) -> None:
-        fn = getattr(self.instance, "__cleanup__", None)
-        if fn is None or self.inbox.failed:
-            return
-        set_context(Context(self.info, self.info.rank))
+        def wake() -> None:
+            inbox.drain_event()
+            ready.set()
+
+        loop.add_reader(fd, wake)
+        tasks: Dict["asyncio.Task[None]", _Call] = {}
         try:
-            self._run(fn)
-        except BaseException:
-            print(f"podium: {self.inbox.actor_id}: __cleanup__ raised:", file=sys.stderr)
-            traceback.print_exc()
+            while True:
+                item = inbox.next(0)
+                if item is None:
+                    if inbox.closed or _stopping:
+                        return
+                    ready.clear()
+                    item = inbox.next(0)  # a push between the two pops wrote the eventfd
+                    if item is None:
+                        await ready.wait()
+                        continue
+                if item.kind == "stop":
+                    running = dict(tasks)
+                    for t in running:
+                        t.cancel()
+                    if running:
+                        await asyncio.gather(*running, return_exceptions=True)
+                    for call in running.values():
+                        if not call.answered and call.port:  # cancelled before it started
+                            call.answered = True
+                            self.inbox.reply_stopped(call.port, call.rank,
+                                                     f"stopped before {call.name} ran")
+                    self._stop_children()
+                    await self._cleanup_async()
+                    item.stopped()
+                    return
+                call = self._prepare(item)
+                if call is None:
+                    continue
+                if call.concurrent:
+                    task = loop.create_task(self._invoke_async(call))
+                    tasks[task] = call
+                    task.add_done_callback(lambda t: tasks.pop(t, None))
+                else:
+                    await self._invoke_async(call)
+                if tasks:
+                    # A body that never suspends would keep running tasks (and one just
+                    # created) from their next step: give the loop one turn per message.
+                    await asyncio.sleep(0)
         finally:
-            set_context(None)
+            loop.remove_reader(fd)
+            if tasks:  # the process is leaving: end the tasks before the loop closes
+                for t in tasks:
+                    t.cancel()
+                await asyncio.wait(list(tasks), timeout=_POLL_S)
 
-    def _handle(self, item: Any) -> None:
+    def _prepare(self, item: Any) -> Optional["_Call"]:
+        """The call of `item`, or None when it has been answered already (failed actor, bad
+        message)."""
         inbox = self.inbox
         port = item.reply_port
         rank = item.rank
         if inbox.failed:
             if port:
                 inbox.reply_failure(port, rank)
-            return
+            return None
         name = item.endpoint
         parts = item.parts
         try:
-            meta = parts[0]
-            if len(meta):
-                r, labels, sizes = pickle.loads(meta)
+            meta = pickle.loads(parts[0]) if len(parts[0]) else None
+            if meta is not None and "rank" in meta:
+                r, labels, sizes = meta["rank"]
             else:
                 r, labels, sizes = rank, item.labels, item.sizes
             point = Point._wrap(_nd.Extent(labels, sizes).point_of_rank(r))
         except BaseException as e:
             self._failed(port, rank, name, e)
+            return None
+        return _Call(self, item, name, port, rank, point, meta, parts)
+
+    def _handle(self, item: Any) -> None:
+        call = self._prepare(item)
+        if call is None:
             return
-        set_context(Context(self.info, point))
+        token = set_context(Context(self.info, call.point))
         try:
-            ep = endpoints_of(self.cls).get(name)
-            if ep is None:
-                raise AttributeError(f"{self.cls.__qualname__} has no endpoint '{name}'")
-            args, kwargs = pickling.loads(parts[1:])
-            result = self._run(ep._method, self.instance, *args, **kwargs)
+            fn, args, kwargs = call.resolve()
+            result = fn(*args, **kwargs)
         except Exception as e:
-            if not port:  # nobody awaits this call: the exception fails the actor
-                self._failed(port, rank, name, e)
-                return
-            message = f"Actor call {self.info.name}.{name} failed"
-            payload = pickling.dumps((False, _portable(e), message, _format(e)))
-            inbox.reply(port, rank, payload)
+            call.raised(e)
             return
         except BaseException as e:
-            self._failed(port, rank, name, e)
+            self._failed(call.port, call.rank, call.name, e)
             return
         finally:
-            set_context(None)
-        if not port:
-            return
+            reset_context(token)
+        call.returned(result)
+
+    async def _invoke_async(self, call: "_Call") -> None:
+        token = set_context(Context(self.info, call.point))
         try:
-            payload = pickling.dumps((True, result))
+            fn, args, kwargs = call.resolve()
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        except asyncio.CancelledError:
+            if call.port and not call.answered:  # the actor is stopping
+                call.answered = True
+                self.inbox.reply_stopped(call.port, call.rank,
+                                         f"stopped while {call.name} was running")
+            return
         except Exception as e:
-            err = TypeError(f"the result of {name} ({type(result).__name__}) cannot be pickled: {e}")
-            payload = pickling.dumps((False, err, f"Actor call {self.info.name}.{name} failed",
-                                      _format(err)))
-        inbox.reply(port, rank, payload)
+            call.raised(e)
+            return
+        except BaseException as e:
+            self._failed(call.port, call.rank, call.name, e)
+            return
+        finally:
+            reset_context(token)
+        call.returned(result)
+
+    # --- stop -----------------------------------------------------------------------------
+
+    def _stop_children(self) -> None:
+        """Stops the actor meshes this actor spawned (before its own __cleanup__)."""
+        children = list(self.info._children) if self.info is not None else []
+        if not children:
+            return
+        deadline = time.monotonic() + _CHILD_STOP_S
+        futures = []
+        for child in children:
+            try:
+                futures.append(child.stop())
+            except Exception:
+                pass
+        for f in futures:
+            try:
+                f.get(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception:  # already stopped, failed or gone: nothing left to stop
+                pass
+
+    def _cleanup_fn(self) -> Optional[Tuple[Callable[..., Any], tuple]]:
+        fn = getattr(self.instance, "__cleanup__", None)
+        if fn is None or self.inbox.failed:
+            return None
+        try:
+            params = [p for p in inspect.signature(fn).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+        except (TypeError, ValueError):
+            params = []
+        return fn, ((None,) if params else ())  # __cleanup__(self, exc): None for a stop
+
+    def _cleanup_sync(self) -> None:
+        found = self._cleanup_fn()
+        if found is None:
+            return
+        fn, args = found
+        token = set_context(Context(self.info, self.info.rank))
+        try:
+            fn(*args)
+        except BaseException:
+            print(f"podium: {self.inbox.actor_id}: __cleanup__ raised:", file=sys.stderr)
+            traceback.print_exc()
+        finally:
+            reset_context(token)
+
+    async def _cleanup_async(self) -> None:
+        found = self._cleanup_fn()
+        if found is None:
+            return
+        fn, args = found
+        token = set_context(Context(self.info, self.info.rank))
+        try:
+            result = fn(*args)
+            if inspect.isawaitable(result):
+                await result
+        except BaseException:
+            print(f"podium: {self.inbox.actor_id}: __cleanup__ raised:", file=sys.stderr)
+            traceback.print_exc()
+        finally:
+            reset_context(token)
 
     def _failed(self, port: str, rank: int, name: str, e: BaseException) -> None:
         text = _format(e)
@@ -253,3 +443,78 @@ class _ActorServer:
         self.inbox.fail(f"endpoint {name} raised {type(e).__name__}: {e}")
         if port:
             self.inbox.reply_failure(port, rank)
+
+
+class _Call:
+    """One call being handled: how to run it and how to answer it."""
+
+    __slots__ = ("server", "item", "name", "port", "rank", "point", "meta", "parts",
+                 "explicit_port", "concurrent", "method", "answered")
+
+    def __init__(self, server: _ActorServer, item: Any, name: str, port: str, rank: int,
+                 point: Point, meta: Optional[Dict[str, Any]], parts: Any) -> None:
+        self.server = server
+        self.item = item
+        self.name = name
+        self.port = port
+        self.rank = rank
+        self.point = point
+        self.meta = meta
+        self.parts = parts
+        self.answered = False  # returned() or raised() ran (or the stop answered it)
+        cls = server.cls
+        ep = endpoints_of(cls).get(name)
+        if ep is not None:
+            self.method = ep._method
+            self.explicit_port = ep._explicit_response_port
+            self.concurrent = ep._concurrent
+        elif meta is not None and "raw" in meta and callable(getattr(cls, name, None)):
+            self.method = getattr(cls, name)  # as_endpoint(mesh.method)
+            self.explicit_port = bool(meta["raw"])
+            self.concurrent = False
+        else:
+            self.method = None
+            self.explicit_port = False
+            self.concurrent = False
+
+    def resolve(self) -> Tuple[Callable[..., Any], tuple, dict]:
+        """(bound method, args, kwargs); raises AttributeError for an unknown endpoint."""
+        if self.method is None:
+            raise AttributeError(f"{self.server.cls.__qualname__} has no endpoint '{self.name}'")
+        args, kwargs = pickling.loads(self.parts[1:])
+        self.parts = None
+        if self.explicit_port:
+            from podium._src.ports import Port
+
+            args = (Port._reply(self.port, self.rank), *args)
+        return functools.partial(self.method, self.server.instance), args, kwargs
+
+    def returned(self, result: Any) -> None:
+        self.answered = True
+        if not self.port or self.explicit_port:  # one-way, or the method answers itself
+            return
+        try:
+            payload = pickling.dumps((True, result))
+        except Exception as e:
+            err = TypeError(f"the result of {self.name} ({type(result).__name__}) cannot be "
+                            f"pickled: {e}")
+            payload = self._error_payload(err)
+        self.server.inbox.reply(self.port, self.rank, payload)
+
+    def raised(self, e: Exception) -> None:
+        self.answered = True
+        server = self.server
+        if not self.port:  # nobody awaits this call: the exception fails the actor
+            server._failed(self.port, self.rank, self.name, e)
+            return
+        if self.explicit_port and self.concurrent:
+            # The method answers through its port; a concurrent one may already have (Monarch
+            # does not forward these exceptions either): report it here, the actor lives on.
+            print(f"podium: {server.inbox.actor_id}: concurrent explicit response-port "
+                  f"endpoint {self.name} raised:\n{_format(e)}", file=sys.stderr, flush=True)
+            return
+        server.inbox.reply(self.port, self.rank, self._error_payload(e))
+
+    def _error_payload(self, e: BaseException) -> Any:
+        message = f"Actor call {self.server.info.name}.{self.name} failed"
+        return pickling.dumps((False, _portable(e), message, _format(e)))

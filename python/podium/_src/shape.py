@@ -180,6 +180,68 @@ class MeshShape:
     def __len__(self) -> int:
         return self._region.num_ranks
 
+    # --- reshaping: each returns a new mesh of the same ranks (C++ ndslice Region) ---------
+    # A subclass provides _reshaped(op): the same kind of mesh over op(its C++ handle), where
+    # the handle (a Region, or a C++ ProcMesh / ActorMesh) has split/flatten/rename.
+
+    def split(self: "_M", **kwargs: Any) -> "_M":
+        """Splits dimensions: ``mesh.split(host=("dp", "pp"), gpu=("tp", "cp"), pp=16, cp=2)``
+        replaces ``host`` by ``dp`` x ``pp`` (row-major) with ``pp`` of size 16 and ``dp``
+        inferred, and ``gpu`` likewise. Dimensions not named stay. ValueError for an unknown
+        dimension, a size that does not divide, or a size given for no new dimension."""
+        labels = list(self._region.extent.labels)
+        splits: Dict[str, List[str]] = {}
+        sizes: Dict[str, int] = {}
+        for key, value in kwargs.items():
+            if key in labels:
+                if isinstance(value, str) or not isinstance(value, collections.abc.Sequence):
+                    raise ValueError(
+                        f"split({key}=...) takes a sequence of new dimension names, got {value!r}"
+                    )
+                splits[key] = [str(v) for v in value]
+            elif isinstance(value, int) and not isinstance(value, bool):
+                sizes[key] = value
+            else:
+                raise ValueError(
+                    f"'{key}' is not a dimension of {self._region.extent} (to split it, pass "
+                    f"a sequence of names) nor a size of a new dimension (an int)"
+                )
+        ops = []
+        for label, names in splits.items():
+            ops.append((label, names, [sizes.pop(n, -1) for n in names]))
+        if sizes:
+            raise ValueError(f"sizes given for no new dimension: {sorted(sizes)}")
+
+        def apply(handle: Any) -> Any:
+            for label, names, new_sizes in ops:
+                handle = handle.split(label, names, new_sizes)
+            return handle
+
+        return self._reshaped(apply)
+
+    def flatten(self: "_M", name: str) -> "_M":
+        """All dimensions into one named ``name``, same ranks in the same order. ValueError
+        when the ranks are not evenly spaced (a sparse slice)."""
+        return self._reshaped(lambda handle: handle.flatten(name))
+
+    def rename(self: "_M", **kwargs: str) -> "_M":
+        """``mesh.rename(host="dp", gpu="tp")``; dimensions not named stay. ValueError for an
+        unknown dimension or a name already taken."""
+        labels = list(self._region.extent.labels)
+        for old in kwargs:
+            if old not in labels:
+                raise ValueError(f"cannot rename '{old}': the mesh has dimensions {labels}")
+
+        def apply(handle: Any) -> Any:
+            for old, new in kwargs.items():
+                handle = handle.rename(old, str(new))
+            return handle
+
+        return self._reshaped(apply)
+
+
+_M = TypeVar("_M", bound=MeshShape)
+
 
 class ValueMesh(MeshShape, Generic[R]):
     """The replies of ``call()``: one value per point of the called mesh, in rank order."""
@@ -220,6 +282,13 @@ class ValueMesh(MeshShape, Generic[R]):
 
     def slice(self, **kwargs: Any) -> "ValueMesh[R]":
         return ValueMesh(select(_RegionView(self._r), kwargs).region, self._base_values)
+
+    def _reshaped(self, op: Any) -> "ValueMesh[R]":
+        return ValueMesh(op(self._r), self._base_values)
+
+    def __iter__(self) -> Iterator[Tuple[Point, R]]:
+        """(Point, value) pairs in rank order, as items()."""
+        return iter(self.items())
 
     def __repr__(self) -> str:
         body = ", ".join(f"{p}: {v!r}" for p, v in self.items())

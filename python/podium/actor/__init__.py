@@ -1,31 +1,46 @@
 """podium.actor: the actor API, compatible with PyTorch Monarch's ``monarch.actor``."""
 
-from podium._src.actor_mesh import ActorMesh, Endpoint
+from podium._src.actor_mesh import Accumulator, ActorMesh, as_endpoint, Endpoint, send
 from podium._src.context import Context, context, current_actor_name, current_rank, current_size
-from podium._src.endpoint import Actor, endpoint
+from podium._src.endpoint import Actor, concurrent_endpoint, endpoint
 from podium._src.errors import ActorError, SupervisionError
 from podium._src.future import Future
-from podium._src.proc_mesh import HostMesh, ProcMesh, this_host, this_proc
+from podium._src.ports import Channel, Port, PortReceiver
+from podium._src.proc_mesh import (
+    get_or_spawn_controller,
+    HostMesh,
+    ProcMesh,
+    this_host,
+    this_proc,
+)
 from podium._src.shape import Extent, Point, ValueMesh
 
 __all__ = [
+    "Accumulator",
     "Actor",
     "ActorError",
     "ActorMesh",
+    "Channel",
     "Context",
     "Endpoint",
     "Extent",
     "Future",
     "HostMesh",
     "Point",
+    "Port",
+    "PortReceiver",
     "ProcMesh",
     "SupervisionError",
     "ValueMesh",
+    "as_endpoint",
+    "concurrent_endpoint",
     "context",
     "current_actor_name",
     "current_rank",
     "current_size",
     "endpoint",
+    "get_or_spawn_controller",
+    "send",
     "this_host",
     "this_proc",
 ]
