@@ -79,6 +79,7 @@ struct Proc::Impl {
   Executor executor{io};
   std::unique_ptr<channel::Net> net;
   ActorId system_id;
+  std::string port_prefix;  // system_id.to_string() + ":", immutable after make()
 
   std::shared_mutex cells_mu;                  // guards cells, gone
   StringMap<std::shared_ptr<Cell>> cells;
@@ -511,6 +512,7 @@ Result<std::unique_ptr<Proc>> Proc::make(ProcConfig config) {
   if (!bound) return std::unexpected(bound.error());
   impl->id = ProcId{*bound};
   impl->system_id = ActorId{impl->id, std::string(kSystemActorName), 0};
+  impl->port_prefix = impl->system_id.to_string() + ":";
   impl->executor.start();
   return proc;
 }
@@ -607,6 +609,12 @@ PortId Proc::open_port(PortHandler handler, bool once) {
                                                once});
   }
   return PortId{impl_->system_id, port};
+}
+
+std::string Proc::port_text(uint64_t port) const {
+  std::string out = impl_->port_prefix;
+  out += std::to_string(port);
+  return out;
 }
 
 void Proc::close_port(uint64_t port) {

@@ -73,6 +73,9 @@ class Proc {
   // Opens a port under this proc's system actor. A once-port closes after its first message.
   PortId open_port(PortHandler handler, bool once);
   void close_port(uint64_t port);
+  // The text form of port `port` of this proc's system actor (what open_port's PortId
+  // prints), built from a cached prefix: the reply address of every call.
+  std::string port_text(uint64_t port) const;
 
   // Handles system operations this layer does not know (the mesh layer's "ready", ...).
   void on_system(std::string op, SystemHandler handler);

@@ -60,7 +60,12 @@ actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
   if (want_reply) {
     std::vector<std::string> keys;
     keys.reserve(targets.size());
-    for (const auto* t : targets) keys.push_back(t->proc_key);
+    bool remote = false;
+    const std::string& self = rt.proc_key();
+    for (const auto* t : targets) {
+      keys.push_back(t->proc_key);
+      remote |= t->proc_key != self;
+    }
     collector = std::make_shared<Collector>(keys);
     // The port holds the collector until it completes; completion closes the port, whether
     // the last reply or a proc's exit (ME-2) completed it.
@@ -73,10 +78,11 @@ actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
     };
     auto port = proc.open_port(std::move(handler), targets.size() == 1);
     collector->port = port.port;
-    reply_port = port.to_string();
+    reply_port = proc.port_text(port.port);
     collector->future().on_ready(
         [&proc, p = port.port](const Result<Replies>&) { proc.close_port(p); });
-    rt.track(collector, keys);
+    // This process cannot outlive its own proc: only remote procs can fail a call (ME-2).
+    if (remote) rt.track(collector, keys);
   }
 
   std::string sender;

@@ -70,6 +70,7 @@ struct Runtime::Impl {
   std::unique_ptr<actor::Proc> proc;
   std::unique_ptr<host::ChildWatcher> watcher;
   std::string sock_dir;  // empty in workers
+  std::string proc_key;  // proc->id().to_string(), immutable after make_runtime()
 
   std::mutex mu;  // guards everything below
   uint64_t next_mesh = 1;
@@ -220,6 +221,7 @@ Runtime& Runtime::get() {
 }
 
 actor::Proc& Runtime::proc() { return *impl_->proc; }
+const std::string& Runtime::proc_key() const { return impl_->proc_key; }
 
 Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Extent& extent) {
   auto& impl = *impl_;
@@ -396,6 +398,7 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
   auto proc = actor::Proc::make(actor::ProcConfig{std::move(listen), channel::Config{}});
   if (!proc) return std::unexpected(proc.error());
   impl->proc = std::move(*proc);
+  impl->proc_key = impl->proc->id().to_string();
   impl->watcher = std::make_unique<host::ChildWatcher>(impl->proc->io());
   auto* raw = impl.get();
   impl->proc->on_system("ready", [raw](const actor::SystemHeader& h, wire::Envelope&&) {

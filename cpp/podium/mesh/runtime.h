@@ -77,6 +77,8 @@ class Runtime {
   static Runtime& get();  // after podium::init()
 
   actor::Proc& proc();
+  // proc().id().to_string(), cached.
+  const std::string& proc_key() const;
 
   // Spawns one proc per rank of `extent` on this host; returns at once.
   [[nodiscard]] Result<std::shared_ptr<ProcMeshState>> spawn_procs(const ndslice::Extent& extent);
