@@ -15,12 +15,17 @@ Error bad_message(std::string_view what, const std::exception& e) {
   return make_error(ActorErrc::kBadArguments, std::move(msg));
 }
 
-Buffer to_buffer(msgpack::sbuffer&& sb) {
-  // sbuffer owns a malloc'd block; hand it to the Buffer without copying.
-  size_t size = sb.size();  // release() zeroes the size
-  auto* raw = sb.release();
-  std::shared_ptr<const void> owner(raw, [](const void* p) { ::free(const_cast<void*>(p)); });
-  return Buffer(std::move(owner), reinterpret_cast<const std::byte*>(raw), size);
+// Headers are tens of bytes: encode into a per-thread scratch buffer, then copy into one
+// allocation that holds both the bytes and their reference count.
+msgpack::sbuffer& scratch() {
+  thread_local msgpack::sbuffer sb(256);
+  sb.clear();
+  return sb;
+}
+
+Buffer to_buffer(const msgpack::sbuffer& sb) {
+  return Buffer::copy_of(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(sb.data()), sb.size()));
 }
 
 // Decoding into a per-thread zone that is reset after each use costs no allocation per
@@ -47,7 +52,7 @@ ScratchObject unpack(const Buffer& b) { return ScratchObject(b); }
 Buffer encode_call_header(std::string_view endpoint, uint64_t rank,
                           const std::vector<std::string>& labels,
                           const std::vector<size_t>& sizes) {
-  msgpack::sbuffer sb(64 + endpoint.size());
+  msgpack::sbuffer& sb = scratch();
   msgpack::packer<msgpack::sbuffer> pk(sb);
   pk.pack_array(4);
   pk.pack_str(static_cast<uint32_t>(endpoint.size()));
@@ -56,7 +61,7 @@ Buffer encode_call_header(std::string_view endpoint, uint64_t rank,
   pk.pack(labels);
   pk.pack_array(static_cast<uint32_t>(sizes.size()));
   for (size_t s : sizes) pk.pack(static_cast<uint64_t>(s));
-  return to_buffer(std::move(sb));
+  return to_buffer(sb);
 }
 
 Buffer encode_call_header(const CallHeader& h) {
@@ -83,7 +88,7 @@ Result<CallHeader> decode_call_header(const Buffer& b) {
 }
 
 Buffer encode_reply_header(const ReplyHeader& h) {
-  msgpack::sbuffer sb(32);
+  msgpack::sbuffer& sb = scratch();
   msgpack::packer<msgpack::sbuffer> pk(sb);
   if (h.ok) {
     pk.pack_array(2);
@@ -97,7 +102,7 @@ Buffer encode_reply_header(const ReplyHeader& h) {
     pk.pack(h.error.code);
     pk.pack(h.error.message);
   }
-  return to_buffer(std::move(sb));
+  return to_buffer(sb);
 }
 
 Result<ReplyHeader> decode_reply_header(const Buffer& b) {
@@ -127,13 +132,13 @@ Result<ReplyHeader> decode_reply_header(const Buffer& b) {
 }
 
 Buffer encode_system_header(const SystemHeader& h) {
-  msgpack::sbuffer sb(64);
+  msgpack::sbuffer& sb = scratch();
   msgpack::packer<msgpack::sbuffer> pk(sb);
   pk.pack_array(3);
   pk.pack(h.op);
   pk.pack(h.args);
   pk.pack(h.numbers);
-  return to_buffer(std::move(sb));
+  return to_buffer(sb);
 }
 
 Result<SystemHeader> decode_system_header(const Buffer& b) {

@@ -59,11 +59,13 @@ namespace detail {
 // msgpack-cxx reports type mismatches with exceptions; the core turns them into Errors here.
 template <class T>
 Buffer pack(const T& value) {
-  auto sb = std::make_shared<msgpack::sbuffer>();
-  msgpack::pack(*sb, value);
-  const auto* data = reinterpret_cast<const std::byte*>(sb->data());
-  size_t size = sb->size();
-  return Buffer(std::move(sb), data, size);
+  // Encode into a per-thread scratch buffer, then one allocation for bytes and count. A
+  // large value costs one copy; the arguments of a call are usually small.
+  thread_local msgpack::sbuffer sb(256);
+  sb.clear();
+  msgpack::pack(sb, value);
+  return Buffer::copy_of(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(sb.data()), sb.size()));
 }
 
 template <class T>

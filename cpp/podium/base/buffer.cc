@@ -17,7 +17,8 @@ Buffer Buffer::from_vector(std::vector<std::byte> v) {
 }
 
 Buffer Buffer::copy_of(std::span<const std::byte> bytes) {
-  auto owner = std::shared_ptr<std::byte[]>(new std::byte[bytes.size()]);
+  // One allocation for the bytes and the reference count (small headers are copied often).
+  auto owner = std::make_shared_for_overwrite<std::byte[]>(bytes.size());
   if (!bytes.empty()) std::memcpy(owner.get(), bytes.data(), bytes.size());
   const std::byte* data = owner.get();
   return Buffer(std::shared_ptr<const void>(owner, data), data, bytes.size());
