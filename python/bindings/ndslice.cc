@@ -1,7 +1,11 @@
 // podium._core.ndslice: Extent, Point, Range and Region of the C++ ndslice layer, which
 // podium's Python meshes, Points and ValueMeshes stand on (Python never re-implements the
-// rank arithmetic). Errors follow common.h: unknown label -> TypeError, out of range ->
-// IndexError, other shape errors -> ValueError.
+// rank arithmetic), and the public `podium.Slice`, `podium.Shape` and `podium.Selection`
+// (Monarch's `monarch._rust_bindings.monarch_hyperactor.shape` / `.selection` names, over
+// ndslice::Slice, ndslice::Region and ndslice::Selection). Errors follow common.h: unknown
+// label -> TypeError, out of range -> IndexError, other shape errors -> ValueError; except
+// where Monarch documents otherwise (Slice.index / Slice.coordinates of a rank that is not in
+// the slice: ValueError).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -10,12 +14,14 @@
 #include <nanobind/stl/vector.h>
 
 #include <tuple>
+#include <utility>
 
 #include "common.h"
 #include "podium/ndslice/extent.h"
 #include "podium/ndslice/point.h"
 #include "podium/ndslice/range.h"
 #include "podium/ndslice/region.h"
+#include "podium/ndslice/selection.h"
 #include "podium/ndslice/slice.h"
 
 namespace podium::python {
@@ -24,7 +30,57 @@ using ndslice::Extent;
 using ndslice::Point;
 using ndslice::Range;
 using ndslice::Region;
+using ndslice::Selection;
 using ndslice::Slice;
+
+namespace {
+
+// podium.Shape: a Region (labels over a Slice) under Monarch's Shape API. Its own type, so
+// that the internal `Region` binding keeps its methods.
+struct Shape {
+  Region region;
+};
+
+// A Python slice object -> Range (step None means 1).
+Range range_of_pyslice(nb::handle s) {
+  auto get = [&](const char* name) -> std::optional<int64_t> {
+    nb::object v = s.attr(name);
+    if (v.is_none()) return std::nullopt;
+    return nb::cast<int64_t>(v);
+  };
+  return Range{get("start"), get("stop"), get("step").value_or(1)};
+}
+
+std::vector<size_t> slice_ranks(const Slice& s) {
+  std::vector<size_t> out;
+  out.reserve(s.num_ranks());
+  for (size_t r : s) out.push_back(r);
+  return out;
+}
+
+Slice make_slice(size_t offset, std::vector<size_t> sizes, std::vector<size_t> strides) {
+  return unwrap(Slice::make(offset, std::move(sizes), std::move(strides)));
+}
+
+// Monarch's Slice.index / .coordinates raise ValueError for a value outside the slice.
+template <class T>
+T unwrap_value_error(Result<T> r, size_t value, const Slice& s) {
+  if (!r) {
+    throw nb::value_error(
+        ("value " + std::to_string(value) + " is not in " + s.to_string()).c_str());
+  }
+  return std::move(*r);
+}
+
+nb::object public_extent(const Extent& e) {
+  return nb::module_::import_("podium._src.shape").attr("Extent").attr("_wrap")(nb::cast(e));
+}
+
+Shape shape_at(const Shape& sh, std::string_view label, int64_t index) {
+  return Shape{unwrap(sh.region.select(label, index))};
+}
+
+}  // namespace
 
 RegionState region_state(const Region& r) {
   const Slice& s = r.slice();
@@ -105,6 +161,159 @@ void bind_ndslice(nb::module_& m) {
       .def("__setstate__",
            [](Region& self, const RegionState& st) { new (&self) Region(region_from_state(st)); })
       .def("__str__", &Region::to_string);
+
+  // --- public: podium.Slice ---------------------------------------------------------------
+  nb::class_<Slice>(m, "Slice")
+      .def("__init__",
+           [](Slice* self, size_t offset, std::vector<size_t> sizes, std::vector<size_t> strides) {
+             new (self) Slice(make_slice(offset, std::move(sizes), std::move(strides)));
+           },
+           nb::kw_only(), nb::arg("offset"), nb::arg("sizes"), nb::arg("strides"))
+      .def_static("new_row_major",
+                  [](std::vector<size_t> sizes) {
+                    std::vector<std::string> labels;
+                    for (size_t i = 0; i < sizes.size(); ++i) labels.push_back("d" + std::to_string(i));
+                    return Slice::row_major(unwrap(Extent::make(std::move(labels), std::move(sizes))));
+                  },
+                  nb::arg("sizes"), "The dense row-major slice of `sizes` at offset 0.")
+      .def_prop_ro("ndim", &Slice::ndim)
+      .def_prop_ro("offset", &Slice::offset)
+      .def_prop_ro("sizes", &Slice::sizes)
+      .def_prop_ro("strides", &Slice::strides)
+      .def("get", [](const Slice& s, size_t index) { return unwrap(s.location_of_index(index)); },
+           nb::arg("index"), "The location (base rank) of the index-th element in row-major order.")
+      .def("index",
+           [](const Slice& s, size_t value) {
+             return unwrap_value_error(s.index_of(value), value, s);
+           },
+           nb::arg("value"), "The row-major index of location `value`; ValueError if absent.")
+      .def("coordinates",
+           [](const Slice& s, size_t value) {
+             return unwrap_value_error(s.coordinates_of(value), value, s);
+           },
+           nb::arg("value"))
+      .def("nditem",
+           [](const Slice& s, std::vector<size_t> coords) { return unwrap(s.location(coords)); },
+           nb::arg("coordinates"))
+      .def("__contains__", [](const Slice& s, size_t value) { return s.contains(value); })
+      .def("__len__", &Slice::num_ranks)
+      .def("__iter__", [](const Slice& s) { return nb::iter(nb::cast(slice_ranks(s))); })
+      .def("__getitem__",
+           [](const Slice& s, int64_t i) {
+             int64_t n = static_cast<int64_t>(s.num_ranks());
+             if (i < 0) i += n;
+             if (i < 0 || i >= n) throw nb::index_error("Slice index out of range");
+             return unwrap(s.location_of_index(static_cast<size_t>(i)));
+           })
+      .def("__getitem__",
+           [](const Slice& s, nb::slice sl) {
+             auto [start, stop, step, count] = sl.compute(s.num_ranks());
+             nb::list out;
+             for (size_t k = 0; k < count; ++k) {
+               out.append(unwrap(s.location_of_index(static_cast<size_t>(
+                   static_cast<Py_ssize_t>(start) + static_cast<Py_ssize_t>(k) * step))));
+             }
+             return nb::tuple(out);
+           })
+      .def("__eq__", [](const Slice& a, const Slice& b) { return a == b; })
+      .def("__eq__", [](const Slice&, nb::handle) { return false; })
+      .def("__hash__", [](const Slice& s) { return nb::hash(nb::str(s.to_string().c_str())); })
+      .def("__repr__", &Slice::to_string)
+      .def("__getstate__",
+           [](const Slice& s) { return std::make_tuple(s.offset(), s.sizes(), s.strides()); })
+      .def("__setstate__",
+           [](Slice& self,
+              const std::tuple<size_t, std::vector<size_t>, std::vector<size_t>>& st) {
+             new (&self) Slice(make_slice(std::get<0>(st), std::get<1>(st), std::get<2>(st)));
+           });
+
+  // --- public: podium.Shape ---------------------------------------------------------------
+  nb::class_<Shape>(m, "Shape")
+      .def("__init__",
+           [](Shape* self, std::vector<std::string> labels, const Slice& slice) {
+             new (self) Shape{unwrap(Region::make(std::move(labels), slice))};
+           },
+           nb::arg("labels"), nb::arg("slice"))
+      .def_static("unity", [] { return Shape{Region{}}; })
+      .def_prop_ro("labels", [](const Shape& sh) { return sh.region.labels(); })
+      .def_prop_ro("ndslice", [](const Shape& sh) { return sh.region.slice(); })
+      .def_prop_ro("extent", [](const Shape& sh) { return public_extent(sh.region.extent()); })
+      .def("coordinates",
+           [](const Shape& sh, size_t rank) {
+             const Slice& s = sh.region.slice();
+             auto coords = unwrap_value_error(s.coordinates_of(rank), rank, s);
+             nb::dict out;
+             for (size_t i = 0; i < coords.size(); ++i) {
+               out[nb::str(sh.region.labels()[i].c_str())] = coords[i];
+             }
+             return out;
+           },
+           nb::arg("rank"), "The coordinates of base rank `rank` in this shape.")
+      .def("at", &shape_at, nb::arg("label"), nb::arg("index"))
+      .def("select",
+           [](const Shape& sh, std::string_view label, nb::slice sl) {
+             return Shape{unwrap(sh.region.select(label, range_of_pyslice(sl)))};
+           },
+           nb::arg("label"), nb::arg("slice"))
+      .def("index",
+           [](const Shape& sh, nb::kwargs kwargs) {
+             Shape out = sh;
+             for (auto [k, v] : kwargs) {
+               std::string label = nb::cast<std::string>(k);
+               if (nb::isinstance<nb::slice>(v)) {
+                 out = Shape{unwrap(out.region.select(label, range_of_pyslice(v)))};
+               } else {
+                 out = shape_at(out, label, nb::cast<int64_t>(v));
+               }
+             }
+             return out;
+           })
+      .def("ranks", [](const Shape& sh) { return slice_ranks(sh.region.slice()); },
+           "The base ranks of this shape, in row-major order.")
+      .def("__len__", [](const Shape& sh) { return sh.region.num_ranks(); })
+      .def("__eq__", [](const Shape& a, const Shape& b) { return a.region == b.region; })
+      .def("__eq__", [](const Shape&, nb::handle) { return false; })
+      .def("__hash__",
+           [](const Shape& sh) { return nb::hash(nb::str(sh.region.to_string().c_str())); })
+      .def("__str__", [](const Shape& sh) { return sh.region.to_string(); })
+      .def("__repr__", [](const Shape& sh) { return "Shape(" + sh.region.to_string() + ")"; })
+      .def("__getstate__", [](const Shape& sh) { return region_state(sh.region); })
+      .def("__setstate__", [](Shape& self, const RegionState& st) {
+        new (&self) Shape{region_from_state(st)};
+      });
+
+  // --- public: podium.Selection -----------------------------------------------------------
+  nb::class_<Selection>(m, "Selection")
+      .def_static("all", [] { return Selection::all(); })
+      .def_static("none", [] { return Selection::none(); })
+      .def_static("first",
+                  [](std::optional<std::string> label) {
+                    return label ? Selection::first(std::move(*label)) : Selection::first();
+                  },
+                  nb::arg("label").none() = nb::none())
+      .def_static("range",
+                  [](std::string label, nb::object r) {
+                    if (nb::isinstance<nb::slice>(r)) {
+                      return Selection::range(std::move(label), range_of_pyslice(r));
+                    }
+                    int64_t i = nb::cast<int64_t>(r);
+                    // One index: the range i:i+1 (i == -1 means the last one).
+                    std::optional<int64_t> stop = i == -1 ? std::nullopt : std::optional(i + 1);
+                    return Selection::range(std::move(label), Range{i, stop, 1});
+                  },
+                  nb::arg("label"), nb::arg("range"))
+      .def("__or__", [](const Selection& a, const Selection& b) { return a | b; })
+      .def("__and__", [](const Selection& a, const Selection& b) { return a & b; })
+      .def("ranks",
+           [](const Selection& sel, const Shape& sh) { return unwrap(sel.ranks(sh.region)); },
+           nb::arg("shape"), "The selected ranks of `shape` (0-based within it), in order.")
+      .def("base_ranks",
+           [](const Selection& sel, const Shape& sh) {
+             return unwrap(sel.base_ranks(sh.region));
+           },
+           nb::arg("shape"), "The base ranks of the selected points, in the shape's order.")
+      .def("__repr__", [](const Selection& sel) { return "Selection(" + sel.to_string() + ")"; })
+      .def("__str__", &Selection::to_string);
 }
 
 }  // namespace podium::python

@@ -1,4 +1,7 @@
-"""podium: a distributed actor framework with a C++ core and a Monarch-compatible API."""
+"""podium: a distributed actor framework with a C++ core and a Monarch-compatible API.
+
+`Shape`, `Slice` and `Selection` are the C++ ndslice types (podium._core.ndslice), as Monarch
+exposes them from `monarch._rust_bindings.monarch_hyperactor.shape` / `.selection`."""
 
 from importlib.metadata import PackageNotFoundError, version as _dist_version
 
@@ -7,4 +10,10 @@ try:
 except PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["__version__"]
+from podium._core.ndslice import Selection, Shape, Slice
+
+for _cls in (Selection, Shape, Slice):
+    _cls.__module__ = "podium"
+del _cls
+
+__all__ = ["__version__", "Selection", "Shape", "Slice"]

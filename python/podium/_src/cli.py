@@ -16,6 +16,9 @@ from typing import Callable, Sequence
 from podium._src import bin_dir, find_binary, list_binaries
 
 _BENCH_PREFIX = "podium-bench-"
+# Benchmarks written in Python: `podium bench NAME` runs main(args) of the module instead of
+# a podium-bench-NAME binary.
+_PYTHON_BENCHMARKS = {"python": "podium._src.bench_python"}
 
 
 def _error(message: str) -> None:
@@ -61,13 +64,18 @@ def available_benchmarks() -> list[str]:
 
 def _benchmark_listing() -> str:
     names = available_benchmarks()
-    return ", ".join(names) if names else f"none (no {_BENCH_PREFIX}* in {bin_dir()})"
+    binaries = ", ".join(names) if names else f"none (no {_BENCH_PREFIX}* in {bin_dir()})"
+    return ", ".join([binaries, *sorted(_PYTHON_BENCHMARKS)])
 
 
 def _run_bench(args: argparse.Namespace) -> int:
     if args.name is None:
         _error(f"bench needs a benchmark NAME; available benchmarks: {_benchmark_listing()}")
         return 2
+    if args.name in _PYTHON_BENCHMARKS:
+        import importlib
+
+        return importlib.import_module(_PYTHON_BENCHMARKS[args.name]).main(args.args)
     path = find_binary(_BENCH_PREFIX + args.name)
     if path is None:
         _error(f"unknown benchmark '{args.name}'; available benchmarks: {_benchmark_listing()}")
@@ -86,9 +94,10 @@ def _run_bench(args: argparse.Namespace) -> int:
 def _register_bench(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench",
-        help="run a benchmark binary (podium bench NAME [args...])",
+        help="run a benchmark (podium bench NAME [args...])",
         description="Runs <package>/_bin/podium-bench-NAME with the remaining arguments; "
-        "its output and exit code pass through.",
+        "its output and exit code pass through. `podium bench python` runs the Python API "
+        "benchmark (podium._src.bench_python).",
     )
     # Optional so that a bare `podium bench` lists the benchmarks instead of a usage error.
     p.add_argument("name", nargs="?", metavar="NAME", help="benchmark name, e.g. core")
