@@ -18,6 +18,7 @@ namespace podium::actor {
 namespace {
 
 thread_local const ActorId* tls_current_actor = nullptr;
+thread_local const std::string* tls_current_actor_text = nullptr;  // its to_string(), cached
 
 // The last mailbox a non-runner thread scheduled, which that thread may drain itself when it
 // then blocks without a timeout (help_while_waiting). `life` expires with the proc.
@@ -48,6 +49,7 @@ Error actor_error(ActorErrc code, const std::string& who, std::string_view why) 
 }  // namespace
 
 const ActorId* current_actor() { return tls_current_actor; }
+const std::string* current_actor_text() { return tls_current_actor_text; }
 
 struct Proc::Impl {
   struct Item {
@@ -61,6 +63,7 @@ struct Proc::Impl {
     enum class State : uint8_t { kCreated, kRunning, kStopped, kFailed };
     ActorId id;
     std::string key;                   // id.local_key(), immutable
+    std::string id_text;               // id.to_string(), immutable
     ActorFactory factory;              // consumed by the kConstruct item (runner only)
     std::unique_ptr<ActorBase> actor;  // runner only: touched inside drain()
 
@@ -73,6 +76,7 @@ struct Proc::Impl {
   };
 
   ProcId id;
+  std::string id_text;  // id.to_string(), immutable after make()
   // The default concurrency hint keeps Asio's scheduler multi-thread aware: work posted by a
   // handler stays visible to the runners the Executor adds when that handler runs long.
   asio::io_context io;
@@ -234,7 +238,9 @@ struct Proc::Impl {
     }
     executor.handler_begin();
     const ActorId* outer = tls_current_actor;
+    const std::string* outer_text = tls_current_actor_text;
     tls_current_actor = &cell->id;
+    tls_current_actor_text = &cell->id_text;
     bool more = true;
     for (int n = 0; n < kDrainBudget; ++n) {
       Item item;
@@ -252,6 +258,7 @@ struct Proc::Impl {
       process(*cell, std::move(item));
     }
     tls_current_actor = outer;
+    tls_current_actor_text = outer_text;
     executor.handler_end();
     if (more) {
       {
@@ -462,6 +469,7 @@ struct Proc::Impl {
     auto cell = std::make_shared<Cell>();
     cell->id = ActorId{id, std::move(name), index};
     cell->key = cell->id.local_key();
+    cell->id_text = cell->id.to_string();
     cell->factory = std::move(factory);
     std::unique_lock lock(cells_mu);
     if (cells.contains(cell->key)) {
@@ -511,6 +519,7 @@ Result<std::unique_ptr<Proc>> Proc::make(ProcConfig config) {
   auto bound = impl->net->listen(config.listen);
   if (!bound) return std::unexpected(bound.error());
   impl->id = ProcId{*bound};
+  impl->id_text = impl->id.to_string();
   impl->system_id = ActorId{impl->id, std::string(kSystemActorName), 0};
   impl->port_prefix = impl->system_id.to_string() + ":";
   impl->executor.start();
@@ -535,7 +544,7 @@ void Proc::send(wire::Envelope env) {
     impl_->bounce(std::move(env), v.error());
     return;
   }
-  if (v->addr == impl_->id.addr.to_string()) {
+  if (v->addr == impl_->id_text) {
     impl_->route(std::move(env));
     return;
   }
@@ -559,7 +568,7 @@ void Proc::send_reply(std::string_view reply_port, uint64_t rank,
   wire::Envelope env;
   env.kind = static_cast<uint8_t>(MessageKind::kReply);
   env.dest.assign(reply_port);
-  if (const ActorId* me = current_actor()) env.sender = me->to_string();
+  if (const std::string* me = current_actor_text()) env.sender = *me;
   ReplyHeader h;
   h.rank = rank;
   h.ok = value.has_value();

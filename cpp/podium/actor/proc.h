@@ -97,6 +97,8 @@ class Proc {
 
 // The actor whose handler is running on this thread, or nullptr.
 const ActorId* current_actor();
+// Its text form (cached: no formatting per message), or nullptr.
+const std::string* current_actor_text();
 
 // A thread outside the runtime that is about to block with no timeout runs the mailbox it
 // scheduled last, if no runner has started it yet: a local call then costs no thread hop.

@@ -86,7 +86,7 @@ actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
   }
 
   std::string sender;
-  if (const auto* me = actor::current_actor()) sender = me->to_string();
+  if (const auto* me = actor::current_actor_text()) sender = *me;
   for (size_t r = 0; r < targets.size(); ++r) {
     const ActorTarget& t = *targets[r];
     wire::Envelope env;
