@@ -2,7 +2,10 @@
 
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <condition_variable>
 #include <list>
 #include <mutex>
@@ -12,12 +15,15 @@ namespace podium::actor {
 namespace {
 
 constexpr auto kTick = std::chrono::milliseconds(2);
+// A parked primary runner takes the loop back when no caller has driven it for this long.
+constexpr auto kReclaimAfter = std::chrono::milliseconds(1);
 constexpr int kQuietTicksBeforePark = 50;
 
 struct Runner {
   // Odd while the runner is inside an actor handler; bumped at begin and end.
   std::atomic<uint64_t> handler_seq{0};
   std::atomic<bool> blocked{false};
+  std::atomic<bool> parked{false};  // the primary, stepped aside for a driving caller
   std::atomic<bool> finished{false};
   uint64_t seen_seq = 0;  // watchdog-thread only
   std::thread thread;
@@ -42,6 +48,16 @@ struct Executor::Impl {
   std::atomic<bool> watchdog_parked{false};
   std::thread watchdog;
 
+  // Caller driving (drive()): who runs the loop besides the escalation runners.
+  enum class Loop : uint8_t { kRunner, kParkRequested, kParked, kDriven };
+  std::mutex drive_mu;                  // guards loop, last_release, drive_stopping
+  std::condition_variable drive_cv;
+  std::atomic<Loop> loop{Loop::kRunner};  // written under drive_mu, read anywhere
+  std::chrono::steady_clock::time_point last_release;
+  bool drive_stopping = false;
+  Runner* primary = nullptr;            // set once by start(); never retires
+  Runner driver_slot;                   // the driving caller's runner slot (one at a time)
+
   Impl(Executor* s, asio::io_context& i, size_t max)
       : self(s), io(i), max_runners(max), work(asio::make_work_guard(i)) {}
 
@@ -49,6 +65,8 @@ struct Executor::Impl {
     return (r.handler_seq.load(std::memory_order_relaxed) & 1) != 0 ||
            r.blocked.load(std::memory_order_relaxed);
   }
+
+  bool driving() const { return loop.load(std::memory_order_relaxed) == Loop::kDriven; }
 
   // Requires mu. Joins runners that retired, then starts a new one.
   void add_runner_locked() {
@@ -66,12 +84,40 @@ struct Executor::Impl {
     r.thread = std::thread(&Impl::runner_main, this, &r);
   }
 
-  // True when a runner other than `me` is free to run new work.
+  // True when a runner other than `me` is free to run new work. A driving caller counts
+  // (it is in the loop until its wait ends); a parked primary does not (it is `blocked`).
   bool someone_free_locked(const Runner* me) {
+    bool drive = driving();
     for (auto& r : runners) {
-      if (&r != me && !r.finished.load(std::memory_order_relaxed) && !occupied(r)) return true;
+      if (&r == me || r.finished.load(std::memory_order_relaxed) || occupied(r)) continue;
+      // A parked primary comes back within kReclaimAfter unless a caller drives.
+      if (r.parked.load(std::memory_order_relaxed) && drive) continue;
+      return true;
     }
-    return false;
+    return drive && &driver_slot != me && !occupied(driver_slot);
+  }
+
+  // The primary runner steps aside while callers drive the loop, and takes it back once no
+  // caller has driven it for kReclaimAfter. False when the executor stops.
+  bool park_if_requested(Runner* me) {
+    std::unique_lock l(drive_mu);
+    if (loop == Loop::kRunner) return !drive_stopping;
+    if (loop == Loop::kParkRequested) {
+      loop = Loop::kParked;
+      last_release = std::chrono::steady_clock::now();
+      drive_cv.notify_all();
+    }
+    me->parked.store(true, std::memory_order_relaxed);
+    while (!drive_stopping) {
+      if (loop == Loop::kParked &&
+          std::chrono::steady_clock::now() - last_release >= kReclaimAfter) {
+        loop = Loop::kRunner;
+        break;
+      }
+      drive_cv.wait_for(l, kReclaimAfter);
+    }
+    me->parked.store(false, std::memory_order_relaxed);
+    return !drive_stopping;
   }
 
   bool should_retire(Runner* me) {
@@ -89,8 +135,9 @@ struct Executor::Impl {
     tls_executor = self;
     tls_runner = me;
     while (!io.stopped()) {
+      if (me == primary && !park_if_requested(me)) break;
       if (io.run_one() == 0) break;
-      if (should_retire(me)) return;
+      if (me != primary && should_retire(me)) return;
     }
     me->finished.store(true, std::memory_order_release);
     live.fetch_sub(1);
@@ -111,16 +158,23 @@ struct Executor::Impl {
       bool any_activity = false;
       bool all_stuck = true;
       bool any_live = false;
-      for (auto& r : runners) {
-        if (r.finished.load(std::memory_order_relaxed)) continue;
-        any_live = true;
+      bool drive = driving();
+      auto check = [&](Runner& r) {
         uint64_t seq = r.handler_seq.load(std::memory_order_relaxed);
         bool in_handler = (seq & 1) != 0;
         bool stuck = (in_handler && seq == r.seen_seq) || r.blocked.load();
+        // A parked primary stands in for the driving caller, which is checked itself.
+        if (r.parked.load(std::memory_order_relaxed)) stuck = drive;
         if (seq != r.seen_seq || in_handler) any_activity = true;
         r.seen_seq = seq;
         if (!stuck) all_stuck = false;
+      };
+      for (auto& r : runners) {
+        if (r.finished.load(std::memory_order_relaxed)) continue;
+        any_live = true;
+        check(r);
       }
+      if (drive) check(driver_slot);
       if (any_live && all_stuck) add_runner_locked();
       quiet_ticks = any_activity ? 0 : quiet_ticks + 1;
     }
@@ -136,6 +190,7 @@ void Executor::start() {
   std::lock_guard lock(impl_->mu);
   if (!impl_->runners.empty() || impl_->stopping) return;
   impl_->add_runner_locked();
+  impl_->primary = &impl_->runners.front();
   impl_->watchdog = std::thread(&Impl::watchdog_main, impl_.get());
 }
 
@@ -147,6 +202,11 @@ void Executor::stop() {
     impl_->watchdog_parked.store(false);
   }
   impl_->watchdog_cv.notify_all();
+  {
+    std::lock_guard lock(impl_->drive_mu);
+    impl_->drive_stopping = true;
+  }
+  impl_->drive_cv.notify_all();
   impl_->work.reset();
   impl_->io.stop();
   if (impl_->watchdog.joinable()) impl_->watchdog.join();
@@ -165,6 +225,57 @@ void Executor::stop() {
 }
 
 Executor* Executor::current() { return tls_executor; }
+
+bool Executor::drive(const std::function<bool()>& done,
+                     std::chrono::steady_clock::time_point deadline) {
+  if (tls_runner) return false;  // runners run the loop already
+  Impl& im = *impl_;
+  {
+    std::unique_lock l(im.drive_mu);
+    if (im.drive_stopping || im.primary == nullptr) return false;
+    auto state = im.loop.load();
+    if (state == Impl::Loop::kDriven) return false;  // another caller drives for everyone
+    if (state == Impl::Loop::kRunner) {
+      im.loop = Impl::Loop::kParkRequested;
+      l.unlock();
+      asio::post(im.io, [] {});  // ends the primary's run_one() so that it parks
+      l.lock();
+      while (im.loop.load() == Impl::Loop::kParkRequested && !im.drive_stopping) {
+        if (done()) return true;  // answered while the primary was handing over
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        im.drive_cv.wait_for(l, std::chrono::microseconds(200));
+      }
+    }
+    if (im.loop.load() != Impl::Loop::kParked || im.drive_stopping) return done();
+    im.loop = Impl::Loop::kDriven;
+  }
+  // This thread is the loop's runner until done() or the deadline.
+  Executor* outer_executor = tls_executor;
+  Runner* outer_runner = tls_runner;
+  tls_executor = this;
+  tls_runner = &im.driver_slot;
+  while (!done() && !im.io.stopped()) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) break;
+    im.io.run_one_for(std::min<std::chrono::steady_clock::duration>(deadline - now,
+                                                                    std::chrono::seconds(1)));
+  }
+  tls_executor = outer_executor;
+  tls_runner = outer_runner;
+  {
+    std::lock_guard l(im.drive_mu);
+    im.loop = Impl::Loop::kParked;
+    im.last_release = std::chrono::steady_clock::now();
+  }
+  return done();
+}
+
+namespace {
+std::atomic<Executor*> g_drivable{nullptr};
+}
+
+void Executor::set_drivable(Executor* executor) { g_drivable.store(executor); }
+Executor* Executor::drivable() { return g_drivable.load(std::memory_order_acquire); }
 
 void Executor::handler_begin() {
   if (tls_runner) tls_runner->handler_seq.fetch_add(1, std::memory_order_relaxed);

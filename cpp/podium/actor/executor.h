@@ -18,6 +18,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -46,6 +48,18 @@ class Executor {
   void handler_end();
 
   size_t runner_count() const;
+
+  // Caller driving: a thread outside the runtime that waits for a reply runs the io_context
+  // itself until done() or the deadline, so the reply is read on the thread that waits for it
+  // (no hand-off from a runner). The primary runner steps aside while callers drive and
+  // takes the loop back kReclaimAfter (1 ms) after the last one stopped. Returns done(), or
+  // false without driving when another caller drives (it serves this caller's reply too) or
+  // when called on a runner thread. Thread-safe.
+  bool drive(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
+
+  // The executor that untimed waits outside the runtime drive (the process's root proc).
+  static void set_drivable(Executor* executor);
+  static Executor* drivable();
 
  private:
   friend class BlockingScope;

@@ -62,8 +62,15 @@ bool Signal::spin_until_set(std::chrono::steady_clock::time_point deadline) cons
 
 void Signal::wait() {
   if (is_set()) return;
-  // An untimed wait may run the local handler it waits for (it cannot overrun a timeout).
+  // An untimed wait may run the local handler it waits for (it cannot overrun a timeout),
+  // then read its own reply by running the loop itself.
   help_while_waiting();
+  if (is_set()) return;
+  if (Executor* ex = Executor::drivable()) {
+    if (ex->drive([this] { return is_set(); }, std::chrono::steady_clock::time_point::max())) {
+      return;
+    }
+  }
   // A century is "forever" and keeps one code path.
   wait_for(std::chrono::hours(24 * 365 * 100));
 }

@@ -16,6 +16,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "podium/actor/executor.h"
 #include "podium/actor/message.h"
 #include "podium/host/child_watcher.h"
 #include "podium/mesh/cast.h"
@@ -376,6 +377,7 @@ void Runtime::shutdown() {
     if (impl.shut_down) return;
     impl.shut_down = true;
   }
+  actor::Executor::set_drivable(nullptr);
   if (impl.watcher) impl.watcher->stop();  // SIGKILL to every proc group, reaped (ME-3)
   if (impl.proc) impl.proc->stop();
   {
@@ -399,6 +401,8 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
   if (!proc) return std::unexpected(proc.error());
   impl->proc = std::move(*proc);
   impl->proc_key = impl->proc->id().to_string();
+  // Threads of this process that wait for replies drive the root proc's loop themselves.
+  actor::Executor::set_drivable(&impl->proc->executor());
   impl->watcher = std::make_unique<host::ChildWatcher>(impl->proc->io());
   auto* raw = impl.get();
   impl->proc->on_system("ready", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
