@@ -4,6 +4,8 @@
 
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <thread>
 #include <atomic>
 
 #include "podium/actor/signal.h"
@@ -73,6 +75,30 @@ TEST(Executor, SurplusRunnersRetire) {
   }
   EXPECT_EQ(ex.runner_count(), 1u);
   ex.stop();  // AC-3
+}
+
+TEST(Executor, AnUntimedWaitDrivesTheLoopThenHandsItBack) {
+  asio::io_context io;
+  Executor ex(io);
+  ex.start();
+  Executor::set_drivable(&ex);
+  std::atomic<std::thread::id> ran_on{};
+  Signal done;
+  // The completion lands well after the primary runner has stepped aside.
+  asio::steady_timer timer(io, 50ms);
+  timer.async_wait([&](const std::error_code&) {
+    ran_on = std::this_thread::get_id();
+    done.set();
+  });
+  done.wait();  // untimed, outside the runtime: this thread runs the loop
+  EXPECT_EQ(ran_on.load(), std::this_thread::get_id());
+  // Once no caller drives, the primary takes the loop back: work runs with nobody waiting.
+  Signal later;
+  std::this_thread::sleep_for(5ms);
+  asio::post(io, [&] { later.set(); });
+  EXPECT_TRUE(later.wait_for(2s));  // timed: does not drive
+  Executor::set_drivable(nullptr);
+  ex.stop();
 }
 
 }  // namespace
