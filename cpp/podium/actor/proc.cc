@@ -29,6 +29,13 @@ struct HelpCandidate {
 };
 thread_local HelpCandidate tls_help;
 
+// While a runner delivers a batch of envelopes from the channel, the first mailbox it makes
+// ready is run right after the batch (Net::on_batch_end) on the same thread instead of being
+// posted, which would first poll the reactor once more. Other mailboxes are posted, so one
+// slow handler never holds up the rest of the batch.
+thread_local void* tls_batch_proc = nullptr;
+thread_local std::shared_ptr<void> tls_batch_cell;
+
 // Messages an actor handles per turn before yielding its runner to other actors.
 constexpr int kDrainBudget = 64;
 
@@ -216,6 +223,10 @@ struct Proc::Impl {
     if (cell->scheduled) return;
     cell->scheduled = true;
     lock.unlock();
+    if (tls_batch_proc == this && !tls_batch_cell) {
+      tls_batch_cell = cell;
+      return;
+    }
     if (!Executor::current()) {
       // A thread outside the runtime (a controller's main thread) that waits for the answer
       // right after sending may run this drain itself (help_while_waiting).
@@ -514,8 +525,17 @@ Result<std::unique_ptr<Proc>> Proc::make(ProcConfig config) {
   Impl* impl = proc->impl_.get();
   impl->net = std::make_unique<channel::Net>(
       impl->io, config.channel,
-      [impl](wire::Envelope&& env) { impl->route(std::move(env)); },
+      [impl](wire::Envelope&& env) {
+        tls_batch_proc = impl;
+        impl->route(std::move(env));
+      },
       [impl](wire::Envelope&& env, Error why) { impl->bounce(std::move(env), std::move(why)); });
+  impl->net->on_batch_end([impl] {
+    tls_batch_proc = nullptr;
+    if (auto cell = std::static_pointer_cast<Impl::Cell>(std::exchange(tls_batch_cell, nullptr))) {
+      impl->drain(cell);
+    }
+  });
   auto bound = impl->net->listen(config.listen);
   if (!bound) return std::unexpected(bound.error());
   impl->id = ProcId{*bound};

@@ -38,4 +38,8 @@ void hand_back(Core& core, std::vector<Outgoing>& out, ChannelErrc code,
   out.clear();
 }
 
+BatchEnd::~BatchEnd() {
+  if (delivered && core.batch_end) core.batch_end();
+}
+
 }  // namespace podium::channel::internal

@@ -101,6 +101,16 @@ class Fifo {
   size_t size_ = 0;
 };
 
+struct Core;
+
+// Runs Core::batch_end on scope exit when something was delivered: one delivery batch (the
+// frames of one read, the envelopes of one inproc drain) has ended, on every exit path.
+struct BatchEnd {
+  Core& core;
+  bool delivered = false;
+  ~BatchEnd();
+};
+
 // Something that accepts connections for a Net (a socket listener or an inproc name).
 class ListenerBase {
  public:
@@ -119,6 +129,8 @@ struct Core {
   const Config config;
   const DeliverFn deliver;
   const UndeliverableFn undeliverable;
+  // Net::on_batch_end(): set before the first listen() or send(), then only read.
+  std::function<void()> batch_end;
   Gate gate;
 
   std::mutex mu;  // guards everything below

@@ -95,6 +95,7 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
     close("net stopped", false);
     return;
   }
+  BatchEnd batch{*core_};  // after every lock below is released
   // Taken at the first Data of this read and held for the rest of its frames.
   std::unique_lock<std::mutex> delivering;
   wire::RawFrame frame;
@@ -122,6 +123,7 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
         return;
       }
       session_->delivered.store(d->seq, std::memory_order_release);
+      batch.delivered = true;
       core_->deliver(std::move(d->envelope));
     } else if (auto* hello = std::get_if<wire::Hello>(&*m)) {
       if (!accept_hello(*hello)) return;

@@ -24,6 +24,7 @@ Registry& registry() {
 void drain(const std::shared_ptr<Pipe>& p) {
   Core& core = *p->receiver;
   Gate::Scope gate(core.gate);
+  BatchEnd batch{core};
   for (int n = 0;; ++n) {
     Outgoing o;
     {
@@ -38,6 +39,7 @@ void drain(const std::shared_ptr<Pipe>& p) {
       }
       o = p->queue.pop_front();
     }
+    batch.delivered = true;
     core.deliver(std::move(o.env));
   }
 }

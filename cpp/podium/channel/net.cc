@@ -140,4 +140,6 @@ void Net::reset_connections_for_test() {
   for (auto& in : inbounds) in->close("connection reset for test", false);
 }
 
+void Net::on_batch_end(std::function<void()> fn) { impl_->core->batch_end = std::move(fn); }
+
 }  // namespace podium::channel

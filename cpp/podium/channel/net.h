@@ -90,6 +90,11 @@ class Net {
 
   const Config& config() const;
 
+  // `fn` runs on the io thread after each batch of deliveries (the envelopes of one read),
+  // once the channel holds no lock: the place to run work that the DeliverFn calls deferred.
+  // Call before the first listen() or send(); not thread-safe.
+  void on_batch_end(std::function<void()> fn);
+
   // Test hook: abruptly closes every socket of this Net (both directions), as a network
   // reset would; links re-dial and resend.
   void reset_connections_for_test();
