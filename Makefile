@@ -63,6 +63,8 @@ pip-packages: apt-packages
 build: pip-packages
 	$(PYTHON) -m pip install --no-build-isolation -v \
 	  -Cbuild-dir=$(BUILD_DIR) -Ccmake.define.PODIUM_TESTS=ON .
+	@# pyenv finds new console scripts (the `podium` command) only after a rehash.
+	@if command -v pyenv >/dev/null 2>&1; then pyenv rehash || true; fi
 
 test: setup
 	@status=0; \
