@@ -30,6 +30,20 @@ def run_podium():
     return run
 
 
+def run_script(directory, name: str, text: str) -> subprocess.CompletedProcess:
+    """Writes `text` to DIRECTORY/NAME and runs it as its own program (its __main__), bounded."""
+    script = directory / name
+    script.write_text(text)
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=directory,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+    )
+
+
 # --- podium.actor fixtures ------------------------------------------------------------------
 # Every fixture that starts procs or actors stops them when the test (or module) ends, even
 # when it fails. Every wait is bounded.

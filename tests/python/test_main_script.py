@@ -5,12 +5,10 @@ program."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 import time
 
-from conftest import CHILD_TIMEOUT_S
+from conftest import run_script
 
 SCRIPT = textwrap.dedent(
     """
@@ -45,16 +43,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_main_module_actor_prints_reach_the_controller_and_procs_exit(tmp_path):
-    script = tmp_path / "prog.py"
-    script.write_text(SCRIPT)
-    r = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT_S,
-    )
+    r = run_script(tmp_path, "prog.py", SCRIPT)
     assert r.returncode == 0, r.stderr
     assert "results [49, 49]" in r.stdout
     assert r.stdout.count("squares 7") == 2

@@ -3,11 +3,9 @@ the actor's name and rank (issue 3, "Output")."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
-from conftest import CHILD_TIMEOUT_S
+from conftest import run_script
 
 SCRIPT = textwrap.dedent(
     """
@@ -44,16 +42,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_actor_output_is_prefixed_with_name_and_rank(tmp_path):
-    script = tmp_path / "talk.py"
-    script.write_text(SCRIPT)
-    r = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT_S,
-    )
+    r = run_script(tmp_path, "talk.py", SCRIPT)
     assert r.returncode == 0, r.stderr
     out, err = r.stdout.splitlines(), r.stderr.splitlines()
     assert "results ['hi', 'hi']" in out and "async yo" in out
