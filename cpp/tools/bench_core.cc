@@ -5,6 +5,9 @@
 // Every figure comes from the same run:
 //   raw_uds_rtt_us   median round trip of a 64-byte ping-pong over a Unix socketpair between
 //                    two processes (blocking read/write): the floor for anything on one host.
+//   raw_uds_poll_rtt_us  the same ping-pong with both ends polling (non-blocking reads in a
+//                    loop): the floor for a runtime that polls, as podium's runners and waiting
+//                    callers do for PODIUM_POLL_US after activity (docs/benchmarks.md).
 //   actor_rtt_us     median round trip of call_one() to a C++ actor in another process.
 //   inproc_rtt_us    the same, with the actor in the caller's own process.
 //   pipelined_per_s  one-way messages per second to one actor in another process (a stream of
@@ -14,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -62,7 +66,19 @@ T must(podium::Result<T> r, const char* what) {
   return std::move(*r);
 }
 
-Stats raw_uds_rtt(int iters) {
+// Reads exactly kSize bytes; with `poll`, spins on non-blocking reads instead of sleeping.
+bool read_full(int fd, char* buf, size_t size, bool poll) {
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = ::recv(fd, buf + got, size - got, poll ? MSG_DONTWAIT : 0);
+    if (n < 0 && poll && errno == EAGAIN) continue;
+    if (n <= 0) return false;
+    got += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+Stats raw_uds_rtt(int iters, bool poll) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) die("socketpair failed");
   constexpr size_t kSize = 64;
@@ -71,12 +87,7 @@ Stats raw_uds_rtt(int iters) {
     ::close(sv[0]);
     char buf[kSize];
     while (true) {
-      size_t got = 0;
-      while (got < kSize) {
-        ssize_t n = ::read(sv[1], buf + got, kSize - got);
-        if (n <= 0) ::_exit(0);
-        got += static_cast<size_t>(n);
-      }
+      if (!read_full(sv[1], buf, kSize, poll)) ::_exit(0);
       if (::write(sv[1], buf, kSize) != static_cast<ssize_t>(kSize)) ::_exit(1);
     }
   }
@@ -88,12 +99,7 @@ Stats raw_uds_rtt(int iters) {
   for (int i = 0; i < iters + iters / 10; ++i) {
     auto t0 = Clock::now();
     if (::write(sv[0], buf, kSize) != static_cast<ssize_t>(kSize)) die("write failed");
-    size_t got = 0;
-    while (got < kSize) {
-      ssize_t n = ::read(sv[0], buf + got, kSize - got);
-      if (n <= 0) die("read failed");
-      got += static_cast<size_t>(n);
-    }
+    if (!read_full(sv[0], buf, kSize, poll)) die("read failed");
     if (i >= iters / 10) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
   ::close(sv[0]);
@@ -147,7 +153,8 @@ int main(int argc, char** argv) {
     }
   }
 
-  Stats raw = raw_uds_rtt(iters);
+  Stats raw = raw_uds_rtt(iters, false);
+  Stats raw_poll = raw_uds_rtt(iters, true);
 
   auto procs = must(podium::this_host().spawn_procs({{"procs", 1}}), "spawn_procs");
   auto remote = must(procs.spawn<Echo>("echo"), "spawn");
@@ -163,13 +170,15 @@ int main(int argc, char** argv) {
 
   if (json) {
     std::printf(
-        "{\"raw_uds_rtt_us\": %.2f, \"raw_uds_rtt_p99_us\": %.2f, \"actor_rtt_us\": %.2f, "
+        "{\"raw_uds_rtt_us\": %.2f, \"raw_uds_rtt_p99_us\": %.2f, \"raw_uds_poll_rtt_us\": %.2f, "
+        "\"actor_rtt_us\": %.2f, "
         "\"actor_rtt_p99_us\": %.2f, \"inproc_rtt_us\": %.2f, \"inproc_rtt_p99_us\": %.2f, "
         "\"pipelined_per_s\": %.0f, \"actor_vs_raw\": %.2f, \"iters\": %d, \"messages\": %d}\n",
-        raw.median_us, raw.p99_us, actor.median_us, actor.p99_us, inproc.median_us,
+        raw.median_us, raw.p99_us, raw_poll.median_us, actor.median_us, actor.p99_us, inproc.median_us,
         inproc.p99_us, per_s, actor.median_us / raw.median_us, iters, messages);
   } else {
     std::printf("raw unix socketpair rtt  median %8.2f us   p99 %8.2f us\n", raw.median_us, raw.p99_us);
+    std::printf("raw rtt, both ends poll  median %8.2f us\n", raw_poll.median_us);
     std::printf("actor rtt (other proc)   median %8.2f us   p99 %8.2f us   (%.2fx raw)\n",
                 actor.median_us, actor.p99_us, actor.median_us / raw.median_us);
     std::printf("actor rtt (same proc)    median %8.2f us   p99 %8.2f us\n", inproc.median_us,

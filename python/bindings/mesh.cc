@@ -46,6 +46,7 @@
 #include <asio/steady_timer.hpp>
 
 #include "common.h"
+#include "podium/actor/executor.h"
 #include "podium/actor/message.h"
 #include "podium/mesh/cast.h"
 #include "podium/mesh/proc_mesh.h"
@@ -482,6 +483,15 @@ CoreFuture stop_after(const ProcMesh& p, const std::vector<const CoreFuture*>& f
 }  // namespace
 
 void bind_mesh(nb::module_& m) {
+  m.def(
+      "set_poll",
+      [](double runners_us, double drivers_us) {
+        actor::Executor::set_poll(
+            std::chrono::nanoseconds(static_cast<int64_t>(std::max(0.0, runners_us) * 1e3)),
+            std::chrono::nanoseconds(static_cast<int64_t>(std::max(0.0, drivers_us) * 1e3)));
+      },
+      nb::arg("runners_us"), nb::arg("drivers_us"),
+      "How long idle runners and waiting callers poll the reactor before they sleep (µs).");
   m.def(
       "init_controller",
       [](std::vector<std::string> proc_argv) {

@@ -57,6 +57,12 @@ class Executor {
   // when called on a runner thread. Thread-safe.
   bool drive(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
 
+  // Adaptive polling (see executor.cc): how long an idle runner, and a driving caller, poll
+  // the reactor after an event before they sleep. Process-wide; PODIUM_POLL_US sets both
+  // at start-up (default 50 µs). Polling pays only where the polling thread has a core of
+  // its own, so a process whose handlers run on other threads (Python) polls less.
+  static void set_poll(std::chrono::nanoseconds runners, std::chrono::nanoseconds drivers);
+
   // The executor that untimed waits outside the runtime drive (the process's root proc).
   static void set_drivable(Executor* executor);
   static Executor* drivable();
