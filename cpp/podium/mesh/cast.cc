@@ -23,6 +23,11 @@ void Collector::fill(size_t rank, Reply reply) {
   promise_.set(std::move(done));
 }
 
+bool Collector::filled(size_t rank) {
+  std::lock_guard lock(mu_);
+  return rank < slots_.size() && slots_[rank].has_value();
+}
+
 void Collector::proc_failed(std::string_view proc_key, const Error& why) {
   for (size_t r = 0; r < proc_keys_.size(); ++r) {
     if (proc_keys_[r] == proc_key) fill(r, std::unexpected(why));

@@ -44,6 +44,8 @@ class Collector {
   void fill(size_t rank, Reply reply);
   // Fails every unanswered rank hosted by the proc `proc_key` (ME-2).
   void proc_failed(std::string_view proc_key, const Error& why);
+  // Whether rank `rank` has its reply (or error) already.
+  bool filled(size_t rank);
   uint64_t port = 0;  // the reply port, set once before the first send
 
  private:
