@@ -15,7 +15,9 @@ std::string MeshFailure::report() const {
   std::string who = hash == std::string::npos ? actor_id : actor_id.substr(hash + 1);
   std::string out = "actor " + who + " of mesh '" + mesh_name + "' (rank " + std::to_string(rank);
   if (!point.empty()) out += " " + point;
-  out += ", host " + host + ", pid " + std::to_string(pid) + ") failed: " + cause;
+  out += ", host " + host + ", pid " + std::to_string(pid) + ")";
+  out += cause.starts_with("failed") ? " " : " failed: ";
+  out += cause;
   return out;
 }
 

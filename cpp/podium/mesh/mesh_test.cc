@@ -4,8 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "podium/mesh/actor_mesh.h"
 
@@ -39,6 +41,29 @@ class Worker : public podium::Actor {
   bool out_of_order_ = false;
 };
 PODIUM_ACTOR(Worker, int)
+
+// Failures that reach this controller's root (the default would end the test binary).
+std::mutex g_faults_mu;
+std::vector<podium::actor::MeshFailure> g_faults;  // guarded by g_faults_mu
+
+size_t fault_count() {
+  std::lock_guard lock(g_faults_mu);
+  return g_faults.size();
+}
+
+// The failures recorded from index `from` on, once there are `n` of them (or after 5 s).
+std::vector<podium::actor::MeshFailure> faults_since(size_t from, size_t n) {
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard lock(g_faults_mu);
+      if (g_faults.size() >= from + n) break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  std::lock_guard lock(g_faults_mu);
+  return {g_faults.begin() + static_cast<long>(std::min(from, g_faults.size())), g_faults.end()};
+}
 
 template <class T>
 T ok(podium::Result<T> r) {
@@ -145,6 +170,34 @@ TEST_F(MeshTest, KilledProcFailsPendingCallsAtOnce) {  // ME-2
   auto others = ok(workers_->slice("procs", podium::ndslice::Range{2, 4, 1}));
   EXPECT_TRUE(others.call(&Worker::pid).get(10s));
   EXPECT_NE(procs_->exit_status(1).value_or("").find("SIGKILL"), std::string::npos);
+}
+
+TEST_F(MeshTest, KilledProcRaisesOneFaultToTheOwner) {  // SV-2, SV-3
+  size_t before = fault_count();
+  int pid = procs_->pid(3);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  auto faults = faults_since(before, 1);
+  std::this_thread::sleep_for(100ms);  // a second event would arrive by now
+  faults = faults_since(before, 1);
+  ASSERT_EQ(faults.size(), 1u);
+  const auto& f = faults[0];
+  EXPECT_EQ(f.kind, podium::actor::MeshFailure::Kind::kProc);
+  EXPECT_EQ(f.mesh_name, "worker");
+  EXPECT_EQ(f.rank, 3u);
+  EXPECT_EQ(f.pid, pid);
+  EXPECT_EQ(podium::actor::signal_name(f.signal), "SIGKILL");
+  EXPECT_NE(f.report().find("worker[3] of mesh 'worker' (rank 3 {'procs': 3/4}"),
+            std::string::npos)
+      << f.report();
+}
+
+TEST_F(MeshTest, StopIsNotAFault) {  // SV-2
+  size_t before = fault_count();
+  EXPECT_TRUE(workers_->stop().get(10s));
+  EXPECT_TRUE(procs_->stop(2000ms).get(10s));
+  procs_.reset();
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(fault_count(), before);
 }
 
 TEST_F(MeshTest, ProcExitCodeIsReported) {
@@ -254,6 +307,10 @@ int orphan_controller() {
 int main(int argc, char** argv) {
   podium::init(argc, argv);  // spawned procs serve here and never return
   if (argc == 2 && std::string(argv[1]) == "--orphan-controller") return orphan_controller();
+  podium::set_unhandled_fault_handler([](podium::actor::MeshFailure f) {
+    std::lock_guard lock(g_faults_mu);
+    g_faults.push_back(std::move(f));
+  });
   ::testing::InitGoogleTest(&argc, argv);
   int rc = RUN_ALL_TESTS();
   podium::shutdown();
