@@ -405,6 +405,8 @@ def test_a_failure_seen_through_a_mesh_reference_is_at_once(new_procs, faults):
     time.sleep(0.5)
     os.kill(pid, signal.SIGKILL)
     took, text = pending.get(timeout=T).split(" ", 1)
+    print(f"\n[ measured ] SIGKILL -> SupervisionError in another proc: "
+          f"{float(took) * 1e3 - 500:.1f} ms after the kill (call made 500 ms before it)")
     assert float(took) < 5, text
     assert "actor ref_workers[1] of mesh 'ref_workers' (rank 1 {'gpus': 1/2}" in text
     assert f"its proc (pid {pid}) was killed by signal SIGKILL (9)" in text

@@ -29,10 +29,13 @@ void Supervisor::stopping(uint64_t id, const std::vector<size_t>& base_ranks) {
   std::lock_guard lock(mu_);
   auto it = meshes_.find(id);
   if (it == meshes_.end()) return;
+  bool all = true;
   for (size_t b : base_ranks) {
     size_t r = rank_of(it->second.mesh, b);
     if (r < it->second.done.size()) it->second.done[r] = 1;
   }
+  for (uint8_t d : it->second.done) all = all && d;
+  if (all) meshes_.erase(it);  // nothing left to fail
 }
 
 void Supervisor::actor_failed(uint64_t id, uint64_t base_rank, actor::MeshFailure f) {
