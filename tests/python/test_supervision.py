@@ -386,11 +386,10 @@ class Caller(Actor):
 
     @endpoint
     def call_sleep(self, other, seconds: float) -> str:
-        t0 = time.monotonic()
         try:
             other.sleep.call_one(seconds).get(timeout=seconds + 10)
         except SupervisionError as e:
-            return f"{time.monotonic() - t0:.3f} {e}"
+            return f"{time.time():.6f} {e}"  # when it failed (wall clock: another process)
         return "no error"
 
 
@@ -403,11 +402,12 @@ def test_a_failure_seen_through_a_mesh_reference_is_at_once(new_procs, faults):
     pid = victim.pid.call_one().get(timeout=T)
     pending = callers.call_sleep.call_one(victim, 60)
     time.sleep(0.5)
+    killed_at = time.time()
     os.kill(pid, signal.SIGKILL)
-    took, text = pending.get(timeout=T).split(" ", 1)
-    print(f"\n[ measured ] SIGKILL -> SupervisionError in another proc: "
-          f"{float(took) * 1e3 - 500:.1f} ms after the kill (call made 500 ms before it)")
-    assert float(took) < 5, text
+    failed_at, text = pending.get(timeout=T).split(" ", 1)
+    took = float(failed_at) - killed_at
+    print(f"\n[ measured ] SIGKILL -> SupervisionError in another proc: {took * 1e3:.1f} ms")
+    assert took < 5, text
     assert "actor ref_workers[1] of mesh 'ref_workers' (rank 1 {'gpus': 1/2}" in text
     assert f"its proc (pid {pid}) was killed by signal SIGKILL (9)" in text
     # The owner here (this controller's root) got the failure once.
@@ -484,11 +484,12 @@ def test_stop_of_a_hung_actor_kills_its_proc_and_says_so(new_procs, faults, capf
 
 
 def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper, e.g. PID 1 of a container, is not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
-    return True
 
 
 def test_controller_sigkill_leaves_no_process_behind(tmp_path):

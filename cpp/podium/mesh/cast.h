@@ -74,8 +74,9 @@ struct LoadCounters {
 // Splits a kReply envelope into the replying rank and its value (or error).
 std::pair<uint64_t, Reply> decode_reply(wire::Envelope&& env);
 
-// "rank 3 of {'procs': 4} (unix:/...#counter[3]): <cause>"
+// "actor counter[3] of mesh 'counter' (rank 3 {'procs': 3/4}, host h, pid 42): <cause>"
+// (host and pid when `pid` is known).
 Error rank_error(const ndslice::Extent& extent, size_t rank, const ActorTarget& t,
-                 const Error& cause);
+                 const Error& cause, int64_t pid = -1);
 
 }  // namespace podium::mesh

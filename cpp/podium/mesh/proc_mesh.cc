@@ -201,14 +201,20 @@ Result<ActorMeshBase> ProcMesh::spawn_raw(std::string_view type, std::string nam
   auto collector = std::make_shared<mesh::Collector>(keys);
   actor::Promise<void> init_promise;
   state->initialized = init_promise.future();
-  auto extent = region_.extent();
   collector->future().on_ready(
       [p = std::make_shared<actor::Promise<void>>(std::move(init_promise)), state,
-       extent](const Result<mesh::Replies>& replies) {
+       base](const Result<mesh::Replies>& replies) {
         for (size_t r = 0; r < replies->size(); ++r) {
           if (!(*replies)[r]) {
-            const auto& t = state->targets[*ndslice::Region(extent).base_rank(r)];
-            p->set(std::unexpected(mesh::rank_error(extent, r, t, (*replies)[r].error())));
+            // Named by its rank in the ProcMesh, as supervision names it.
+            const auto& t = state->targets[base[r]];
+            int64_t pid = -1;
+            {
+              std::lock_guard lock(state->procs->mu);
+              pid = state->procs->procs[base[r]].pid;
+            }
+            p->set(std::unexpected(mesh::rank_error(state->procs->extent, base[r], t,
+                                                    (*replies)[r].error(), pid)));
             return;
           }
         }
