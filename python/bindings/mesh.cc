@@ -496,19 +496,32 @@ class FaultQueue {
     }
     cv_.notify_one();
   }
+  // The next failure; nullopt after `timeout`, or at once after interrupt().
   std::optional<actor::MeshFailure> pop(std::chrono::nanoseconds timeout) {
     std::unique_lock lock(mu_);
-    cv_.wait_for(lock, timeout, [&] { return !q_.empty(); });
-    if (q_.empty()) return std::nullopt;
+    cv_.wait_for(lock, timeout, [&] { return !q_.empty() || interrupted_; });
+    if (q_.empty()) {
+      interrupted_ = false;
+      return std::nullopt;
+    }
     auto f = std::move(q_.front());
     q_.pop_front();
     return f;
   }
+  // Wakes the waiting pop() (the process is exiting).
+  void interrupt() {
+    {
+      std::lock_guard lock(mu_);
+      interrupted_ = true;
+    }
+    cv_.notify_all();
+  }
 
  private:
-  std::mutex mu_;  // guards q_
+  std::mutex mu_;  // guards q_, interrupted_
   std::condition_variable cv_;
   std::deque<actor::MeshFailure> q_;
+  bool interrupted_ = false;
 };
 
 FaultQueue& fault_queue() {
@@ -538,7 +551,10 @@ void bind_mesh(nb::module_& m) {
         if (!f) return std::nullopt;
         return failure_to_python(*f);
       },
-      nb::arg("timeout_s"), "The next failure for the root (a dict), or None after timeout_s.");
+      nb::arg("timeout_s"),
+      "The next failure for the root (a dict), or None after timeout_s or interrupt_faults().");
+  m.def("interrupt_faults", [] { fault_queue().interrupt(); },
+        "Makes the waiting next_fault() return None at once.");
   m.def(
       "set_poll",
       [](double runners_us, double drivers_us) {

@@ -185,7 +185,7 @@ class Endpoint(Generic[R]):
             values = []
             for rank, (ok, payload) in enumerate(fut.replies()):
                 values.append(_decode_reply(ok, payload, self._where(rank), name,
-                                            self._locate(rank)))
+                                            None if ok else self._locate(rank)))
             vm = ValueMesh._from_values(list(region_extent.labels), list(region_extent.sizes),
                                         values)
             return vm if then is None else then(vm)
@@ -227,7 +227,7 @@ class Endpoint(Generic[R]):
         def decode(fut: Any) -> R:
             ((ok, payload),) = fut.replies()
             return _decode_reply(ok, payload, self._where(fut.rank()), name,
-                                 self._locate(fut.rank()))
+                                 None if ok else self._locate(fut.rank()))
 
         return iter([Future(f, decode) for f in core.stream(name, per_rank)])
 
@@ -257,11 +257,9 @@ class Endpoint(Generic[R]):
         where = self._where(rank)
         name = self._name
 
-        locate = self._locate(rank)
-
         def decode(fut: Any) -> R:
             ((ok, payload),) = fut.replies()
-            return _decode_reply(ok, payload, where, name, locate)
+            return _decode_reply(ok, payload, where, name, None if ok else self._locate(rank))
 
         return Future(core_future, decode)
 

@@ -210,8 +210,10 @@ class ProcMesh(MeshShape):
         ctx = actor_context()
         # The owner (supervision): the actor spawning it, else this process's root; podium's
         # bootstrap actors have none (a failed bootstrap fails `initialized`).
+        # The singletons of get_or_spawn_controller belong to the controller, not its registry.
         owner = None if bootstrap == "run" else (
-            str(ctx.actor_instance.actor_id) if ctx is not None else "")
+            str(ctx.actor_instance.actor_id)
+            if ctx is not None and ctx.actor_instance.name != REGISTRY_NAME else "")
         core = self._core.spawn("python", name, [meta, *parts], owner)
         mesh = ActorMesh(Class, core, self)
         if bootstrap == "run" or Class is _ControllerController:

@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional
 
 from podium._core import mesh as _mesh
 
-_POLL_S = 0.1  # the fault thread's wait slice; at exit, podium waits at most this for it
+_POLL_S = 5.0  # the fault thread's wait slice (at exit, interrupt_faults() wakes it)
 _EXIT_DRAIN_S = 0.05  # at exit: how long to wait for a failure still on its way
 
 _lock = threading.Lock()
@@ -159,6 +159,7 @@ def at_exit() -> None:
         if _thread is None or _exiting:
             return
         _stopping = True
+    _mesh.interrupt_faults()
     with _busy:  # a failure the thread holds is run (or ends the process) first
         pass
     while True:
