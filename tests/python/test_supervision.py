@@ -539,3 +539,45 @@ def test_recovery_example_runs(tmp_path):
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "lost worker" in r.stdout and "replaced it" in r.stdout
     assert r.stdout.rstrip().endswith("done: 8 steps, 1 worker replaced")
+
+
+class LocalOwner(Actor):
+    """Runs in this controller's own proc (this_proc()) and owns a mesh on other procs."""
+
+    def __init__(self) -> None:
+        self.seen = []
+
+    def __supervise__(self, failure: MeshFailure) -> bool:
+        self.seen.append((failure.mesh_name, failure.rank, failure.exit_code))
+        return True
+
+    @endpoint
+    def spawn_child(self, procs) -> None:
+        self.child = procs.spawn("local_child", Worker)
+        self.child.initialized.get(timeout=T)
+
+    @endpoint
+    def kill_child(self, rank: int) -> None:
+        self.child.slice(gpus=rank).exit_process.broadcast(6)
+
+    @endpoint
+    def seen_failures(self) -> list:
+        return list(self.seen)
+
+
+def test_an_owner_in_the_controllers_own_proc_supervises(new_procs, faults):
+    from podium.actor import this_proc
+
+    owner = this_proc().spawn("local_owner", LocalOwner)
+    try:
+        owner.spawn_child.call_one(new_procs(gpus=2)).get(timeout=T)
+        owner.kill_child.call_one(1).get(timeout=T)
+        deadline = time.monotonic() + 10
+        seen = []
+        while not seen and time.monotonic() < deadline:
+            seen = owner.seen_failures.call_one().get(timeout=T)
+            time.sleep(0.02)
+        assert seen == [("local_child", 1, 6)]
+        assert faults() == []  # handled: nothing reached this controller's hook
+    finally:
+        owner.stop().get(timeout=T)
