@@ -62,6 +62,10 @@ _boot_error: Optional[str] = None
 def mark_proc() -> None:
     global _in_proc
     _in_proc = True
+    # In a proc, an actor thread waiting for its next call reads it from the socket itself
+    # (Inbox.pop in bindings/actor.cc): no hand-off from a runner per call. Not in a
+    # controller, whose main thread drives the loop while it waits for replies.
+    _actor.set_driving(True)
 
 
 def in_proc() -> bool:
@@ -93,12 +97,14 @@ def _wait_bootstrap() -> None:
         raise RuntimeError(f"the bootstrap function of this proc raised:\n{_boot_error}")
 
 
-# Adaptive polling in a Python process (see Executor::set_poll). A runner here only hands
-# calls to actor threads, and a runner that polls takes the core those threads need: on two
-# cores `call_one` went from 110 to 300 µs (p99 4 ms). A waiting caller still polls for its
-# reply. PODIUM_POLL_US, when set, applies to both as in C++.
+# Adaptive polling in a Python process (see Executor::set_poll). Runners here seldom run the
+# loop (a waiting caller or an idle actor thread drives it), and a runner that polls takes
+# the core those threads need: on two cores `call_one` went from 110 to 300 µs (p99 4 ms).
+# Drivers poll for up to 100 µs, which covers the Python side of a round trip (50 µs did
+# not: 92 against 74 µs); the window adapts, so procs called less often stop polling.
+# PODIUM_POLL_US, when set, applies to both as in C++.
 RUNNER_POLL_US = 0.0
-DRIVER_POLL_US = 50.0
+DRIVER_POLL_US = 100.0
 
 
 def _set_poll_policy() -> None:
