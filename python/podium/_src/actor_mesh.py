@@ -36,8 +36,9 @@ A = TypeVar("A")
 _NO_META = b""
 
 
-def _decode_reply(ok: bool, payload: Any, where: str, endpoint: str) -> Any:
-    """The value of one rank's reply, or raises its exception."""
+def _decode_reply(ok: bool, payload: Any, where: Callable[[], str], endpoint: str) -> Any:
+    """The value of one rank's reply, or raises its exception; ``where()`` names the rank
+    (computed only for an error)."""
     if not ok:
         subsystem, code, message = payload
         raise errors.from_core(subsystem, code, message, endpoint)
@@ -47,7 +48,7 @@ def _decode_reply(ok: bool, payload: Any, where: str, endpoint: str) -> Any:
     if len(reply) == 2:  # Port.exception(e) of an explicit response port
         raise reply[1]
     _, exc, message, tb = reply
-    raise errors.ActorError(exc, f"{message} ({where})", tb)
+    raise errors.ActorError(exc, f"{message} ({where()})", tb)
 
 
 def _decode_none(core: Any) -> None:
@@ -101,7 +102,9 @@ class ActorMesh(MeshShape, Generic[T]):
             if callable(getattr(self._class, name, None)):
                 return NotAnEndpoint(self, name)
             raise AttributeError(f"{self._class.__qualname__} has no endpoint '{name}'")
-        return Endpoint(self, name, ep)
+        # Kept on the instance: the next `mesh.name` finds it without __getattr__.
+        endpoint = self.__dict__[name] = Endpoint(self, name, ep)
+        return endpoint
 
     def slice(self, **kwargs: Any) -> "ActorMesh[T]":
         """``slice(gpus=1)`` removes the dimension, ``slice(gpus=slice(0, 2))`` keeps it."""
@@ -136,11 +139,16 @@ class Endpoint(Generic[R]):
 
     @property
     def _what(self) -> str:
-        return f"{self._mesh._class.__qualname__}.{self._name}()"
+        what = self.__dict__.get("_what_text")
+        if what is None:
+            what = self._what_text = f"{self._mesh._class.__qualname__}.{self._name}()"
+        return what
 
     def _parts(self, args: tuple, kwargs: dict) -> List[Any]:
-        check_call(self._what, self._prop.signature, args, kwargs,
-                   port=self._prop._explicit_response_port)
+        prop = self._prop
+        if kwargs or not prop.takes_positional(len(args)):
+            check_call(self._what, prop.signature, args, kwargs,
+                       port=prop._explicit_response_port)
         return pickling.dumps_call(self._what, args, kwargs)
 
     def _where(self, rank: int) -> str:
@@ -168,7 +176,7 @@ class Endpoint(Generic[R]):
         def decode(fut: Any) -> Any:
             values = []
             for rank, (ok, payload) in enumerate(fut.replies()):
-                values.append(_decode_reply(ok, payload, self._where(rank), name))
+                values.append(_decode_reply(ok, payload, lambda r=rank: self._where(r), name))
             vm = ValueMesh._from_values(list(region_extent.labels), list(region_extent.sizes),
                                         values)
             return vm if then is None else then(vm)
@@ -209,7 +217,7 @@ class Endpoint(Generic[R]):
 
         def decode(fut: Any) -> R:
             ((ok, payload),) = fut.replies()
-            return _decode_reply(ok, payload, self._where(fut.rank()), name)
+            return _decode_reply(ok, payload, lambda: self._where(fut.rank()), name)
 
         return iter([Future(f, decode) for f in core.stream(name, per_rank)])
 
@@ -236,12 +244,11 @@ class Endpoint(Generic[R]):
             core.cast_to_port(self._name, [self._meta(rank), *parts], reply, rank)
 
     def _single(self, core_future: Any, rank: int) -> "Future[R]":
-        where = self._where(rank)
         name = self._name
 
         def decode(fut: Any) -> R:
             ((ok, payload),) = fut.replies()
-            return _decode_reply(ok, payload, where, name)
+            return _decode_reply(ok, payload, lambda: self._where(rank), name)
 
         return Future(core_future, decode)
 
