@@ -438,6 +438,13 @@ void bind_actor(nb::module_& m) {
       .def_prop_ro("sizes", [](const PyItem& p) { return p.item.sizes; })
       .def_prop_ro("reply_port", [](const PyItem& p) { return p.item.reply_port; })
       .def_prop_ro("parts", [](const PyItem& p) { return parts_to_python(p.item.parts); })
+      .def("fields",
+           [](const PyItem& p) {
+             const InboxItem& it = p.item;
+             return nb::make_tuple(it.endpoint, it.rank, it.reply_port, it.labels, it.sizes,
+                                   parts_to_python(it.parts));
+           },
+           "(endpoint, rank, reply_port, labels, sizes, parts) of a call, in one step.")
       .def("stopped", [](PyItem& p) {
         if (p.item.stopped) p.item.stopped->set();
       });

@@ -51,6 +51,13 @@ def _decode_reply(ok: bool, payload: Any, where: Callable[[], str], endpoint: st
     raise errors.ActorError(exc, f"{message} ({where()})", tb)
 
 
+def _decode_single(fut: Any, endpoint_rank: Tuple["Endpoint[Any]", int]) -> Any:
+    """Decoder of the futures of call_one() and choose()."""
+    ((ok, payload),) = fut.replies()
+    endpoint, rank = endpoint_rank
+    return _decode_reply(ok, payload, lambda: endpoint._where(rank), endpoint._name)
+
+
 def _decode_none(core: Any) -> None:
     """Decoder of futures that carry no value (initialized, stop)."""
     from podium._core.base import CoreError
@@ -197,7 +204,8 @@ class Endpoint(Generic[R]):
                 f"{self._mesh.extent}: slice it first, or use call() or choose()"
             )
         parts = self._parts(args, kwargs)
-        return self._single(self._mesh._core.call(self._name, [self._meta(), *parts]), 0)
+        parts.insert(0, self._meta())
+        return self._single(self._mesh._core.call(self._name, parts), 0)
 
     def choose(self, *args: Any, **kwargs: Any) -> "Future[R]":
         """One actor of the mesh runs the endpoint: the one with the fewest calls
@@ -244,13 +252,7 @@ class Endpoint(Generic[R]):
             core.cast_to_port(self._name, [self._meta(rank), *parts], reply, rank)
 
     def _single(self, core_future: Any, rank: int) -> "Future[R]":
-        name = self._name
-
-        def decode(fut: Any) -> R:
-            ((ok, payload),) = fut.replies()
-            return _decode_reply(ok, payload, lambda: self._where(rank), name)
-
-        return Future(core_future, decode)
+        return Future(core_future, _decode_single, (self, rank))
 
     def __repr__(self) -> str:
         return f"<Endpoint {self._what} on {self._mesh.name}>"

@@ -21,7 +21,6 @@ Port) into the C++ runtime.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import os
 import pickle
@@ -192,6 +191,7 @@ class _ActorServer:
         self.thread: Optional[threading.Thread] = None
         self.instance: Any = None
         self.cls: Any = None
+        self.endpoints: Dict[str, Any] = {}
         self.info: Optional[ActorInstance] = None
         self.loop: Optional[asyncio.AbstractEventLoop] = None
 
@@ -230,6 +230,7 @@ class _ActorServer:
                 _wait_bootstrap()
             cls, args, kwargs = pickling.loads(parts[1:])
             self.cls = cls
+            self.endpoints = endpoints_of(cls)
             rank = meta["base_ranks"].index(inbox.index)
             point = Point._wrap(_nd.Extent(meta["labels"], meta["sizes"]).point_of_rank(rank))
             self.info = ActorInstance(
@@ -335,21 +336,17 @@ class _ActorServer:
         """The call of `item`, or None when it has been answered already (failed actor, bad
         message)."""
         inbox = self.inbox
-        port = item.reply_port
-        rank = item.rank
+        name, rank, port, labels, sizes, parts = item.fields()
         if inbox.failed:
             if port:
                 inbox.reply_failure(port, rank)
             return None
-        name = item.endpoint
-        parts = item.parts
         try:
             meta = pickle.loads(parts[0]) if len(parts[0]) else None
             if meta is not None and "rank" in meta:
-                r, labels, sizes = meta["rank"]
+                point = tuple(meta["rank"])  # (rank, labels, sizes): Context makes the Point
             else:
-                r, labels, sizes = rank, item.labels, item.sizes
-            point = Point._wrap(_nd.Extent(labels, sizes).point_of_rank(r))
+                point = (rank, labels, sizes)
         except BaseException as e:
             self._failed(port, rank, name, e)
             return None
@@ -474,7 +471,7 @@ class _Call:
                  "explicit_port", "concurrent", "method", "answered")
 
     def __init__(self, server: _ActorServer, item: Any, name: str, port: str, rank: int,
-                 point: Point, meta: Optional[Dict[str, Any]], parts: Any) -> None:
+                 point: Any, meta: Optional[Dict[str, Any]], parts: Any) -> None:
         self.server = server
         self.item = item
         self.name = name
@@ -485,7 +482,7 @@ class _Call:
         self.parts = parts
         self.answered = False  # returned() or raised() ran (or the stop answered it)
         cls = server.cls
-        ep = endpoints_of(cls).get(name)
+        ep = server.endpoints.get(name)
         if ep is not None:
             self.method = ep._method
             self.explicit_port = ep._explicit_response_port
@@ -509,7 +506,7 @@ class _Call:
             from podium._src.ports import Port
 
             args = (Port._reply(self.port, self.rank), *args)
-        return functools.partial(self.method, self.server.instance), args, kwargs
+        return self.method.__get__(self.server.instance), args, kwargs
 
     def returned(self, result: Any) -> None:
         self.answered = True
