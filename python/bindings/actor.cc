@@ -41,6 +41,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -52,11 +54,13 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common.h"
 #include "podium/actor/actor.h"
 #include "podium/actor/proc.h"
+#include "podium/actor/executor.h"
 #include "podium/actor/signal.h"
 
 namespace podium::python {
@@ -102,12 +106,15 @@ class Inbox {
 
   void push(InboxItem item) {
     bool wake;
+    bool driver_elsewhere;
     {
       std::lock_guard lock(mu_);
       q_.push_back(std::move(item));
       wake = sleeping_;
+      driver_elsewhere = driving_ && driver_ != std::this_thread::get_id();
     }
     if (wake) cv_.notify_one();
+    if (driver_elsewhere) wake_driver();
     signal_event();
   }
 
@@ -132,10 +139,42 @@ class Inbox {
   }
 
   // Waits up to `timeout` for an item; nullopt on timeout or once closed and empty.
+  //
+  // With driving on (procs: set_driving), the waiting thread runs the proc's loop itself
+  // while it waits (Executor::drive_or_wait): it reads the next call from the socket and
+  // routes it into this inbox, so a call reaches the actor's thread with no hand-off from a
+  // runner. It runs deliveries only (DeliveryOnlyScope, AC-10): a construct or a stop waits
+  // for other threads (an actor's stop for that actor's thread, maybe this one), so when a
+  // drain leaves one behind, this thread stops driving and waits on the condition variable
+  // while a runner takes the loop and runs it.
   std::optional<InboxItem> pop(std::chrono::nanoseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
     std::unique_lock lock(mu_);
+    if (q_.empty() && !closed_ && timeout > std::chrono::nanoseconds::zero() &&
+        g_driving.load(std::memory_order_relaxed)) {
+      if (actor::Executor* ex = actor::Executor::drivable()) {
+        driving_ = true;
+        driver_ = std::this_thread::get_id();
+        lock.unlock();
+        bool deferred;
+        {
+          actor::DeliveryOnlyScope deliveries_only;
+          ex->drive_or_wait(
+              [this] {
+                if (actor::DeliveryOnlyScope::deferred()) return true;
+                std::lock_guard l(mu_);
+                return !q_.empty() || closed_;
+              },
+              deadline);
+          deferred = actor::DeliveryOnlyScope::deferred();
+        }
+        if (deferred) ex->hand_back();
+        lock.lock();
+        driving_ = false;
+      }
+    }
     sleeping_ = true;
-    cv_.wait_for(lock, timeout, [&] { return !q_.empty() || closed_; });
+    cv_.wait_until(lock, deadline, [&] { return !q_.empty() || closed_; });
     sleeping_ = false;
     if (q_.empty()) return std::nullopt;
     InboxItem item = std::move(q_.front());
@@ -144,13 +183,20 @@ class Inbox {
   }
 
   void close() {
+    bool driver_elsewhere;
     {
       std::lock_guard lock(mu_);
       closed_ = true;
+      driver_elsewhere = driving_ && driver_ != std::this_thread::get_id();
     }
     cv_.notify_all();
+    if (driver_elsewhere) wake_driver();
     signal_event();
   }
+
+  // Whether actor threads drive the loop while they wait (on in procs, off in controllers,
+  // whose main thread drives while it waits for replies).
+  static void set_driving(bool on) { g_driving.store(on); }
   bool closed() {
     std::lock_guard lock(mu_);
     return closed_ && q_.empty();
@@ -201,6 +247,16 @@ class Inbox {
   std::optional<Error> failure_;
   actor::Signal finished_;
   std::atomic<int> efd_{-1};  // written once (under mu_), then read by any thread
+  bool driving_ = false;      // guarded by mu_: the consumer is in drive_or_wait()
+  std::thread::id driver_;    // guarded by mu_: the consumer's thread, while driving_
+  static inline std::atomic<bool> g_driving{false};
+
+  // A push from a thread other than the driving consumer: end its wait for the loop, or
+  // its run_one() (a posted no-op), so that it sees the item.
+  void wake_driver() {
+    if (actor::Executor* ex = actor::Executor::drivable()) ex->wake_waiters();
+    asio::post(proc_.io(), [] {});
+  }
 
   void signal_event() {
     int fd = efd_.load();
@@ -380,6 +436,8 @@ void bind_actor(nb::module_& m) {
         },
         "Registers the actor type 'python' and lets spawn requests queue for this process's "
         "spawner thread (next_spawn).");
+  m.def("set_driving", &Inbox::set_driving, nb::arg("on"),
+        "Whether actor threads run the proc's loop while they wait for their next message.");
   m.def("close_spawns", [] { spawn_queue().close(); },
         "Fails queued and later spawns of Python actors; next_spawn returns None.");
   m.def(
@@ -419,6 +477,13 @@ void bind_actor(nb::module_& m) {
       .def_prop_ro("sizes", [](const PyItem& p) { return p.item.sizes; })
       .def_prop_ro("reply_port", [](const PyItem& p) { return p.item.reply_port; })
       .def_prop_ro("parts", [](const PyItem& p) { return parts_to_python(p.item.parts); })
+      .def("fields",
+           [](const PyItem& p) {
+             const InboxItem& it = p.item;
+             return nb::make_tuple(it.endpoint, it.rank, it.reply_port, it.labels, it.sizes,
+                                   parts_to_python(it.parts));
+           },
+           "(endpoint, rank, reply_port, labels, sizes, parts) of a call, in one step.")
       .def("stopped", [](PyItem& p) {
         if (p.item.stopped) p.item.stopped->set();
       });

@@ -130,7 +130,12 @@ class CoreFuture {
       if (deadline - now < slice) slice = deadline - now;
       {
         nb::gil_scoped_release unlocked;
-        (void)f_.get(slice);
+        // Untimed: drive the loop (the reply is read on this thread); timed: keep the bound.
+        if (timeout_s) {
+          (void)f_.get(slice);
+        } else {
+          (void)f_.wait_slice(slice);
+        }
       }
       if (f_.ready()) return true;
       if (PyErr_CheckSignals() != 0) throw nb::python_error();

@@ -20,38 +20,57 @@ constexpr auto kTick = std::chrono::milliseconds(2);
 constexpr auto kReclaimAfter = std::chrono::milliseconds(1);
 constexpr int kQuietTicksBeforePark = 50;
 
-// Adaptive polling: after it ran a handler, a runner (or a driving caller) polls the reactor
-// without blocking for this long before it sleeps in epoll_wait. A request/reply exchange
-// then finds each side awake when the next message lands, which saves the scheduler wake-up
-// (several µs) on both ends. Bounded: an idle proc polls for at most this long after its
-// last event. PODIUM_POLL_US overrides it; 0 turns polling off. Set per process
-// (Executor::set_poll): polling pays only where the polling thread has a core of its own.
+// Adaptive polling. A thread that finds no work polls the reactor without blocking (an
+// epoll_wait with a zero timeout) for a while before it sleeps in epoll_wait. A
+// request/reply exchange then finds each side awake when the next message lands, which
+// saves the scheduler's wake-up (several µs) on both ends. The window adapts per thread,
+// as haltpoll does: when the event that ended a sleep came within the maximum window, a
+// longer poll would have caught it, so the window grows to cover that gap; when it came
+// later, polling was wasted and the window halves. An exchange at a steady pace keeps its
+// polls; a proc that hears from its caller every millisecond (one of many procs sharing
+// the cores) stops polling after a few messages. PODIUM_POLL_US sets the maximum (default
+// 50 µs; 0 turns polling off), per process with Executor::set_poll.
 int64_t initial_poll_ns() {
   if (const char* v = std::getenv("PODIUM_POLL_US")) return std::atoll(v) * 1000;
   return 50'000;
 }
 std::atomic<int64_t> g_poll_ns{initial_poll_ns()};
 std::atomic<int64_t> g_driver_poll_ns{initial_poll_ns()};
+thread_local int64_t tls_poll_window_ns = -1;  // this thread's current window; -1: unset
 
-// Runs one handler: ready work first, then the reactor without blocking for up to kPollNs,
-// then blocking (up to `limit` when given). Returns the number of handlers run (0 or 1);
-// 0 from a blocking run means the io_context stopped or the limit passed.
-size_t run_one_polling(asio::io_context& io, int64_t poll_ns,
+// Runs one handler: ready work first, then the reactor without blocking for up to this
+// thread's window (at most max_poll_ns), then blocking (up to `limit` when given). Returns
+// the number of handlers run (0 or 1); 0 means the io_context stopped or the limit passed.
+size_t run_one_polling(asio::io_context& io, int64_t max_poll_ns,
                        std::chrono::steady_clock::duration limit =
                            std::chrono::steady_clock::duration::max()) {
-  if (poll_ns > 0) {
-    auto start = std::chrono::steady_clock::now();
-    auto poll_end = start + std::chrono::nanoseconds(std::min<int64_t>(
-                                poll_ns, std::chrono::nanoseconds(limit).count()));
-    do {
+  if (size_t n = io.poll_one()) return n;
+  if (io.stopped()) return 0;
+  using Clock = std::chrono::steady_clock;
+  int64_t& window = tls_poll_window_ns;
+  if (window < 0 || window > max_poll_ns) window = max_poll_ns;
+  auto start = Clock::now();
+  if (window > 0) {
+    auto poll_end =
+        start + std::chrono::nanoseconds(
+                    std::min<int64_t>(window, std::chrono::nanoseconds(limit).count()));
+    while (Clock::now() < poll_end) {
       if (size_t n = io.poll_one()) return n;
       if (io.stopped()) return 0;
-    } while (std::chrono::steady_clock::now() < poll_end);
-    limit -= std::chrono::steady_clock::now() - start;
-    if (limit <= std::chrono::steady_clock::duration::zero()) return 0;
+    }
+    limit -= Clock::now() - start;
+    if (limit <= Clock::duration::zero()) return 0;
   }
-  if (limit == std::chrono::steady_clock::duration::max()) return io.run_one();
-  return io.run_one_for(limit);
+  size_t n = limit == Clock::duration::max() ? io.run_one() : io.run_one_for(limit);
+  if (n > 0 && max_poll_ns > 0) {
+    int64_t gap = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+    if (gap <= max_poll_ns) {
+      window = std::min(max_poll_ns, std::max(window * 2, gap + gap / 4 + 2'000));
+    } else {
+      window /= 2;
+    }
+  }
+  return n;
 }
 
 struct Runner {
@@ -90,6 +109,8 @@ struct Executor::Impl {
   std::atomic<Loop> loop{Loop::kRunner};  // written under drive_mu, read anywhere
   std::chrono::steady_clock::time_point last_release;
   bool drive_stopping = false;
+  int drive_waiters = 0;                // threads in drive_or_wait() waiting for the loop
+  bool reclaim_now = false;             // hand_back(): the primary takes the loop back at once
   Runner* primary = nullptr;            // set once by start(); never retires
   Runner driver_slot;                   // the driving caller's runner slot (one at a time)
 
@@ -145,8 +166,10 @@ struct Executor::Impl {
     me->parked.store(true, std::memory_order_relaxed);
     while (!drive_stopping) {
       if (loop == Loop::kParked &&
-          std::chrono::steady_clock::now() - last_release >= kReclaimAfter) {
+          (reclaim_now || std::chrono::steady_clock::now() - last_release >= kReclaimAfter)) {
         loop = Loop::kRunner;
+        reclaim_now = false;
+        if (drive_waiters > 0) drive_cv.notify_all();  // they may ask for the loop again
         break;
       }
       drive_cv.wait_for(l, kReclaimAfter);
@@ -267,7 +290,7 @@ bool Executor::drive(const std::function<bool()>& done,
   Impl& im = *impl_;
   {
     std::unique_lock l(im.drive_mu);
-    if (im.drive_stopping || im.primary == nullptr) return false;
+    if (im.drive_stopping || im.primary == nullptr || im.reclaim_now) return false;
     auto state = im.loop.load();
     if (state == Impl::Loop::kDriven) return false;  // another caller drives for everyone
     if (state == Impl::Loop::kRunner) {
@@ -301,8 +324,50 @@ bool Executor::drive(const std::function<bool()>& done,
     std::lock_guard l(im.drive_mu);
     im.loop = Impl::Loop::kParked;
     im.last_release = std::chrono::steady_clock::now();
+    if (im.drive_waiters > 0) im.drive_cv.notify_all();  // one of them takes the loop over
   }
   return done();
+}
+
+bool Executor::drive_or_wait(const std::function<bool()>& done,
+                             std::chrono::steady_clock::time_point deadline) {
+  if (tls_runner) return false;
+  Impl& im = *impl_;
+  while (true) {
+    {
+      std::unique_lock l(im.drive_mu);
+      while (true) {
+        if (done()) return true;
+        if (im.drive_stopping || im.primary == nullptr) return false;
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        if (im.loop.load() != Impl::Loop::kDriven && !im.reclaim_now) break;
+        ++im.drive_waiters;
+        im.drive_cv.wait_until(l, deadline);
+        --im.drive_waiters;
+      }
+    }
+    if (drive(done, deadline)) return true;
+    // Another thread took the loop first, or the deadline passed: look again.
+  }
+}
+
+void Executor::hand_back() {
+  Impl& im = *impl_;
+  {
+    std::lock_guard l(im.drive_mu);
+    if (im.loop.load() != Impl::Loop::kParked) return;
+    im.reclaim_now = true;
+  }
+  im.drive_cv.notify_all();
+}
+
+void Executor::wake_waiters() {
+  Impl& im = *impl_;
+  {
+    std::lock_guard l(im.drive_mu);
+    if (im.drive_waiters == 0) return;
+  }
+  im.drive_cv.notify_all();
 }
 
 namespace {

@@ -57,6 +57,20 @@ class Executor {
   // when called on a runner thread. Thread-safe.
   bool drive(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
 
+  // Like drive(), for a thread that waits for work rather than for one reply (a Python
+  // actor's thread between messages): when another thread drives, it waits until done() or
+  // until that thread stops driving, then takes the loop over, instead of returning. A
+  // producer that makes done() true from another thread calls wake_waiters() afterwards.
+  // Returns done(); false at the deadline, when the executor stops, or on a runner thread.
+  bool drive_or_wait(const std::function<bool()>& done,
+                     std::chrono::steady_clock::time_point deadline);
+  // Ends the waits of drive_or_wait() callers so that they check done() again.
+  void wake_waiters();
+  // A driver that stopped because it left work it must not run (DeliveryOnlyScope) gives
+  // the loop back to the primary runner at once instead of kReclaimAfter later; drivers
+  // wait until the primary has it.
+  void hand_back();
+
   // Adaptive polling (see executor.cc): how long an idle runner, and a driving caller, poll
   // the reactor after an event before they sleep. Process-wide; PODIUM_POLL_US sets both
   // at start-up (default 50 µs). Polling pays only where the polling thread has a core of

@@ -101,5 +101,89 @@ TEST(Executor, AnUntimedWaitDrivesTheLoopThenHandsItBack) {
   ex.stop();
 }
 
+TEST(Executor, DriveOrWaitTakesTheLoopOverWhenTheDriverLeaves) {
+  asio::io_context io;
+  Executor ex(io);
+  ex.start();
+  Signal first_driving, release_first, second_done;
+  std::atomic<std::thread::id> ran_on{};
+  // The first thread drives until released.
+  std::thread first([&] {
+    ex.drive([&] {
+      first_driving.set();
+      return release_first.is_set();
+    }, std::chrono::steady_clock::now() + 10s);
+  });
+  ASSERT_TRUE(first_driving.wait_for(5s));
+  std::atomic<bool> got{false};
+  std::thread second([&] {
+    got = ex.drive_or_wait([&] { return second_done.is_set(); },
+                           std::chrono::steady_clock::now() + 10s);
+  });
+  std::this_thread::sleep_for(20ms);  // the second thread now waits for the loop
+  release_first.set();
+  asio::post(io, [] {});  // ends the first driver's run_one
+  first.join();
+  // The work lands after the first driver left, well inside the primary's 1 ms grace only
+  // if the second thread took the loop over; either way it must run and end the wait.
+  asio::post(io, [&] {
+    ran_on = std::this_thread::get_id();
+    second_done.set();
+  });
+  second.join();
+  EXPECT_TRUE(got.load());
+  ex.stop();
+}
+
+TEST(Executor, DriveOrWaitEndsWhenAProducerWakesIt) {
+  asio::io_context io;
+  Executor ex(io);
+  ex.start();
+  Signal first_driving, release_first;
+  std::thread first([&] {
+    ex.drive([&] {
+      first_driving.set();
+      return release_first.is_set();
+    }, std::chrono::steady_clock::now() + 10s);
+  });
+  ASSERT_TRUE(first_driving.wait_for(5s));
+  std::atomic<bool> flag{false};
+  std::atomic<bool> got{false};
+  std::thread second([&] {
+    got = ex.drive_or_wait([&] { return flag.load(); }, std::chrono::steady_clock::now() + 10s);
+  });
+  std::this_thread::sleep_for(20ms);
+  auto t0 = std::chrono::steady_clock::now();
+  flag = true;  // made true by another thread while the first still drives
+  ex.wake_waiters();
+  second.join();
+  EXPECT_TRUE(got.load());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  release_first.set();
+  asio::post(io, [] {});
+  first.join();
+  ex.stop();
+}
+
+TEST(Executor, AfterHandBackThePrimaryRunsTheLoop) {
+  asio::io_context io;
+  Executor ex(io);
+  ex.start();
+  Signal drove;
+  asio::steady_timer timer(io, 20ms);  // lands after the primary stepped aside
+  timer.async_wait([&](const std::error_code&) { drove.set(); });
+  ASSERT_TRUE(ex.drive([&] { return drove.is_set(); }, std::chrono::steady_clock::now() + 5s));
+  ex.hand_back();
+  Signal later;
+  std::atomic<std::thread::id> ran_on{};
+  asio::post(io, [&] {
+    ran_on = std::this_thread::get_id();
+    later.set();
+  });
+  EXPECT_TRUE(later.wait_for(2s));  // timed: does not drive
+  EXPECT_NE(ran_on.load(), std::this_thread::get_id());
+  ex.stop();
+}
+
 }  // namespace
 }  // namespace podium::actor

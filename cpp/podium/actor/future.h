@@ -74,6 +74,11 @@ class Future {
     return *st_->value;
   }
 
+  // One slice of an untimed wait (Signal::wait_slice): true once ready.
+  bool wait_slice(std::chrono::nanoseconds timeout) const {
+    return st_->signal.wait_slice(timeout);
+  }
+
   void on_ready(std::function<void(const Result<T>&)> cb) const {
     {
       std::lock_guard lock(st_->mu);

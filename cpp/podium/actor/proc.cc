@@ -35,6 +35,9 @@ thread_local HelpCandidate tls_help;
 // posted, which would first poll the reactor once more. Other mailboxes are posted, so one
 // slow handler never holds up the rest of the batch.
 thread_local void* tls_batch_proc = nullptr;
+// DeliveryOnlyScope: this thread runs message deliveries only; whether it left other work.
+thread_local bool tls_delivery_only = false;
+thread_local bool tls_deferred = false;
 thread_local std::shared_ptr<void> tls_batch_cell;
 
 // Messages an actor handles per turn before yielding its runner to other actors.
@@ -267,6 +270,12 @@ struct Proc::Impl {
           cell->scheduled = false;
           cell->running = false;
           more = false;
+          break;
+        }
+        // AC-10: leave a construct or stop queued (scheduled stays set) for the drain
+        // posted below, which another thread runs once this one stops driving.
+        if (tls_delivery_only && cell->queue.front().type != Item::Type::kMessage) {
+          tls_deferred = true;
           break;
         }
         item = std::move(cell->queue.front());
@@ -564,6 +573,19 @@ struct Proc::Impl {
 };
 
 // ---------------------------------------------------------------------------------------
+
+DeliveryOnlyScope::DeliveryOnlyScope()
+    : outer_active_(tls_delivery_only), outer_deferred_(tls_deferred) {
+  tls_delivery_only = true;
+  tls_deferred = false;
+}
+
+DeliveryOnlyScope::~DeliveryOnlyScope() {
+  tls_delivery_only = outer_active_;
+  tls_deferred = outer_deferred_;
+}
+
+bool DeliveryOnlyScope::deferred() { return tls_deferred; }
 
 void help_while_waiting() {
   HelpCandidate h = std::exchange(tls_help, HelpCandidate{});

@@ -16,6 +16,8 @@
 //        reply port, and reported to the undeliverable hook otherwise. Nothing is dropped
 //        silently.
 //   AC-9 A stop drains the messages queued before it, runs cleanup(), then refuses later ones.
+//   AC-10 Constructs and stops never run inside a DeliveryOnlyScope; they wait for another
+//        thread, which the loop provides once the scoped thread stops driving.
 //   SV-1 An actor spawned with a supervisor (the "spawn" message names the owner process's
 //        address and the mesh's supervision id) that fails — its constructor fails, a handler
 //        returns an Error, fail_actor() — sends exactly one "actor_failed" system message to
@@ -106,6 +108,25 @@ class Proc {
 const ActorId* current_actor();
 // Its text form (cached: no formatting per message), or nullptr.
 const std::string* current_actor_text();
+
+// A thread that drives the loop while it waits for one actor's next message (a Python
+// actor's thread) runs message deliveries only: constructs and stops wait for other threads
+// (the spawner, an actor's thread, possibly this very one), so while a DeliveryOnlyScope
+// lives on a thread, a drain there that reaches one leaves it queued for another thread and
+// sets deferred(), and the driver steps out of the loop so that a runner takes over. AC-10.
+class DeliveryOnlyScope {
+ public:
+  DeliveryOnlyScope();
+  ~DeliveryOnlyScope();
+  DeliveryOnlyScope(const DeliveryOnlyScope&) = delete;
+  DeliveryOnlyScope& operator=(const DeliveryOnlyScope&) = delete;
+  // A drain on this thread left a construct or a stop for another thread.
+  static bool deferred();
+
+ private:
+  bool outer_active_;
+  bool outer_deferred_;
+};
 
 // A thread outside the runtime that is about to block with no timeout runs the mailbox it
 // scheduled last, if no runner has started it yet: a local call then costs no thread hop.

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "podium/actor/executor.h"
 #include "podium/actor/future.h"
 #include "podium/actor/message.h"
 #include "podium/actor/signal.h"
@@ -215,6 +216,57 @@ TEST_F(ProcTest, StopDrainsQueuedMessagesThenRefuses) {  // AC-9
   ASSERT_TRUE(after);
   ASSERT_FALSE(after->ok);
   EXPECT_TRUE(after->error.is(ActorErrc::kActorStopped)) << after->error.to_string();
+}
+
+// Records the thread its cleanup runs on.
+class CleanupThreadActor : public ActorBase {
+ public:
+  explicit CleanupThreadActor(std::atomic<std::thread::id>* on) : on_(on) {}
+  Status handle(wire::Envelope&&, Context& cx) override {
+    cx.reply({});
+    return ok();
+  }
+  void cleanup(Context&) override { *on_ = std::this_thread::get_id(); }
+
+ private:
+  std::atomic<std::thread::id>* on_;
+};
+
+TEST_F(ProcTest, ADeliveryOnlyDriverLeavesStopsToARunner) {  // AC-10
+  Executor::set_drivable(&b_->executor());
+  std::atomic<std::thread::id> cleaned_on{};
+  auto id = b_->spawn("guarded", 0, [&](Context&) -> Result<std::unique_ptr<ActorBase>> {
+    return std::make_unique<CleanupThreadActor>(&cleaned_on);
+  });
+  ASSERT_TRUE(id);
+  ASSERT_TRUE(call(*a_, *id, "echo").get(5s));  // constructed
+  Promise<void> stopped;
+  auto stopped_f = stopped.future();
+  bool deferred = false;
+  {
+    // This thread drives b's loop as a Python actor's thread does between messages, until
+    // it has left the stop for another thread.
+    // The stop is asked for once this thread drives (the primary has stepped aside), so
+    // the drain that reaches it runs here first.
+    DeliveryOnlyScope scope;
+    bool asked = false;
+    b_->executor().drive_or_wait(
+        [&] {
+          if (!asked && Executor::current() == &b_->executor()) {
+            asked = true;
+            EXPECT_TRUE(b_->stop_actor(id->local_key(), [&](Status s) { stopped.set(s); }));
+          }
+          return DeliveryOnlyScope::deferred();
+        },
+        std::chrono::steady_clock::now() + 5s);
+    deferred = DeliveryOnlyScope::deferred();
+  }
+  b_->executor().hand_back();
+  ASSERT_TRUE(stopped_f.get(5s));
+  EXPECT_TRUE(deferred);
+  EXPECT_NE(cleaned_on.load(), std::thread::id{});
+  EXPECT_NE(cleaned_on.load(), std::this_thread::get_id());
+  Executor::set_drivable(nullptr);
 }
 
 TEST_F(ProcTest, ConstructorFailureFailsTheActor) {

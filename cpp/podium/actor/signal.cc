@@ -75,6 +75,19 @@ void Signal::wait() {
   wait_for(std::chrono::hours(24 * 365 * 100));
 }
 
+bool Signal::wait_slice(std::chrono::nanoseconds timeout) {
+  if (is_set()) return true;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  help_while_waiting();
+  if (is_set()) return true;
+  if (Executor* ex = Executor::drivable()) {
+    if (ex->drive([this] { return is_set(); }, deadline)) return true;
+  }
+  auto left = deadline - std::chrono::steady_clock::now();
+  if (left <= std::chrono::steady_clock::duration::zero()) return is_set();
+  return wait_for(left);
+}
+
 bool Signal::wait_for(std::chrono::nanoseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   // A runner thread that blocks hands its I/O duty to another runner first, so that the

@@ -25,6 +25,11 @@ class Signal {
   void wait();
   // Returns false when `timeout` passed without set().
   bool wait_for(std::chrono::nanoseconds timeout);
+  // One slice of an untimed wait (a Python get() without timeout wakes every 100 ms to check
+  // for signals): waits like wait(), helping and driving, and gives up after `timeout`. A
+  // handler this thread runs while it drives may overrun the slice, so a caller with a real
+  // deadline uses wait_for().
+  bool wait_slice(std::chrono::nanoseconds timeout);
 
   // How long a waiter spins before sleeping; 0 disables spinning. Process-wide.
   static void set_spin(std::chrono::nanoseconds spin);

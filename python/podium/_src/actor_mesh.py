@@ -38,10 +38,11 @@ _NO_META = b""
 STOP_GRACE_S = 10.0
 
 
-def _decode_reply(ok: bool, payload: Any, where: str, endpoint: str,
+def _decode_reply(ok: bool, payload: Any, where: Callable[[], str], endpoint: str,
                   locate: Optional[Callable[[Exception], Exception]] = None) -> Any:
-    """The value of one rank's reply, or raises its exception (a SupervisionError is given
-    the rank's place by `locate`)."""
+    """The value of one rank's reply, or raises its exception; ``where()`` names the rank
+    (computed only for an error) and ``locate`` gives a SupervisionError the failed actor's
+    place."""
     if not ok:
         subsystem, code, message = payload
         e = errors.from_core(subsystem, code, message, endpoint)
@@ -52,7 +53,15 @@ def _decode_reply(ok: bool, payload: Any, where: str, endpoint: str,
     if len(reply) == 2:  # Port.exception(e) of an explicit response port
         raise reply[1]
     _, exc, message, tb = reply
-    raise errors.ActorError(exc, f"{message} ({where})", tb)
+    raise errors.ActorError(exc, f"{message} ({where()})", tb)
+
+
+def _decode_single(fut: Any, endpoint_rank: Tuple["Endpoint[Any]", int]) -> Any:
+    """Decoder of the futures of call_one() and choose()."""
+    ((ok, payload),) = fut.replies()
+    endpoint, rank = endpoint_rank
+    return _decode_reply(ok, payload, lambda: endpoint._where(rank), endpoint._name,
+                         None if ok else endpoint._locate(rank))
 
 
 def _decode_none(core: Any) -> None:
@@ -106,7 +115,9 @@ class ActorMesh(MeshShape, Generic[T]):
             if callable(getattr(self._class, name, None)):
                 return NotAnEndpoint(self, name)
             raise AttributeError(f"{self._class.__qualname__} has no endpoint '{name}'")
-        return Endpoint(self, name, ep)
+        # Kept on the instance: the next `mesh.name` finds it without __getattr__.
+        endpoint = self.__dict__[name] = Endpoint(self, name, ep)
+        return endpoint
 
     def slice(self, **kwargs: Any) -> "ActorMesh[T]":
         """``slice(gpus=1)`` removes the dimension, ``slice(gpus=slice(0, 2))`` keeps it."""
@@ -142,11 +153,16 @@ class Endpoint(Generic[R]):
 
     @property
     def _what(self) -> str:
-        return f"{self._mesh._class.__qualname__}.{self._name}()"
+        what = self.__dict__.get("_what_text")
+        if what is None:
+            what = self._what_text = f"{self._mesh._class.__qualname__}.{self._name}()"
+        return what
 
     def _parts(self, args: tuple, kwargs: dict) -> List[Any]:
-        check_call(self._what, self._prop.signature, args, kwargs,
-                   port=self._prop._explicit_response_port)
+        prop = self._prop
+        if kwargs or not prop.takes_positional(len(args)):
+            check_call(self._what, prop.signature, args, kwargs,
+                       port=prop._explicit_response_port)
         return pickling.dumps_call(self._what, args, kwargs)
 
     def _where(self, rank: int) -> str:
@@ -184,7 +200,7 @@ class Endpoint(Generic[R]):
         def decode(fut: Any) -> Any:
             values = []
             for rank, (ok, payload) in enumerate(fut.replies()):
-                values.append(_decode_reply(ok, payload, self._where(rank), name,
+                values.append(_decode_reply(ok, payload, lambda r=rank: self._where(r), name,
                                             None if ok else self._locate(rank)))
             vm = ValueMesh._from_values(list(region_extent.labels), list(region_extent.sizes),
                                         values)
@@ -206,7 +222,8 @@ class Endpoint(Generic[R]):
                 f"{self._mesh.extent}: slice it first, or use call() or choose()"
             )
         parts = self._parts(args, kwargs)
-        return self._single(self._mesh._core.call(self._name, [self._meta(), *parts]), 0)
+        parts.insert(0, self._meta())
+        return self._single(self._mesh._core.call(self._name, parts), 0)
 
     def choose(self, *args: Any, **kwargs: Any) -> "Future[R]":
         """One actor of the mesh runs the endpoint: the one with the fewest calls
@@ -226,7 +243,7 @@ class Endpoint(Generic[R]):
 
         def decode(fut: Any) -> R:
             ((ok, payload),) = fut.replies()
-            return _decode_reply(ok, payload, self._where(fut.rank()), name,
+            return _decode_reply(ok, payload, lambda: self._where(fut.rank()), name,
                                  None if ok else self._locate(fut.rank()))
 
         return iter([Future(f, decode) for f in core.stream(name, per_rank)])
@@ -254,14 +271,7 @@ class Endpoint(Generic[R]):
             core.cast_to_port(self._name, [self._meta(rank), *parts], reply, rank)
 
     def _single(self, core_future: Any, rank: int) -> "Future[R]":
-        where = self._where(rank)
-        name = self._name
-
-        def decode(fut: Any) -> R:
-            ((ok, payload),) = fut.replies()
-            return _decode_reply(ok, payload, where, name, None if ok else self._locate(rank))
-
-        return Future(core_future, decode)
+        return Future(core_future, _decode_single, (self, rank))
 
     def __repr__(self) -> str:
         return f"<Endpoint {self._what} on {self._mesh.name}>"

@@ -64,13 +64,26 @@ class ActorInstance:
 
 class Context:
     """The running actor (``actor_instance``) and the point of the current message within the
-    cast that carried it (``message_rank``)."""
+    cast that carried it (``message_rank``).
 
-    __slots__ = ("actor_instance", "message_rank")
+    ``message_rank`` may be given as ``(rank, labels, sizes)``: the Point is then made on
+    first use, so a call whose endpoint never asks for it does not pay for it."""
 
-    def __init__(self, actor_instance: ActorInstance, message_rank: Point) -> None:
+    __slots__ = ("actor_instance", "_message_rank")
+
+    def __init__(self, actor_instance: ActorInstance, message_rank: Any) -> None:
         self.actor_instance = actor_instance
-        self.message_rank = message_rank
+        self._message_rank = message_rank
+
+    @property
+    def message_rank(self) -> Point:
+        p = self._message_rank
+        if type(p) is tuple:
+            from podium._core import ndslice as _nd
+
+            rank, labels, sizes = p
+            p = self._message_rank = Point._wrap(_nd.Extent(labels, sizes).point_of_rank(rank))
+        return p
 
 
 _current: "contextvars.ContextVar[Optional[Context]]" = contextvars.ContextVar(

@@ -47,6 +47,7 @@ class EndpointProperty:
         self._propagator = propagate
         self._instrument = instrument
         self._signature: Optional[inspect.Signature] = None
+        self._arity: Optional[tuple] = None
         functools.update_wrapper(self, method)
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -57,6 +58,15 @@ class EndpointProperty:
         if self._signature is None:
             self._signature = inspect.signature(self._method)
         return self._signature
+
+    def takes_positional(self, n: int) -> bool:
+        """True when a call with ``n`` positional arguments and no keyword arguments surely
+        fits the signature (the fast path of check_call; False means: bind to find out)."""
+        arity = self._arity
+        if arity is None:
+            arity = self._arity = _positional_arity(self.signature,
+                                                    2 if self._explicit_response_port else 1)
+        return arity[0] <= n <= arity[1]
 
     def __get__(self, instance: Any, owner: Optional[type] = None) -> Any:
         if instance is None:
@@ -209,6 +219,27 @@ def check_actor_class(cls: Any) -> bool:
         if not sync and not asyn and async_cleanup:
             return True
     return bool(asyn)
+
+
+def _positional_arity(signature: inspect.Signature, skip: int) -> tuple:
+    """(least, most) positional arguments that bind without keywords, after the first
+    ``skip`` parameters (self, and the port); (1, 0), which nothing fits, when a keyword-only
+    parameter is required or the first ones are not positional."""
+    params = list(signature.parameters.values())
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if len(params) < skip or any(p.kind not in positional for p in params[:skip]):
+        return (1, 0)
+    least, most = 0, 0
+    for p in params[skip:]:
+        if p.kind in positional:
+            most += 1
+            if p.default is inspect.Parameter.empty:
+                least = most
+        elif p.kind is inspect.Parameter.VAR_POSITIONAL:
+            most = 1 << 30
+        elif p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is inspect.Parameter.empty:
+            return (1, 0)
+    return (least, most)
 
 
 def check_call(

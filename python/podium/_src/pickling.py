@@ -23,8 +23,50 @@ from podium._core import base as _base
 _THRESHOLD = _base.COPY_THRESHOLD
 
 
+# Values of these types pickle the same with the C pickler as with cloudpickle (they never
+# refer to a class or function by name), so a message made only of them skips cloudpickle's
+# Python-level Pickler, which costs several µs per message.
+_PLAIN = frozenset({int, float, str, bytes, bool, type(None)})
+
+
+def _plain(obj: Any) -> bool:
+    """True when ``obj`` is a plain value, or a tuple/list/dict of plain values (one level
+    of nesting below that: enough for (args, kwargs) and (ok, value) messages)."""
+    t = type(obj)
+    if t in _PLAIN:
+        return True
+    if t is tuple or t is list:
+        for x in obj:
+            if type(x) not in _PLAIN and not _plain_shallow(x):
+                return False
+        return True
+    if t is dict:
+        for k, v in obj.items():
+            if type(k) is not str or (type(v) not in _PLAIN and not _plain_shallow(v)):
+                return False
+        return True
+    return False
+
+
+def _plain_shallow(obj: Any) -> bool:
+    t = type(obj)
+    if t is tuple or t is list:
+        for x in obj:
+            if type(x) not in _PLAIN:
+                return False
+        return True
+    if t is dict:
+        for k, v in obj.items():
+            if type(k) is not str or type(v) not in _PLAIN:
+                return False
+        return True
+    return False
+
+
 def dumps(obj: Any) -> List[Any]:
     """The message parts of ``obj``: [pickle stream, out-of-band buffer, ...]."""
+    if _plain(obj):
+        return [pickle.dumps(obj, protocol=5)]
     buffers: List[Any] = []
 
     def out_of_band(pb: pickle.PickleBuffer) -> bool:

@@ -21,7 +21,6 @@ Port) into the C++ runtime.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import os
 import pickle
@@ -62,6 +61,10 @@ _boot_error: Optional[str] = None
 def mark_proc() -> None:
     global _in_proc
     _in_proc = True
+    # In a proc, an actor thread waiting for its next call reads it from the socket itself
+    # (Inbox.pop in bindings/actor.cc): no hand-off from a runner per call. Not in a
+    # controller, whose main thread drives the loop while it waits for replies.
+    _actor.set_driving(True)
 
 
 def in_proc() -> bool:
@@ -93,12 +96,14 @@ def _wait_bootstrap() -> None:
         raise RuntimeError(f"the bootstrap function of this proc raised:\n{_boot_error}")
 
 
-# Adaptive polling in a Python process (see Executor::set_poll). A runner here only hands
-# calls to actor threads, and a runner that polls takes the core those threads need: on two
-# cores `call_one` went from 110 to 300 µs (p99 4 ms). A waiting caller still polls for its
-# reply. PODIUM_POLL_US, when set, applies to both as in C++.
+# Adaptive polling in a Python process (see Executor::set_poll). Runners here seldom run the
+# loop (a waiting caller or an idle actor thread drives it), and a runner that polls takes
+# the core those threads need: on two cores `call_one` went from 110 to 300 µs (p99 4 ms).
+# Drivers poll for up to 100 µs, which covers the Python side of a round trip (50 µs did
+# not: 92 against 74 µs); the window adapts, so procs called less often stop polling.
+# PODIUM_POLL_US, when set, applies to both as in C++.
 RUNNER_POLL_US = 0.0
-DRIVER_POLL_US = 50.0
+DRIVER_POLL_US = 100.0
 
 
 def _set_poll_policy() -> None:
@@ -187,6 +192,7 @@ class _ActorServer:
         self.thread: Optional[threading.Thread] = None
         self.instance: Any = None
         self.cls: Any = None
+        self.endpoints: Dict[str, Any] = {}
         self.info: Optional[ActorInstance] = None
         self.loop: Optional[asyncio.AbstractEventLoop] = None
 
@@ -225,6 +231,7 @@ class _ActorServer:
                 _wait_bootstrap()
             cls, args, kwargs = pickling.loads(parts[1:])
             self.cls = cls
+            self.endpoints = endpoints_of(cls)
             rank = meta["base_ranks"].index(inbox.index)
             point = Point._wrap(_nd.Extent(meta["labels"], meta["sizes"]).point_of_rank(rank))
             self.info = ActorInstance(
@@ -336,21 +343,17 @@ class _ActorServer:
         """The call of `item`, or None when it has been answered already (failed actor, bad
         message)."""
         inbox = self.inbox
-        port = item.reply_port
-        rank = item.rank
+        name, rank, port, labels, sizes, parts = item.fields()
         if inbox.failed:
             if port:
                 inbox.reply_failure(port, rank)
             return None
-        name = item.endpoint
-        parts = item.parts
         try:
             meta = pickle.loads(parts[0]) if len(parts[0]) else None
             if meta is not None and "rank" in meta:
-                r, labels, sizes = meta["rank"]
+                point = tuple(meta["rank"])  # (rank, labels, sizes): Context makes the Point
             else:
-                r, labels, sizes = rank, item.labels, item.sizes
-            point = Point._wrap(_nd.Extent(labels, sizes).point_of_rank(r))
+                point = (rank, labels, sizes)
         except BaseException as e:
             self._failed(port, rank, name, e)
             return None
@@ -527,7 +530,7 @@ class _Call:
                  "explicit_port", "concurrent", "method", "answered")
 
     def __init__(self, server: _ActorServer, item: Any, name: str, port: str, rank: int,
-                 point: Point, meta: Optional[Dict[str, Any]], parts: Any) -> None:
+                 point: Any, meta: Optional[Dict[str, Any]], parts: Any) -> None:
         self.server = server
         self.item = item
         self.name = name
@@ -538,7 +541,7 @@ class _Call:
         self.parts = parts
         self.answered = False  # returned() or raised() ran (or the stop answered it)
         cls = server.cls
-        ep = endpoints_of(cls).get(name)
+        ep = server.endpoints.get(name)
         if ep is not None:
             self.method = ep._method
             self.explicit_port = ep._explicit_response_port
@@ -562,7 +565,7 @@ class _Call:
             from podium._src.ports import Port
 
             args = (Port._reply(self.port, self.rank), *args)
-        return functools.partial(self.method, self.server.instance), args, kwargs
+        return self.method.__get__(self.server.instance), args, kwargs
 
     def returned(self, result: Any) -> None:
         self.answered = True
