@@ -80,7 +80,9 @@ PROLOGUE = textwrap.dedent(
         try:
             f()
         except SupervisionError as e:
-            print("CALLER:", str(e).replace(chr(10), " | "), flush=True)
+            # One write: procs share this stdout, and their lines must not split ours.
+            sys.stdout.write("CALLER: " + str(e).replace(chr(10), " | ") + chr(10))
+            sys.stdout.flush()
             return e
         print("CALLER: no error", flush=True)
 
