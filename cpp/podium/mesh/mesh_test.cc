@@ -292,6 +292,54 @@ TEST(MeshSpawn, ProcsDieWithTheirController) {
                   .count());
 }
 
+// A controller whose proc fails with nobody to handle it: the default root handler logs the
+// report and ends the controller with status 1.
+int unhandled_fault_controller() {
+  auto procs = podium::this_host().spawn_procs({{"procs", 2}});
+  if (!procs) return 2;
+  auto workers = procs->spawn<Worker>("worker", 1);
+  if (!workers || !workers->initialized().get(10s)) return 2;
+  auto one = workers->slice("procs", 1);
+  if (!one) return 2;
+  one->broadcast(&Worker::exit_now, 3);
+  std::this_thread::sleep_for(20s);  // the handler ends the program first
+  std::printf("still running\n");
+  return 0;
+}
+
+TEST(MeshSupervision, AnUnhandledFaultEndsTheControllerWithStatus1) {  // SV-3
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  pid_t controller = ::fork();
+  if (controller == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    ::close(out[0]);
+    const char* self = "/proc/self/exe";
+    ::execl(self, self, "--unhandled-fault", nullptr);
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[512];
+  while (true) {  // until the controller (and the procs that share the pipe) are gone
+    ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(out[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(controller, &status, 0), controller);
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << text;
+  EXPECT_EQ(text.find("still running"), std::string::npos) << text;
+  EXPECT_NE(text.find("unhandled failure: actor worker[1] of mesh 'worker' (rank 1 "
+                      "{'procs': 1/2}, host "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("exited with status 3"), std::string::npos) << text;
+}
+
 int orphan_controller() {
   auto procs = podium::this_host().spawn_procs({{"procs", 2}});
   if (!procs || !procs->initialized().get(10s)) return 1;
@@ -307,6 +355,7 @@ int orphan_controller() {
 int main(int argc, char** argv) {
   podium::init(argc, argv);  // spawned procs serve here and never return
   if (argc == 2 && std::string(argv[1]) == "--orphan-controller") return orphan_controller();
+  if (argc == 2 && std::string(argv[1]) == "--unhandled-fault") return unhandled_fault_controller();
   podium::set_unhandled_fault_handler([](podium::actor::MeshFailure f) {
     std::lock_guard lock(g_faults_mu);
     g_faults.push_back(std::move(f));
