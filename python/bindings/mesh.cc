@@ -571,17 +571,17 @@ void bind_mesh(nb::module_& m) {
       "How long idle runners and waiting callers poll the reactor before they sleep (µs).");
   m.def(
       "init_controller",
-      [](std::vector<std::string> proc_argv) {
+      [](std::vector<std::string> proc_argv, std::vector<std::string> zygote_argv) {
         Status st;
         {
           nb::gil_scoped_release unlocked;
-          st = init_controller(InitOptions{std::move(proc_argv)});
+          st = init_controller(InitOptions{std::move(proc_argv), std::move(zygote_argv)});
         }
         unwrap(st);
       },
-      nb::arg("proc_argv"),
-      "Starts the controller runtime; procs are started with `proc_argv`. A second call does "
-      "nothing.");
+      nb::arg("proc_argv"), nb::arg("zygote_argv") = std::vector<std::string>{},
+      "Starts the controller runtime; procs are started with `proc_argv`, forked from a "
+      "zygote started with `zygote_argv` when it is given. A second call does nothing.");
   m.def("is_proc", &is_proc, "True in a process that podium spawned as a proc, until it serves.");
   m.def(
       "serve_proc",

@@ -19,6 +19,7 @@
 #include "podium/actor/executor.h"
 #include "podium/actor/message.h"
 #include "podium/host/child_watcher.h"
+#include "podium/host/zygote.h"
 #include "podium/mesh/cast.h"
 #include "podium/mesh/supervisor.h"
 
@@ -74,6 +75,10 @@ struct Runtime::Impl {
   std::unique_ptr<host::ChildWatcher> watcher;
   std::unique_ptr<Supervisor> supervisor;
   std::optional<channel::Address> parent;  // the controller, in a proc; immutable
+  // The zygote procs fork from (InitOptions::zygote_argv), started by the first spawn;
+  // guarded by spawn_mu. zygote_failed: it could not start, procs are exec'd.
+  std::shared_ptr<host::Zygote> zygote;
+  bool zygote_failed = false;
   std::string sock_dir;  // empty in workers
   std::string proc_key;  // proc->id().to_string(), immutable after make_runtime()
 
@@ -130,6 +135,43 @@ struct Runtime::Impl {
     std::unique_lock l(m);
     cv.wait(l, [&] { return out.has_value(); });
     return std::move(*out);
+  }
+
+  // The running zygote, started on the spawner thread (PR_SET_PDEATHSIG is per thread) on
+  // first use; nullptr without one. A zygote that died is started again.
+  std::shared_ptr<host::Zygote> zygote_for_spawn() {
+    if (g_options.zygote_argv.empty()) return nullptr;
+    {
+      std::lock_guard lock(spawn_mu);
+      if (zygote_failed) return nullptr;
+      if (zygote && zygote->alive()) return zygote;
+    }
+    auto started = on_spawner([&]() -> Result<std::shared_ptr<host::Zygote>> {
+      host::ChildSpec spec;
+      spec.path = g_options.zygote_argv[0];
+      spec.argv = g_options.zygote_argv;
+      return host::Zygote::start(proc->io(), *watcher, spec);
+    });
+    std::lock_guard lock(spawn_mu);
+    if (!started) {
+      spdlog::warn("podium: cannot start the zygote ({}); procs start as new processes",
+                   started.error().to_string());
+      zygote_failed = true;
+      return nullptr;
+    }
+    zygote = std::move(*started);
+    return zygote;
+  }
+
+  // SIGKILL (or `sig`) to a proc's process group, wherever it was started from.
+  bool kill_proc_group(pid_t pid, int sig) {
+    std::shared_ptr<host::Zygote> z;
+    {
+      std::lock_guard lock(spawn_mu);
+      z = zygote;
+    }
+    if (z && z->kill_group(pid, sig)) return true;
+    return static_cast<bool>(watcher->kill_group(pid, sig));
   }
 
   void on_ready(const actor::SystemHeader& h) {
@@ -317,7 +359,7 @@ struct Runtime::Impl {
         if (!m->procs[it->second.rank].exit) pid = m->procs[it->second.rank].pid;
       }
     }
-    if (pid > 0 && watcher) (void)watcher->kill_group(pid, SIGKILL);
+    if (pid > 0) (void)kill_proc_group(pid, SIGKILL);
   }
 };
 
@@ -365,6 +407,12 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Exten
   }
   std::string exe = g_options.proc_argv.empty() ? self_exe() : g_options.proc_argv[0];
   std::string parent = impl.proc->id().to_string();
+  auto zygote = impl.zygote_for_spawn();
+  std::string cwd;
+  if (zygote) {
+    std::error_code ec;
+    cwd = std::filesystem::current_path(ec).string();
+  }
   for (size_t r = 0; r < n; ++r) {
     std::string key = mesh->procs[r].id.to_string();
     {
@@ -376,11 +424,14 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Exten
     spec.argv = g_options.proc_argv.empty() ? std::vector<std::string>{exe} : g_options.proc_argv;
     spec.env.emplace_back(kBootEnv, parent + ";" + key + ";" + std::to_string(mesh->mesh_id) +
                                         ";" + std::to_string(r));
-    auto pid = impl.on_spawner([&] {
-      return impl.watcher->spawn(spec, [&impl, key](const host::ExitStatus& s) {
-        impl.on_exit(key, s);
-      });
-    });
+    auto on_exit = [&impl, key](const host::ExitStatus& s) { impl.on_exit(key, s); };
+    Result<pid_t> pid = std::unexpected(Error{});
+    if (zygote) {
+      pid = zygote->spawn(host::ZygoteChild{spec.argv, host::current_environment(spec.env), cwd},
+                          on_exit);
+    } else {
+      pid = impl.on_spawner([&] { return impl.watcher->spawn(spec, on_exit); });
+    }
     if (!pid) {
       Error e = pid.error();
       mesh->initialized_promise.set(std::unexpected(e));
@@ -458,7 +509,7 @@ actor::Future<void> Runtime::stop_procs(const std::shared_ptr<ProcMeshState>& me
   timer->async_wait([timer, alive, impl, exits](std::error_code ec) {
     if (ec || exits->future().ready()) return;
     for (auto& [id, pid] : alive) {
-      if (impl->watcher->kill_group(pid, SIGKILL)) {
+      if (impl->kill_proc_group(pid, SIGKILL)) {
         spdlog::warn("podium: proc {} (pid {}) did not exit within the grace period; killed",
                      id.to_string(), pid);
       }
@@ -493,6 +544,14 @@ void Runtime::shutdown() {
     impl.shut_down = true;
   }
   actor::Executor::set_drivable(nullptr);
+  {
+    std::shared_ptr<host::Zygote> zygote;
+    {
+      std::lock_guard lock(impl.spawn_mu);
+      zygote = std::move(impl.zygote);
+    }
+    if (zygote) zygote->stop();  // SIGKILL to every forked proc's group (ME-3)
+  }
   if (impl.watcher) impl.watcher->stop();  // SIGKILL to every proc group, reaped (ME-3)
   if (impl.proc) impl.proc->stop();
   {

@@ -43,6 +43,10 @@ struct InitOptions {
   // The command that starts a proc (argv[0] is the executable); it must call serve_proc().
   // Empty: this binary, re-entered with the same arguments.
   std::vector<std::string> proc_argv;
+  // When set, procs are forked from a zygote (host/zygote.h) started with this command (it
+  // must call host::zygote_serve on fd 3, then serve_proc() in each child), with proc_argv
+  // as their argv. A zygote that cannot start is logged, and procs are exec'd as without.
+  std::vector<std::string> zygote_argv;
 };
 // Starts the controller runtime; a second call does nothing.
 [[nodiscard]] Status init_controller(InitOptions options);

@@ -18,6 +18,7 @@ import asyncio
 import atexit
 import inspect
 import pickle
+import os
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
@@ -35,6 +36,13 @@ from podium._src.shape import MeshShape, select
 T = TypeVar("T")
 
 PROC_ARGV = [sys.executable, "-m", "podium._src.proc"]
+# Procs fork from a warm interpreter (podium._src.zygote) that has imported podium once;
+# PODIUM_ZYGOTE=0 starts each proc as a new interpreter instead.
+ZYGOTE_ARGV = [sys.executable, "-m", "podium._src.zygote"]
+
+
+def _zygote_argv() -> list:
+    return [] if os.environ.get("PODIUM_ZYGOTE", "1") == "0" else ZYGOTE_ARGV
 STOP_GRACE_MS = 5000
 # ProcMesh.stop(): how long the actors' stops (drain + __cleanup__) may take before the procs
 # are asked to exit anyway.
@@ -54,7 +62,8 @@ def ensure_runtime() -> None:
     with _lock:
         if _running:
             return
-        _mesh.init_controller(PROC_ARGV)  # does nothing in a proc, whose runtime is serving
+        # Does nothing in a proc, whose runtime is serving.
+        _mesh.init_controller(PROC_ARGV, _zygote_argv())
         server.start()
         atexit.register(_at_exit)
         _running = True

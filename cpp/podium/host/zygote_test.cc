@@ -1,0 +1,200 @@
+// The zygote tests re-enter this binary as the zygote (`zygote_test --zygote`): its forked
+// children act on their ZT_ACT variable (exit:N, sleep, env:NAME=VALUE, cwd:PATH, group).
+#include "podium/host/zygote.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace podium::host {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr auto kWait = 10s;
+
+// What a forked child does (it runs in the zygote's image, after zygote_serve returned).
+[[noreturn]] void act(const ZygoteChild& child) {
+  std::string a;
+  for (const auto& [k, v] : child.env) {
+    if (k == "ZT_ACT") a = v;
+  }
+  auto env_has = [&](std::string_view kv) {
+    for (const auto& [k, v] : child.env) {
+      if (k + "=" + v == kv) return true;
+    }
+    return false;
+  };
+  if (a.starts_with("exit:")) ::_exit(std::atoi(a.c_str() + 5));
+  if (a == "sleep") {
+    while (true) ::pause();
+  }
+  if (a.starts_with("env:")) ::_exit(env_has(a.substr(4)) ? 0 : 1);
+  if (a.starts_with("cwd:")) {
+    std::error_code ec;
+    ::_exit(std::filesystem::current_path(ec) == a.substr(4) ? 0 : 1);
+  }
+  if (a == "group") ::_exit(::getpgid(0) == ::getpid() ? 0 : 1);
+  ::_exit(99);
+}
+
+int zygote_main() {
+  auto child = zygote_serve(3, ForkHooks{});
+  if (child) act(*child);
+  return child.error().is(HostErrc::kStopped) ? 0 : 1;
+}
+
+class ExitLog {
+ public:
+  OnExit callback() {
+    return [this](const ExitStatus& s) {
+      std::lock_guard lock(mu_);
+      exits_[s.pid].push_back(s);
+      cv_.notify_all();
+    };
+  }
+  std::optional<ExitStatus> wait(pid_t pid) {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, kWait, [&] { return exits_.contains(pid); })) return std::nullopt;
+    return exits_[pid].front();
+  }
+  size_t count(pid_t pid) {
+    std::lock_guard lock(mu_);
+    return exits_.contains(pid) ? exits_[pid].size() : 0;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<pid_t, std::vector<ExitStatus>> exits_;
+};
+
+class ZygoteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    io_thread_ = std::thread([this] { io_.run(); });
+    watcher_ = std::make_unique<ChildWatcher>(io_);
+    ChildSpec spec;
+    spec.path = "/proc/self/exe";
+    spec.argv = {"zygote_test", "--zygote"};
+    auto z = Zygote::start(io_, *watcher_, spec);
+    ASSERT_TRUE(z) << z.error().to_string();
+    zygote_ = std::move(*z);
+  }
+  void TearDown() override {
+    if (zygote_) zygote_->stop();
+    zygote_.reset();
+    watcher_->stop();
+    work_.reset();
+    io_.stop();
+    io_thread_.join();
+  }
+
+  ZygoteChild child(std::string act) {
+    return ZygoteChild{{"child"}, current_environment({{"ZT_ACT", std::move(act)}}), ""};
+  }
+
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io_);
+  std::thread io_thread_;
+  std::unique_ptr<ChildWatcher> watcher_;
+  std::shared_ptr<Zygote> zygote_;
+  ExitLog log_;
+};
+
+TEST_F(ZygoteTest, AChildsExitCodeIsReportedOnce) {  // ZY-2
+  auto pid = zygote_->spawn(child("exit:3"), log_.callback());
+  ASSERT_TRUE(pid) << pid.error().to_string();
+  auto s = log_.wait(*pid);
+  ASSERT_TRUE(s);
+  EXPECT_FALSE(s->signaled);
+  EXPECT_EQ(s->code, 3);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(log_.count(*pid), 1u);
+}
+
+TEST_F(ZygoteTest, AKilledChildIsReportedWithItsSignal) {  // ZY-2, ZY-3
+  auto pid = zygote_->spawn(child("sleep"), log_.callback());
+  ASSERT_TRUE(pid);
+  ASSERT_TRUE(zygote_->kill_group(*pid, SIGKILL));
+  auto s = log_.wait(*pid);
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(s->signaled);
+  EXPECT_EQ(s->code, SIGKILL);
+  EXPECT_FALSE(zygote_->kill_group(*pid, SIGKILL));  // reported: no longer signalled
+}
+
+TEST_F(ZygoteTest, AChildGetsTheRequestedEnvironmentCwdAndItsOwnGroup) {  // ZY-3, ZY-4
+  ::setenv("ZT_LATE", "set-after-the-zygote-started", 1);
+  auto env = zygote_->spawn(child("env:ZT_LATE=set-after-the-zygote-started"), log_.callback());
+  ::unsetenv("ZT_LATE");
+  ASSERT_TRUE(env);
+  auto tmp = std::filesystem::temp_directory_path().string();
+  auto c = child("cwd:" + tmp);
+  c.cwd = tmp;
+  auto cwd = zygote_->spawn(c, log_.callback());
+  auto group = zygote_->spawn(child("group"), log_.callback());
+  ASSERT_TRUE(cwd && group);
+  for (pid_t p : {*env, *cwd, *group}) {
+    auto s = log_.wait(p);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->to_string(), "exited with status 0") << "pid " << p;
+  }
+}
+
+TEST_F(ZygoteTest, WhenTheZygoteDiesItsChildrenDieAndAreReported) {  // ZY-1, ZY-2, ZY-3
+  auto a = zygote_->spawn(child("sleep"), log_.callback());
+  auto b = zygote_->spawn(child("sleep"), log_.callback());
+  ASSERT_TRUE(a && b);
+  watcher_->kill_all(SIGKILL);  // the zygote is the watcher's only child
+  for (pid_t p : {*a, *b}) {
+    auto s = log_.wait(p);
+    ASSERT_TRUE(s);
+    EXPECT_TRUE(s->signaled);
+  }
+  // Gone for real (PDEATHSIG or the watcher's kill): kill(pid, 0) fails within the bound.
+  auto deadline = std::chrono::steady_clock::now() + kWait;
+  while ((::kill(*a, 0) == 0 || ::kill(*b, 0) == 0) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_NE(::kill(*a, 0), 0);
+  EXPECT_NE(::kill(*b, 0), 0);
+  auto later = zygote_->spawn(child("exit:0"), log_.callback(), 2s);
+  EXPECT_FALSE(later);
+  EXPECT_FALSE(zygote_->alive());
+}
+
+TEST_F(ZygoteTest, StopKillsTheChildrenAndTheZygoteExits) {  // ZY-3
+  auto a = zygote_->spawn(child("sleep"), log_.callback());
+  ASSERT_TRUE(a);
+  zygote_->stop();
+  auto s = log_.wait(*a);
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(s->signaled);
+  auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (watcher_->alive() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(watcher_->alive(), 0u);  // the zygote saw EOF and exited
+}
+
+}  // namespace
+}  // namespace podium::host
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--zygote") == 0) return podium::host::zygote_main();
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,52 @@
+"""The zygote: ``python -m podium._src.zygote``, started by the controller's C++ runtime with
+its end of a socketpair as fd 3 (cpp/podium/host/zygote.h).
+
+It imports what every proc needs once (podium's runtime and its dependencies, and the
+modules named in PODIUM_ZYGOTE_PRELOAD, comma-separated, e.g. ``torch``), then serves fork
+requests in C++. Each forked child comes back here with the argv, environment and working
+directory the controller sent, and becomes a proc exactly as ``python -m podium._src.proc``
+would. The zygote starts no thread: fork copies only the calling one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+
+def _preload() -> None:
+    import cloudpickle  # noqa: F401  (the proc's first unpickle would import it)
+
+    from podium._src import output, proc, server  # noqa: F401
+
+    for name in filter(None, os.environ.get("PODIUM_ZYGOTE_PRELOAD", "").split(",")):
+        try:
+            importlib.import_module(name.strip())
+        except Exception as e:  # a proc that needs it fails then, with its own traceback
+            print(f"podium zygote: cannot preload {name!r}: {e}", file=sys.stderr)
+
+
+def main() -> int:
+    from podium._core import host as _host
+    from podium._core.base import CoreError
+
+    _preload()
+    try:
+        argv, env, cwd = _host.zygote_serve(3)
+    except CoreError:  # the controller closed the socket: the zygote's work is done
+        return 0
+    # A forked child: become the proc the controller asked for (ZY-4).
+    os.environ.clear()
+    os.environ.update(dict(env))
+    sys.argv = list(argv[2:]) if argv[1:2] == ["-m"] else list(argv[1:])
+    from podium._src import proc
+
+    code = proc.main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
