@@ -5,8 +5,8 @@
 // controller's main program), the process's root: the root handler (the Python unhandled
 // fault hook). Every process has one Supervisor (in its Runtime). A spawn registers the new
 // mesh here and tells each actor where to report its failure (actor layer SV-1); the death of
-// a proc reaches every process (the controller sees it through its pidfd and tells the others,
-// Runtime ME-7) and each Supervisor raises it for the meshes it owns with an actor there.
+// a proc reaches every process (the controller sees it through its pidfd or its zygote's
+// report and tells the others, Runtime ME-7) and each Supervisor raises it for the meshes it owns with an actor there.
 //
 // Threads: every member is thread-safe. Events are dispatched outside the lock: to an owner
 // actor's mailbox (a kSupervise message, handled in its turn), or to the root handler, which
