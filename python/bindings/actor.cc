@@ -141,41 +141,69 @@ class Inbox {
   // Waits up to `timeout` for an item; nullopt on timeout or once closed and empty.
   //
   // With driving on (procs: set_driving), the waiting thread runs the proc's loop itself
-  // while it waits (Executor::drive_or_wait): it reads the next call from the socket and
-  // routes it into this inbox, so a call reaches the actor's thread with no hand-off from a
-  // runner. It runs deliveries only (DeliveryOnlyScope, AC-10): a construct or a stop waits
-  // for other threads (an actor's stop for that actor's thread, maybe this one), so when a
-  // drain leaves one behind, this thread stops driving and waits on the condition variable
-  // while a runner takes the loop and runs it.
+  // while it waits (Executor::drive): it reads the next call from the socket and routes it
+  // into this inbox, so a call reaches the actor's thread with no hand-off from a runner.
+  // When another thread drives, it sleeps on cv_ until an item comes or that thread
+  // releases the loop (Executor::on_release wakes one waiter per release). It runs
+  // deliveries only (DeliveryOnlyScope, AC-10): a construct or a stop waits for other
+  // threads (an actor's stop for that actor's thread, maybe this one), so when a drain
+  // leaves one behind, this thread hands the loop back and waits on cv_ for the rest of
+  // this call while a runner runs it.
   std::optional<InboxItem> pop(std::chrono::nanoseconds timeout) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
+    actor::Executor* ex = g_driving.load(std::memory_order_relaxed) &&
+                                  timeout > std::chrono::nanoseconds::zero()
+                              ? actor::Executor::drivable()
+                              : nullptr;
     std::unique_lock lock(mu_);
-    if (q_.empty() && !closed_ && timeout > std::chrono::nanoseconds::zero() &&
-        g_driving.load(std::memory_order_relaxed)) {
-      if (actor::Executor* ex = actor::Executor::drivable()) {
-        driving_ = true;
-        driver_ = std::this_thread::get_id();
-        lock.unlock();
-        bool deferred;
-        {
-          actor::DeliveryOnlyScope deliveries_only;
-          ex->drive_or_wait(
-              [this] {
-                if (actor::DeliveryOnlyScope::deferred()) return true;
-                std::lock_guard l(mu_);
-                return !q_.empty() || closed_;
-              },
-              deadline);
-          deferred = actor::DeliveryOnlyScope::deferred();
-        }
-        if (deferred) ex->hand_back();
-        lock.lock();
-        driving_ = false;
+    while (q_.empty() && !closed_ && std::chrono::steady_clock::now() < deadline) {
+      if (!ex) {
+        wait_locked(lock, deadline);
+        continue;
       }
+      driving_ = true;
+      driver_ = std::this_thread::get_id();
+      lock.unlock();
+      bool deferred;
+      {
+        actor::DeliveryOnlyScope deliveries_only;
+        ex->drive(
+            [this] {
+              if (actor::DeliveryOnlyScope::deferred()) return true;
+              std::lock_guard l(mu_);
+              return !q_.empty() || closed_;
+            },
+            deadline);
+        deferred = actor::DeliveryOnlyScope::deferred();
+      }
+      if (deferred) ex->hand_back();
+      lock.lock();
+      driving_ = false;
+      if (deferred) {
+        ex = nullptr;  // a runner runs what was left; this call only waits now
+        continue;
+      }
+      if (!q_.empty() || closed_) break;
+      // Another thread drives (or the deadline passed): sleep until an item or a release.
+      released_ = false;
+      lock.unlock();
+      uint64_t token = ex->on_release([this] {
+        {
+          std::lock_guard l(mu_);
+          released_ = true;
+        }
+        cv_.notify_all();
+      });
+      lock.lock();
+      if (token == 0) continue;  // the loop is free: take it
+      while (!released_ && q_.empty() && !closed_ &&
+             std::chrono::steady_clock::now() < deadline) {
+        wait_locked(lock, deadline);
+      }
+      lock.unlock();
+      ex->cancel_release(token);
+      lock.lock();
     }
-    sleeping_ = true;
-    cv_.wait_until(lock, deadline, [&] { return !q_.empty() || closed_; });
-    sleeping_ = false;
     if (q_.empty()) return std::nullopt;
     InboxItem item = std::move(q_.front());
     q_.pop_front();
@@ -247,15 +275,21 @@ class Inbox {
   std::optional<Error> failure_;
   actor::Signal finished_;
   std::atomic<int> efd_{-1};  // written once (under mu_), then read by any thread
-  bool driving_ = false;      // guarded by mu_: the consumer is in drive_or_wait()
+  bool driving_ = false;      // guarded by mu_: the consumer runs the loop (Executor::drive)
+  bool released_ = false;     // guarded by mu_: on_release() woke the waiting consumer
   std::thread::id driver_;    // guarded by mu_: the consumer's thread, while driving_
   static inline std::atomic<bool> g_driving{false};
 
-  // A push from a thread other than the driving consumer: end its wait for the loop, or
-  // its run_one() (a posted no-op), so that it sees the item.
-  void wake_driver() {
-    if (actor::Executor* ex = actor::Executor::drivable()) ex->wake_waiters();
-    asio::post(proc_.io(), [] {});
+  // A push from a thread other than the driving consumer: end its run_one() (a posted
+  // no-op), so that it sees the item.
+  void wake_driver() { asio::post(proc_.io(), [] {}); }
+
+  // Requires mu_. Sleeps on cv_ until notified or `deadline` (push notifies while sleeping_).
+  void wait_locked(std::unique_lock<std::mutex>& lock,
+                   std::chrono::steady_clock::time_point deadline) {
+    sleeping_ = true;
+    cv_.wait_until(lock, deadline);
+    sleeping_ = false;
   }
 
   void signal_event() {

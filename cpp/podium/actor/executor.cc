@@ -109,7 +109,9 @@ struct Executor::Impl {
   std::atomic<Loop> loop{Loop::kRunner};  // written under drive_mu, read anywhere
   std::chrono::steady_clock::time_point last_release;
   bool drive_stopping = false;
-  int drive_waiters = 0;                // threads in drive_or_wait() waiting for the loop
+  // on_release() waiters, oldest first: (token, wake). The first is woken at each release.
+  std::list<std::pair<uint64_t, std::function<void()>>> release_waiters;
+  uint64_t next_release_token = 1;
   bool reclaim_now = false;             // hand_back(): the primary takes the loop back at once
   Runner* primary = nullptr;            // set once by start(); never retires
   Runner driver_slot;                   // the driving caller's runner slot (one at a time)
@@ -162,6 +164,15 @@ struct Executor::Impl {
       loop = Loop::kParked;
       last_release = std::chrono::steady_clock::now();
       drive_cv.notify_all();
+      // The thread that asked may have left without driving (its wait ended meanwhile):
+      // the loop is free, so the oldest on_release() waiter looks again too.
+      if (!release_waiters.empty()) {
+        auto wake = std::move(release_waiters.front().second);
+        release_waiters.pop_front();
+        l.unlock();
+        wake();
+        l.lock();
+      }
     }
     me->parked.store(true, std::memory_order_relaxed);
     while (!drive_stopping) {
@@ -169,7 +180,6 @@ struct Executor::Impl {
           (reclaim_now || std::chrono::steady_clock::now() - last_release >= kReclaimAfter)) {
         loop = Loop::kRunner;
         reclaim_now = false;
-        if (drive_waiters > 0) drive_cv.notify_all();  // they may ask for the loop again
         break;
       }
       drive_cv.wait_for(l, kReclaimAfter);
@@ -260,11 +270,14 @@ void Executor::stop() {
     impl_->watchdog_parked.store(false);
   }
   impl_->watchdog_cv.notify_all();
+  std::list<std::pair<uint64_t, std::function<void()>>> waiters;
   {
     std::lock_guard lock(impl_->drive_mu);
     impl_->drive_stopping = true;
+    waiters.swap(impl_->release_waiters);
   }
   impl_->drive_cv.notify_all();
+  for (auto& w : waiters) w.second();  // they look again, and find the executor stopping
   impl_->work.reset();
   impl_->io.stop();
   if (impl_->watchdog.joinable()) impl_->watchdog.join();
@@ -320,35 +333,37 @@ bool Executor::drive(const std::function<bool()>& done,
   }
   tls_executor = outer_executor;
   tls_runner = outer_runner;
+  std::function<void()> wake;
   {
     std::lock_guard l(im.drive_mu);
     im.loop = Impl::Loop::kParked;
     im.last_release = std::chrono::steady_clock::now();
-    if (im.drive_waiters > 0) im.drive_cv.notify_all();  // one of them takes the loop over
+    if (!im.release_waiters.empty()) {  // the oldest waiter takes the loop over
+      wake = std::move(im.release_waiters.front().second);
+      im.release_waiters.pop_front();
+    }
   }
+  if (wake) wake();
   return done();
 }
 
-bool Executor::drive_or_wait(const std::function<bool()>& done,
-                             std::chrono::steady_clock::time_point deadline) {
-  if (tls_runner) return false;
+uint64_t Executor::on_release(std::function<void()> wake) {
   Impl& im = *impl_;
-  while (true) {
-    {
-      std::unique_lock l(im.drive_mu);
-      while (true) {
-        if (done()) return true;
-        if (im.drive_stopping || im.primary == nullptr) return false;
-        if (std::chrono::steady_clock::now() >= deadline) return false;
-        if (im.loop.load() != Impl::Loop::kDriven && !im.reclaim_now) break;
-        ++im.drive_waiters;
-        im.drive_cv.wait_until(l, deadline);
-        --im.drive_waiters;
-      }
-    }
-    if (drive(done, deadline)) return true;
-    // Another thread took the loop first, or the deadline passed: look again.
-  }
+  std::lock_guard l(im.drive_mu);
+  if (im.drive_stopping) return 0;
+  // Free to take: parked (and not promised to the primary) or run by the primary, which
+  // steps aside when asked. Driven, or handed back: wait.
+  auto state = im.loop.load();
+  if (!im.reclaim_now && (state == Impl::Loop::kParked || state == Impl::Loop::kRunner)) return 0;
+  uint64_t token = im.next_release_token++;
+  im.release_waiters.emplace_back(token, std::move(wake));
+  return token;
+}
+
+void Executor::cancel_release(uint64_t token) {
+  Impl& im = *impl_;
+  std::lock_guard l(im.drive_mu);
+  im.release_waiters.remove_if([token](const auto& w) { return w.first == token; });
 }
 
 void Executor::hand_back() {
@@ -357,15 +372,6 @@ void Executor::hand_back() {
     std::lock_guard l(im.drive_mu);
     if (im.loop.load() != Impl::Loop::kParked) return;
     im.reclaim_now = true;
-  }
-  im.drive_cv.notify_all();
-}
-
-void Executor::wake_waiters() {
-  Impl& im = *impl_;
-  {
-    std::lock_guard l(im.drive_mu);
-    if (im.drive_waiters == 0) return;
   }
   im.drive_cv.notify_all();
 }

@@ -57,15 +57,15 @@ class Executor {
   // when called on a runner thread. Thread-safe.
   bool drive(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
 
-  // Like drive(), for a thread that waits for work rather than for one reply (a Python
-  // actor's thread between messages): when another thread drives, it waits until done() or
-  // until that thread stops driving, then takes the loop over, instead of returning. A
-  // producer that makes done() true from another thread calls wake_waiters() afterwards.
-  // Returns done(); false at the deadline, when the executor stops, or on a runner thread.
-  bool drive_or_wait(const std::function<bool()>& done,
-                     std::chrono::steady_clock::time_point deadline);
-  // Ends the waits of drive_or_wait() callers so that they check done() again.
-  void wake_waiters();
+  // Waiting for the loop. A thread that waits for work rather than for one reply (a Python
+  // actor's thread between messages) calls drive(); when that returns because another
+  // thread drives, it sleeps on its own condition until its work comes or the loop is
+  // released. on_release(wake) registers `wake`, which the executor calls once when a driver
+  // releases the loop, for the longest-registered waiter only: that one takes the loop over
+  // and the others sleep on (no thundering herd). Returns 0, registering nothing, when the
+  // loop can be taken now; else a token for cancel_release(). Thread-safe.
+  uint64_t on_release(std::function<void()> wake);
+  void cancel_release(uint64_t token);
   // A driver that stopped because it left work it must not run (DeliveryOnlyScope) gives
   // the loop back to the primary runner at once instead of kReclaimAfter later; drivers
   // wait until the primary has it.

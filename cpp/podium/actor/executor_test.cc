@@ -101,67 +101,94 @@ TEST(Executor, AnUntimedWaitDrivesTheLoopThenHandsItBack) {
   ex.stop();
 }
 
-TEST(Executor, DriveOrWaitTakesTheLoopOverWhenTheDriverLeaves) {
+TEST(Executor, OneReleaseWakesOneWaiterOldestFirst) {
   asio::io_context io;
   Executor ex(io);
   ex.start();
-  Signal first_driving, release_first, second_done;
-  std::atomic<std::thread::id> ran_on{};
-  // The first thread drives until released.
-  std::thread first([&] {
+  Signal driving, release;
+  std::thread driver([&] {
     ex.drive([&] {
-      first_driving.set();
-      return release_first.is_set();
+      if (Executor::current() == &ex) driving.set();  // the loop is this thread's now
+      return release.is_set();
     }, std::chrono::steady_clock::now() + 10s);
   });
-  ASSERT_TRUE(first_driving.wait_for(5s));
-  std::atomic<bool> got{false};
-  std::thread second([&] {
-    got = ex.drive_or_wait([&] { return second_done.is_set(); },
-                           std::chrono::steady_clock::now() + 10s);
-  });
-  std::this_thread::sleep_for(20ms);  // the second thread now waits for the loop
-  release_first.set();
-  asio::post(io, [] {});  // ends the first driver's run_one
-  first.join();
-  // The work lands after the first driver left, well inside the primary's 1 ms grace only
-  // if the second thread took the loop over; either way it must run and end the wait.
-  asio::post(io, [&] {
-    ran_on = std::this_thread::get_id();
-    second_done.set();
-  });
-  second.join();
-  EXPECT_TRUE(got.load());
+  ASSERT_TRUE(driving.wait_for(5s));
+  std::atomic<int> woken_first{0}, woken_second{0};
+  uint64_t first = ex.on_release([&] { woken_first++; });
+  uint64_t second = ex.on_release([&] { woken_second++; });
+  ASSERT_NE(first, 0u);  // the loop is driven: both wait
+  ASSERT_NE(second, 0u);
+  release.set();
+  asio::post(io, [] {});  // ends the driver's run_one
+  driver.join();
+  EXPECT_EQ(woken_first.load(), 1);
+  EXPECT_EQ(woken_second.load(), 0);  // no thundering herd
+  ex.cancel_release(second);
+  EXPECT_EQ(ex.on_release([] {}), 0u);  // released and parked: free to take now
   ex.stop();
 }
 
-TEST(Executor, DriveOrWaitEndsWhenAProducerWakesIt) {
+TEST(Executor, AWokenWaiterTakesTheLoopOver) {
   asio::io_context io;
   Executor ex(io);
   ex.start();
-  Signal first_driving, release_first;
-  std::thread first([&] {
+  Signal driving, release, taken;
+  std::thread driver([&] {
     ex.drive([&] {
-      first_driving.set();
-      return release_first.is_set();
+      if (Executor::current() == &ex) driving.set();
+      return release.is_set();
     }, std::chrono::steady_clock::now() + 10s);
   });
-  ASSERT_TRUE(first_driving.wait_for(5s));
-  std::atomic<bool> flag{false};
-  std::atomic<bool> got{false};
-  std::thread second([&] {
-    got = ex.drive_or_wait([&] { return flag.load(); }, std::chrono::steady_clock::now() + 10s);
+  ASSERT_TRUE(driving.wait_for(5s));
+  Signal woken, done;
+  std::atomic<std::thread::id> ran_on{};
+  std::thread waiter([&] {
+    uint64_t token = ex.on_release([&] { woken.set(); });
+    ASSERT_NE(token, 0u);
+    ASSERT_TRUE(woken.wait_for(5s));
+    // Taking over: the work posted below runs on this thread.
+    EXPECT_TRUE(ex.drive([&] { return done.is_set(); }, std::chrono::steady_clock::now() + 5s));
+    taken.set();
   });
-  std::this_thread::sleep_for(20ms);
-  auto t0 = std::chrono::steady_clock::now();
-  flag = true;  // made true by another thread while the first still drives
-  ex.wake_waiters();
-  second.join();
-  EXPECT_TRUE(got.load());
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
-  release_first.set();
+  std::this_thread::sleep_for(10ms);
+  release.set();
   asio::post(io, [] {});
-  first.join();
+  driver.join();
+  ASSERT_TRUE(woken.wait_for(5s));
+  asio::post(io, [&] {
+    ran_on = std::this_thread::get_id();
+    done.set();
+  });
+  ASSERT_TRUE(taken.wait_for(5s));
+  waiter.join();
+  EXPECT_NE(ran_on.load(), std::thread::id{});
+  ex.stop();
+}
+
+TEST(Executor, AWaiterIsWokenWhenTheLoopFreesUpWithoutADriver) {
+  asio::io_context io;
+  Executor ex(io);
+  ex.start();
+  Signal in_handler, finish_handler;
+  // The primary is busy in a handler, so a park request waits for it to finish.
+  asio::post(io, [&] {
+    in_handler.set();
+    finish_handler.wait_for(10s);
+  });
+  ASSERT_TRUE(in_handler.wait_for(5s));
+  // A caller asks for the loop and leaves before the primary parks (its wait ended).
+  std::atomic<bool> answered{false};
+  std::thread leaver([&] {
+    ex.drive([&] { return answered.load(); }, std::chrono::steady_clock::now() + 10s);
+  });
+  std::this_thread::sleep_for(10ms);
+  Signal woken;
+  uint64_t token = ex.on_release([&] { woken.set(); });
+  answered = true;
+  leaver.join();
+  finish_handler.set();  // the primary parks now, with no driver: the waiter is told
+  ASSERT_NE(token, 0u);  // asked for, not yet parked: it waits
+  EXPECT_TRUE(woken.wait_for(5s));
   ex.stop();
 }
 

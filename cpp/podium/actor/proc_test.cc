@@ -250,7 +250,7 @@ TEST_F(ProcTest, ADeliveryOnlyDriverLeavesStopsToARunner) {  // AC-10
     // the drain that reaches it runs here first.
     DeliveryOnlyScope scope;
     bool asked = false;
-    b_->executor().drive_or_wait(
+    b_->executor().drive(
         [&] {
           if (!asked && Executor::current() == &b_->executor()) {
             asked = true;
