@@ -17,9 +17,13 @@
 // fails the spawn with the remote traceback.
 //
 // Failure. Python calls Inbox.fail() when an endpoint raises a BaseException or an exception
-// nobody awaits (broadcast). From then on the actor thread answers what is already queued
-// with that error, and PythonActor::handle returns it for the next message, which fails the
-// actor in the runtime (later messages are refused with the cause).
+// nobody awaits (broadcast), or when __supervise__ does not handle a failure. The actor thread
+// answers what is already queued with that error, and the runtime fails the actor at once
+// (Proc::fail_actor: later messages are refused with the cause, and the failure is reported
+// to the owner of the actor's mesh, SV-1).
+//
+// Supervision. A failure of a mesh that the actor owns (a kSupervise message) is queued like a
+// call (kind "supervise"); the actor thread runs __supervise__ in its turn.
 //
 // Stop. PythonActor::cleanup queues a stop item after the queued calls and waits until the
 // actor thread ran __cleanup__ and acknowledged (or exited).
@@ -71,7 +75,7 @@ std::chrono::nanoseconds seconds_to_ns(double s) {
 }
 
 struct InboxItem {
-  enum class Kind : uint8_t { kCall, kStop };
+  enum class Kind : uint8_t { kCall, kStop, kSupervise };
   Kind kind = Kind::kCall;
   std::string endpoint;
   uint64_t rank = 0;
@@ -80,6 +84,7 @@ struct InboxItem {
   std::string reply_port;                  // empty: one-way
   std::vector<Buffer> parts;               // the call's arguments (after the CallHeader)
   std::shared_ptr<actor::Signal> stopped;  // kStop: set once __cleanup__ has run
+  actor::MeshFailure failure;              // kSupervise
 };
 
 // The queue between a PythonActor (producer: runner threads, one at a time by AC-6) and its
@@ -226,8 +231,12 @@ class Inbox {
   }
 
   void fail(Error e) {
-    std::lock_guard lock(mu_);
-    if (!failure_) failure_ = std::move(e);
+    {
+      std::lock_guard lock(mu_);
+      if (failure_) return;
+      failure_ = e;
+    }
+    proc_.fail_actor(name_ + "[" + std::to_string(index_) + "]", std::move(e));
   }
   std::optional<Error> failure() {
     std::lock_guard lock(mu_);
@@ -315,6 +324,14 @@ class PythonActor : public actor::ActorBase {
                       std::make_move_iterator(msg.parts.end()));
     inbox_->push(std::move(item));
     return ok();
+  }
+
+  Status supervise(const actor::MeshFailure& failure, actor::Context&) override {
+    InboxItem item;
+    item.kind = InboxItem::Kind::kSupervise;
+    item.failure = failure;
+    inbox_->push(std::move(item));
+    return ok();  // the actor thread decides; it fails the actor if not handled
   }
 
   void cleanup(actor::Context&) override {
@@ -429,6 +446,22 @@ struct PyItem {
 
 }  // namespace
 
+nb::dict failure_to_python(const actor::MeshFailure& f) {
+  nb::dict d;
+  d["kind"] = f.kind == actor::MeshFailure::Kind::kProc ? "proc" : "actor";
+  d["mesh_name"] = f.mesh_name;
+  d["actor_id"] = f.actor_id;
+  d["rank"] = f.rank;
+  d["point"] = f.point;
+  d["host"] = f.host;
+  d["pid"] = f.pid;
+  d["signal"] = f.signal != 0 ? nb::cast(actor::signal_name(f.signal)) : nb::none();
+  d["exit_code"] = f.exit_code >= 0 ? nb::cast(f.exit_code) : nb::none();
+  d["cause"] = f.cause;
+  d["report"] = f.report();
+  return d;
+}
+
 void bind_actor(nb::module_& m) {
   m.def("serve_python_actors",
         [] {
@@ -464,8 +497,14 @@ void bind_actor(nb::module_& m) {
   nb::class_<PyItem>(m, "InboxItem")
       .def_prop_ro("kind",
                    [](const PyItem& p) {
-                     return p.item.kind == InboxItem::Kind::kStop ? "stop" : "call";
+                     switch (p.item.kind) {
+                       case InboxItem::Kind::kStop: return "stop";
+                       case InboxItem::Kind::kSupervise: return "supervise";
+                       case InboxItem::Kind::kCall: break;
+                     }
+                     return "call";
                    })
+      .def_prop_ro("failure", [](const PyItem& p) { return failure_to_python(p.item.failure); })
       .def_prop_ro("endpoint", [](const PyItem& p) { return p.item.endpoint; })
       .def_prop_ro("rank", [](const PyItem& p) { return p.item.rank; })
       .def_prop_ro("labels", [](const PyItem& p) { return p.item.labels; })
@@ -543,11 +582,15 @@ void bind_actor(nb::module_& m) {
           },
           "Answers with the error that failed this actor.")
       .def(
-          "fail", [](Inbox& in, std::string message) {
-            in.fail(make_error(actor::ActorErrc::kActorFailed,
-                               in.actor_id() + " failed: " + std::move(message)));
+          "fail",
+          [](Inbox& in, std::string message) {
+            auto e = make_error(actor::ActorErrc::kActorFailed,
+                                in.actor_id() + " failed: " + std::move(message));
+            nb::gil_scoped_release unlocked;
+            in.fail(std::move(e));
           },
-          "Fails the actor: queued calls and later ones are refused with `message`.")
+          "Fails the actor: queued calls and later ones are refused with `message`, and the "
+          "owner of its mesh is told.")
       .def_prop_ro("failed", [](Inbox& in) { return in.failure().has_value(); })
       .def("finished", [](Inbox& in) {
         nb::gil_scoped_release unlocked;

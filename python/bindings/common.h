@@ -28,6 +28,7 @@
 #include <tuple>
 #include <vector>
 
+#include "podium/actor/mesh_failure.h"
 #include "podium/base/buffer.h"
 #include "podium/base/error.h"
 #include "podium/ndslice/region.h"
@@ -52,6 +53,10 @@ void release_deferred();
 [[noreturn]] void throw_error(const Error& e);
 // (subsystem, code, message) of an error that Python translates itself.
 nb::tuple error_tuple(const Error& e);
+
+// A MeshFailure as the dict podium._src.supervision turns into a MeshFailure (defined in
+// actor.cc).
+nb::dict failure_to_python(const actor::MeshFailure& f);
 
 // (labels, offset, sizes, strides): what a Region is made of, so that meshes and ValueMeshes
 // of a sliced mesh can be pickled and rebuilt in another process (defined in ndslice.cc).

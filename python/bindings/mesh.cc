@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,7 @@
 #include "podium/mesh/cast.h"
 #include "podium/mesh/proc_mesh.h"
 #include "podium/mesh/runtime.h"
+#include "podium/mesh/supervisor.h"
 
 namespace podium::python {
 namespace {
@@ -485,9 +487,79 @@ CoreFuture stop_after(const ProcMesh& p, const std::vector<const CoreFuture*>& f
   return out;
 }
 
+// --- faults that reach this process's root -------------------------------------------------
+
+// Failures of meshes owned by this process's root (no actor), for the Python thread that runs
+// podium.actor.unhandled_fault_hook (podium._src.supervision). The Supervisor's root handler
+// pushes here on whatever C++ thread raised the failure; it never calls Python.
+class FaultQueue {
+ public:
+  void push(actor::MeshFailure f) {
+    {
+      std::lock_guard lock(mu_);
+      q_.push_back(std::move(f));
+    }
+    cv_.notify_one();
+  }
+  // The next failure; nullopt after `timeout`, or at once after interrupt().
+  std::optional<actor::MeshFailure> pop(std::chrono::nanoseconds timeout) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return !q_.empty() || interrupted_; });
+    if (q_.empty()) {
+      interrupted_ = false;
+      return std::nullopt;
+    }
+    auto f = std::move(q_.front());
+    q_.pop_front();
+    return f;
+  }
+  // Wakes the waiting pop() (the process is exiting).
+  void interrupt() {
+    {
+      std::lock_guard lock(mu_);
+      interrupted_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;  // guards q_, interrupted_
+  std::condition_variable cv_;
+  std::deque<actor::MeshFailure> q_;
+  bool interrupted_ = false;
+};
+
+FaultQueue& fault_queue() {
+  static auto* q = new FaultQueue();  // never destroyed: C++ threads may push until exit
+  return *q;
+}
+
 }  // namespace
 
 void bind_mesh(nb::module_& m) {
+  m.def(
+      "serve_faults",
+      [] {
+        set_unhandled_fault_handler([](actor::MeshFailure f) { fault_queue().push(std::move(f)); });
+      },
+      "Failures of meshes this process's root owns queue for next_fault() (instead of ending "
+      "the process).");
+  m.def(
+      "next_fault",
+      [](double timeout_s) -> std::optional<nb::dict> {
+        std::optional<actor::MeshFailure> f;
+        {
+          nb::gil_scoped_release unlocked;
+          f = fault_queue().pop(std::chrono::nanoseconds(
+              static_cast<int64_t>(std::clamp(timeout_s, 0.0, 1e6) * 1e9)));
+        }
+        if (!f) return std::nullopt;
+        return failure_to_python(*f);
+      },
+      nb::arg("timeout_s"),
+      "The next failure for the root (a dict), or None after timeout_s or interrupt_faults().");
+  m.def("interrupt_faults", [] { fault_queue().interrupt(); },
+        "Makes the waiting next_fault() return None at once.");
   m.def(
       "set_poll",
       [](double runners_us, double drivers_us) {
@@ -598,16 +670,20 @@ void bind_mesh(nb::module_& m) {
       .def("initialized", [](const ProcMesh& p) { return from_void(p.initialized()); })
       .def(
           "spawn",
-          [](const ProcMesh& p, const std::string& type, std::string name, nb::handle parts) {
+          [](const ProcMesh& p, const std::string& type, std::string name, nb::handle parts,
+             std::optional<std::string> owner) {
             auto bufs = buffers_from_python(parts);
             Result<ActorMeshBase> r = std::unexpected(Error{});
             {
               nb::gil_scoped_release unlocked;
-              r = p.spawn_raw(type, std::move(name), std::move(bufs));
+              r = p.spawn_raw(type, std::move(name), std::move(bufs), std::move(owner));
             }
             return unwrap(std::move(r));
           },
-          nb::arg("type"), nb::arg("name"), nb::arg("parts"))
+          nb::arg("type"), nb::arg("name"), nb::arg("parts"),
+          nb::arg("owner").none() = std::string(),
+          "Spawns; `owner` (an actor id, '' for this process's root, None for nobody) is told "
+          "when an actor of the mesh fails.")
       .def(
           "stop",
           [](const ProcMesh& p, int64_t grace_ms) {
@@ -727,10 +803,31 @@ void bind_mesh(nb::module_& m) {
            [](const ActorMeshBase& a, std::string_view from, std::string to) {
              return ActorMeshBase(a.state(), unwrap(a.region().rename(from, std::move(to))));
            })
-      .def("stop", [](const ActorMeshBase& a) {
-        nb::gil_scoped_release unlocked;
-        return CoreFuture(a.stop());
-      });
+      .def(
+          "stop",
+          [](const ActorMeshBase& a, int64_t grace_ms) {
+            nb::gil_scoped_release unlocked;
+            return CoreFuture(a.stop(std::chrono::milliseconds(grace_ms)));
+          },
+          nb::arg("grace_ms") = 10000,
+          "Stops the actors; those not stopped after grace_ms have their proc killed.")
+      .def(
+          "rank_info",
+          [](const ActorMeshBase& a, size_t rank) {
+            auto b = unwrap(a.region().base_rank(rank));
+            const auto& t = a.state()->targets[b];
+            int pid = -1;
+            {
+              std::lock_guard lock(a.state()->procs->mu);
+              pid = a.state()->procs->procs[b].pid;
+            }
+            auto point = a.state()->procs->extent.point_of_rank(b);
+            return nb::make_tuple(t.actor, pid, actor::host_name(), b,
+                                  point ? point->to_string() : std::string());
+          },
+          nb::arg("rank"),
+          "(actor id, pid of its proc, host, rank and coordinates in the ProcMesh) of rank "
+          "`rank` of this region.");
 }
 
 }  // namespace podium::python

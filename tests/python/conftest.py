@@ -13,6 +13,42 @@ import pytest
 CHILD_TIMEOUT_S = 60
 
 
+# --- unhandled faults -------------------------------------------------------------------------
+# The tests of this process are one controller: a failure that nobody supervises would end it
+# (podium.actor.unhandled_fault_hook's default exits with status 1). Here the hook records the
+# failure instead; tests that check the default run it in a controller process of their own.
+FAULTS: list = []
+
+
+def _record_fault(failure) -> None:
+    FAULTS.append(failure)
+
+
+import podium.actor  # noqa: E402  (installed package; see the module docstring)
+
+podium.actor.unhandled_fault_hook = _record_fault
+
+
+@pytest.fixture
+def faults():
+    """The failures that reach this controller's unhandled-fault hook during the test."""
+    start = len(FAULTS)
+
+    class View:
+        def __call__(self) -> list:
+            return FAULTS[start:]
+
+        def wait(self, n: int, timeout: float = 10.0) -> list:
+            import time
+
+            deadline = time.monotonic() + timeout
+            while len(FAULTS) - start < n and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return FAULTS[start:]
+
+    return View()
+
+
 @pytest.fixture
 def run_podium():
     """Runs `python -m podium ARGS...` in a child process; returns the CompletedProcess."""

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "podium/actor/ids.h"
+#include "podium/actor/mesh_failure.h"
 #include "podium/actor/message.h"
 #include "podium/base/buffer.h"
 #include "podium/base/error.h"
@@ -65,6 +66,14 @@ class ActorBase {
   virtual Status handle(wire::Envelope&& msg, Context& cx) = 0;
   // Runs once when the actor is stopped, after the messages queued before the stop.
   virtual void cleanup(Context&) {}
+  // A mesh that this actor spawned (it is the mesh's owner) failed. Returning ok means handled
+  // (or, for actors that finish on a thread of their own, that the decision is theirs: they
+  // fail themselves with Proc::fail_actor when they do not handle it). Returning an Error fails
+  // this actor, which reports that to its own owner. The default handles nothing.
+  virtual Status supervise(const MeshFailure& failure, Context&) {
+    return std::unexpected(make_error(ActorErrc::kActorFailed,
+                                      "unhandled failure of a mesh it owns: " + failure.report()));
+  }
 };
 
 using ActorFactory = std::function<Result<std::unique_ptr<ActorBase>>(Context&)>;

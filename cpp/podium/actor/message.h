@@ -7,6 +7,8 @@
 //   kSystem  dest = a proc's system port ("proc[0]:0"). parts[0] = SystemHeader,
 //            parts[1..] = operation payload (constructor arguments for "spawn").
 //   kPort    dest = a port. parts = the value sent with Port::send.
+//   kSupervise dest = an actor mailbox (port 0): a mesh that the actor owns failed.
+//            parts[0] = MeshFailure (mesh_failure.h). Handled by ActorBase::supervise.
 //
 // An envelope that cannot be delivered and carries a "reply" header is answered with a kReply
 // whose error says why, so a waiting caller learns of it at once.
@@ -23,7 +25,7 @@
 
 namespace podium::actor {
 
-enum class MessageKind : uint8_t { kCall = 1, kReply = 2, kSystem = 3, kPort = 4 };
+enum class MessageKind : uint8_t { kCall = 1, kReply = 2, kSystem = 3, kPort = 4, kSupervise = 5 };
 
 inline constexpr std::string_view kReplyHeader = "reply";
 inline constexpr std::string_view kSystemActorName = "proc";

@@ -1,6 +1,7 @@
 #include "podium/actor/proc.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
@@ -63,10 +64,11 @@ const std::string* current_actor_text() { return tls_current_actor_text; }
 
 struct Proc::Impl {
   struct Item {
-    enum class Type : uint8_t { kMessage, kConstruct, kStop };
+    enum class Type : uint8_t { kMessage, kConstruct, kStop, kFail };
     Type type = Type::kMessage;
     wire::Envelope env;
     std::function<void(Status)> done;  // kStop
+    Error cause = {};                  // kFail
   };
 
   struct Cell {
@@ -76,6 +78,10 @@ struct Proc::Impl {
     std::string id_text;               // id.to_string(), immutable
     ActorFactory factory;              // consumed by the kConstruct item (runner only)
     std::unique_ptr<ActorBase> actor;  // runner only: touched inside drain()
+    // Where its failure is reported (SV-1): the owner process's address and the mesh's id
+    // there; empty when nobody supervises it. Immutable after make_cell().
+    std::string supervisor;
+    uint64_t supervision_id = 0;
 
     std::mutex mu;             // guards the fields below
     std::deque<Item> queue;
@@ -298,6 +304,7 @@ struct Proc::Impl {
     switch (item.type) {
       case Item::Type::kConstruct: return construct(cell, std::move(item.env));
       case Item::Type::kStop: return stop_cell(cell, std::move(item.done));
+      case Item::Type::kFail: return fail(cell, std::move(item.cause));
       case Item::Type::kMessage: break;
     }
     auto state = state_of(cell);
@@ -309,6 +316,9 @@ struct Proc::Impl {
       }
       bounce(std::move(item.env), std::move(cause));
       return;
+    }
+    if (item.env.kind == static_cast<uint8_t>(MessageKind::kSupervise)) {
+      return supervise(cell, std::move(item.env));
     }
     std::optional<CallHeader> call;
     if (item.env.kind == static_cast<uint8_t>(MessageKind::kCall)) {
@@ -335,13 +345,28 @@ struct Proc::Impl {
     }
   }
 
+  // A mesh this actor owns failed: the actor handles it, or fails itself.
+  void supervise(Cell& cell, wire::Envelope&& env) {
+    auto failure = env.parts.empty()
+                       ? Result<MeshFailure>(std::unexpected(make_error(
+                             ActorErrc::kBadArguments, "supervision message without a failure")))
+                       : decode_mesh_failure(env.parts[0]);
+    if (!failure) {
+      spdlog::error("podium: {}: {}", cell.id_text, failure.error().to_string());
+      return;
+    }
+    Context cx(*self, cell.id, std::string(), nullptr);
+    Status st = cell.actor->supervise(*failure, cx);
+    if (!st) fail(cell, std::move(st.error()));
+  }
+
   void construct(Cell& cell, wire::Envelope&& spawn_msg) {
     Context cx(*self, cell.id, std::string(reply_port_of(spawn_msg)), nullptr);
     auto made = cell.factory(cx);
     cell.factory = nullptr;
     if (!made) {
       Error e = actor_error(ActorErrc::kActorFailed, cell.id.to_string(),
-                            "failed in its constructor: " + made.error().to_string());
+                            "failed in its constructor: " + made.error().message);
       if (cx.expects_reply()) cx.reply_error(e);
       fail(cell, std::move(e));
       return;
@@ -359,7 +384,7 @@ struct Proc::Impl {
     std::deque<Item> refused;
     {
       std::lock_guard lock(cell.mu);
-      if (cell.state == Cell::State::kFailed) return;
+      if (cell.state == Cell::State::kFailed || cell.state == Cell::State::kStopped) return;
       cell.state = Cell::State::kFailed;
       if (!cause.is(ActorErrc::kActorFailed)) {
         cause = actor_error(ActorErrc::kActorFailed, cell.id.to_string(),
@@ -375,9 +400,44 @@ struct Proc::Impl {
       cells.erase(cell.key);
     }
     for (auto& it : refused) refuse(std::move(it), cause);
+    report_failure(cell, cause);
+  }
+
+  // SV-1: the owner's process learns of the failure, once (fail() runs once per actor).
+  void report_failure(const Cell& cell, const Error& cause) {
+    if (cell.supervisor.empty()) return;
+    auto addr = channel::Address::parse(cell.supervisor);
+    if (!addr) {
+      spdlog::error("podium: {}: bad supervisor address '{}'", cell.id_text, cell.supervisor);
+      return;
+    }
+    MeshFailure f;
+    f.kind = MeshFailure::Kind::kActor;
+    f.actor_id = cell.id_text;
+    f.host = host_name();
+    f.pid = ::getpid();
+    f.cause = cause.message;
+    // The cause names the actor already ("<actor id>: ..." or "<actor id> failed: ...").
+    for (std::string_view prefix : {std::string_view(": "), std::string_view(" failed: ")}) {
+      std::string head = cell.id_text + std::string(prefix);
+      if (f.cause.starts_with(head)) {
+        f.cause.erase(0, head.size());
+        break;
+      }
+    }
+    wire::Envelope env;
+    env.kind = static_cast<uint8_t>(MessageKind::kSystem);
+    env.dest = PortId{ActorId{ProcId{*addr}, std::string(kSystemActorName), 0}, kMailboxPort}
+                   .to_string();
+    env.sender = cell.id_text;
+    env.parts.push_back(encode_system_header(
+        SystemHeader{"actor_failed", {}, {cell.supervision_id, cell.id.index}}));
+    env.parts.push_back(encode_mesh_failure(f));
+    self->send(*addr, std::move(env));
   }
 
   void refuse(Item&& item, const Error& cause) {
+    if (item.type == Item::Type::kFail) return;  // failed or stopped already
     if (item.type == Item::Type::kStop) {
       if (item.done) item.done(std::unexpected(cause));
     } else {
@@ -455,10 +515,13 @@ struct Proc::Impl {
                                       "unknown system operation '" + h->op + "'"));
   }
 
+  // "spawn" [type, name(, supervisor address)] [index(, supervision id)].
   void system_spawn(const SystemHeader& h, wire::Envelope&& env) {
-    if (h.args.size() != 2 || h.numbers.size() != 1) {
+    if (h.args.size() < 2 || h.args.size() > 3 || h.numbers.empty() || h.numbers.size() > 2 ||
+        h.args.size() != h.numbers.size() + 1) {
       bounce(std::move(env), make_error(ActorErrc::kBadArguments,
-                                        "spawn takes [type, name] and [index]"));
+                                        "spawn takes [type, name(, supervisor)] and "
+                                        "[index(, supervision id)]"));
       return;
     }
     auto type = find_actor_type(h.args[0]);
@@ -471,7 +534,10 @@ struct Proc::Impl {
     ActorFactory factory = [type = std::move(*type), args = std::move(args)](Context& cx) mutable {
       return type(std::move(args), cx);
     };
-    auto cell = make_cell(h.args[1], static_cast<uint32_t>(h.numbers[0]), std::move(factory));
+    std::string supervisor = h.args.size() == 3 ? h.args[2] : std::string();
+    uint64_t supervision_id = h.numbers.size() == 2 ? h.numbers[1] : 0;
+    auto cell = make_cell(h.args[1], static_cast<uint32_t>(h.numbers[0]), std::move(factory),
+                          std::move(supervisor), supervision_id);
     if (!cell) {
       bounce(std::move(env), std::move(cell.error()));
       return;
@@ -480,7 +546,9 @@ struct Proc::Impl {
     enqueue(*cell, Item{Item::Type::kConstruct, std::move(env), nullptr});
   }
 
-  Result<std::shared_ptr<Cell>> make_cell(std::string name, uint32_t index, ActorFactory factory) {
+  Result<std::shared_ptr<Cell>> make_cell(std::string name, uint32_t index, ActorFactory factory,
+                                          std::string supervisor = {},
+                                          uint64_t supervision_id = 0) {
     if (auto st = ActorId::check_name(name); !st) return std::unexpected(st.error());
     if (name == kSystemActorName) {
       return std::unexpected(make_error(ActorErrc::kDuplicateActor,
@@ -491,6 +559,8 @@ struct Proc::Impl {
     cell->key = cell->id.local_key();
     cell->id_text = cell->id.to_string();
     cell->factory = std::move(factory);
+    cell->supervisor = std::move(supervisor);
+    cell->supervision_id = supervision_id;
     std::unique_lock lock(cells_mu);
     if (cells.contains(cell->key)) {
       return std::unexpected(make_error(ActorErrc::kDuplicateActor,
@@ -650,6 +720,20 @@ Status Proc::stop_actor(std::string_view local_key, std::function<void(Status)> 
   }
   impl_->enqueue(cell, Impl::Item{Impl::Item::Type::kStop, wire::Envelope{}, std::move(done)});
   return ok();
+}
+
+void Proc::fail_actor(std::string_view local_key, Error cause) {
+  std::shared_ptr<Impl::Cell> cell;
+  {
+    std::shared_lock lock(impl_->cells_mu);
+    auto it = impl_->cells.find(local_key);
+    if (it == impl_->cells.end()) return;  // already stopped or failed
+    cell = it->second;
+  }
+  Impl::Item item;
+  item.type = Impl::Item::Type::kFail;
+  item.cause = std::move(cause);
+  impl_->enqueue(cell, std::move(item));
 }
 
 PortId Proc::open_port(PortHandler handler, bool once) {

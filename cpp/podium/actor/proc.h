@@ -18,6 +18,10 @@
 //   AC-9 A stop drains the messages queued before it, runs cleanup(), then refuses later ones.
 //   AC-10 Constructs and stops never run inside a DeliveryOnlyScope; they wait for another
 //        thread, which the loop provides once the scoped thread stops driving.
+//   SV-1 An actor spawned with a supervisor (the "spawn" message names the owner process's
+//        address and the mesh's supervision id) that fails — its constructor fails, a handler
+//        returns an Error, fail_actor() — sends exactly one "actor_failed" system message to
+//        that process, carrying a MeshFailure. A stop is not a failure and sends nothing.
 #pragma once
 
 #include <functional>
@@ -71,6 +75,9 @@ class Proc {
   [[nodiscard]] Result<ActorId> spawn(std::string name, uint32_t index, ActorFactory factory);
   // Queues a stop after the actor's pending messages (AC-9); `done` runs after cleanup().
   [[nodiscard]] Status stop_actor(std::string_view local_key, std::function<void(Status)> done);
+  // Fails the actor after the messages queued before this (later ones are refused with
+  // `cause`) and reports the failure to its supervisor (SV-1). Nothing if it is gone already.
+  void fail_actor(std::string_view local_key, Error cause);
 
   // Opens a port under this proc's system actor. A once-port closes after its first message.
   PortId open_port(PortHandler handler, bool once);

@@ -3,13 +3,19 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <atomic>
 #include <filesystem>
+#include <mutex>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "podium/actor/executor.h"
 #include "podium/actor/future.h"
 #include "podium/actor/message.h"
+#include "podium/actor/signal.h"
 
 namespace podium::actor {
 namespace {
@@ -343,6 +349,130 @@ TEST_F(ProcTest, SpawnByRegisteredTypeThroughTheSystemPort) {
   ASSERT_TRUE(u);
   EXPECT_FALSE(u->ok);
   EXPECT_TRUE(u->error.is(ActorErrc::kUnknownActorType)) << u->error.to_string();
+}
+
+// Spawns registered type "TestActor" as `name[index]` in `on` through its system port, with
+// `supervisor` (a proc address) as the owner's process (SV-1).
+void spawn_supervised(Proc& from, Proc& on, const std::string& name, uint64_t index,
+                      const Proc& supervisor, uint64_t supervision_id) {
+  wire::Envelope env;
+  env.kind = static_cast<uint8_t>(MessageKind::kSystem);
+  env.dest = PortId{ActorId{on.id(), "proc", 0}, kMailboxPort}.to_string();
+  env.parts.push_back(encode_system_header(SystemHeader{
+      "spawn", {"TestActor", name, supervisor.id().to_string()}, {index, supervision_id}}));
+  from.send(on.id().addr, std::move(env));
+}
+
+// The "actor_failed" reports that reach a proc: (supervision id, index, MeshFailure).
+struct Reports {
+  std::mutex mu;
+  std::vector<std::tuple<uint64_t, uint64_t, MeshFailure>> got;  // guarded by mu
+  size_t wait(size_t n, std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      {
+        std::lock_guard lock(mu);
+        if (got.size() >= n) break;
+      }
+      std::this_thread::sleep_for(2ms);
+    }
+    std::lock_guard lock(mu);
+    return got.size();
+  }
+};
+
+std::shared_ptr<Reports> collect_reports(Proc& p) {
+  auto reports = std::make_shared<Reports>();
+  p.on_system("actor_failed", [reports](const SystemHeader& h, wire::Envelope&& env) {
+    auto f = decode_mesh_failure(env.parts.at(1));
+    ASSERT_TRUE(f) << f.error().to_string();
+    std::lock_guard lock(reports->mu);
+    reports->got.emplace_back(h.numbers.at(0), h.numbers.at(1), std::move(*f));
+  });
+  return reports;
+}
+
+TEST_F(ProcTest, AFailedActorReportsToItsSupervisorOnce) {  // SV-1
+  register_actor_type("TestActor", [](std::vector<Buffer>, Context&)
+                                       -> Result<std::unique_ptr<ActorBase>> {
+    return std::make_unique<TestActor>();
+  });
+  auto reports = collect_reports(*a_);
+  spawn_supervised(*a_, *b_, "watched", 3, *a_, 42);
+  ActorId id{b_->id(), "watched", 3};
+  auto r = call(*a_, id, "fail").get(5s);
+  ASSERT_TRUE(r && !r->ok);
+  b_->fail_actor("watched[3]", make_error(BaseErrc::kInternal, "again"));  // failed already
+  (void)call(*a_, id, "echo", "x").get(5s);                               // refused
+  ASSERT_EQ(reports->wait(1, 5s), 1u);
+  std::this_thread::sleep_for(50ms);
+  std::lock_guard lock(reports->mu);
+  ASSERT_EQ(reports->got.size(), 1u);
+  auto& [sid, index, f] = reports->got[0];
+  EXPECT_EQ(sid, 42u);
+  EXPECT_EQ(index, 3u);
+  EXPECT_EQ(f.kind, MeshFailure::Kind::kActor);
+  EXPECT_EQ(f.actor_id, id.to_string());
+  EXPECT_EQ(f.pid, ::getpid());
+  EXPECT_NE(f.cause.find("asked to fail"), std::string::npos) << f.cause;
+}
+
+TEST_F(ProcTest, FailActorAndStopOnlyTheFailureIsReported) {  // SV-1
+  register_actor_type("TestActor", [](std::vector<Buffer>, Context&)
+                                       -> Result<std::unique_ptr<ActorBase>> {
+    return std::make_unique<TestActor>();
+  });
+  auto reports = collect_reports(*a_);
+  spawn_supervised(*a_, *b_, "doomed", 0, *a_, 7);
+  spawn_supervised(*a_, *b_, "retired", 0, *a_, 8);
+  ASSERT_TRUE(call(*a_, ActorId{b_->id(), "doomed", 0}, "echo", "up").get(5s));
+  ASSERT_TRUE(call(*a_, ActorId{b_->id(), "retired", 0}, "echo", "up").get(5s));
+  b_->fail_actor("doomed[0]", make_error(BaseErrc::kInternal, "told to fail"));
+  Signal stopped;
+  ASSERT_TRUE(b_->stop_actor("retired[0]", [&](Status) { stopped.set(); }));
+  ASSERT_TRUE(stopped.wait_for(5s));
+  ASSERT_EQ(reports->wait(1, 5s), 1u);
+  std::this_thread::sleep_for(50ms);
+  std::lock_guard lock(reports->mu);
+  ASSERT_EQ(reports->got.size(), 1u);  // the stop is not a failure
+  EXPECT_EQ(std::get<0>(reports->got[0]), 7u);
+  EXPECT_NE(std::get<2>(reports->got[0]).cause.find("told to fail"), std::string::npos);
+  auto later = call(*a_, ActorId{b_->id(), "doomed", 0}, "echo", "x").get(5s);
+  ASSERT_TRUE(later && !later->ok);
+  EXPECT_NE(later->error.message.find("told to fail"), std::string::npos);
+}
+
+TEST_F(ProcTest, AnActorWithoutSuperviseFailsOnAChildFailure) {
+  auto owner = spawn(*b_, "owner");
+  MeshFailure f;
+  f.mesh_name = "child";
+  f.actor_id = "x#child[0]";
+  f.cause = "its proc (pid 1) was killed by signal SIGKILL (9)";
+  wire::Envelope env;
+  env.kind = static_cast<uint8_t>(MessageKind::kSupervise);
+  env.dest = PortId{owner, kMailboxPort}.to_string();
+  env.parts.push_back(encode_mesh_failure(f));
+  a_->send(b_->id().addr, std::move(env));
+  auto later = call(*a_, owner, "echo", "x").get(5s);
+  ASSERT_TRUE(later && !later->ok);
+  EXPECT_TRUE(later->error.is(ActorErrc::kActorFailed)) << later->error.to_string();
+  EXPECT_NE(later->error.message.find("unhandled failure of a mesh it owns: actor child[0] of "
+                                      "mesh 'child'"),
+            std::string::npos)
+      << later->error.message;
+}
+
+TEST(MeshFailureTest, EncodesAndReports) {
+  MeshFailure f{MeshFailure::Kind::kProc, "counter", "unix:/x.sock#counter[1]", 1,
+                "{'gpus': 1/2}", "h", 42, SIGKILL, -1, "its proc (pid 42) was killed"};
+  auto back = decode_mesh_failure(encode_mesh_failure(f));
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->report(), f.report());
+  EXPECT_EQ(back->signal, SIGKILL);
+  EXPECT_EQ(f.report(),
+            "actor counter[1] of mesh 'counter' (rank 1 {'gpus': 1/2}, host h, pid 42) failed: "
+            "its proc (pid 42) was killed");
+  EXPECT_EQ(signal_name(SIGSEGV), "SIGSEGV");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "podium/mesh/cast.h"
 
+#include "podium/actor/mesh_failure.h"
 #include "podium/actor/message.h"
 #include "podium/mesh/runtime.h"
 
@@ -23,6 +24,11 @@ void Collector::fill(size_t rank, Reply reply) {
   promise_.set(std::move(done));
 }
 
+bool Collector::filled(size_t rank) {
+  std::lock_guard lock(mu_);
+  return rank < slots_.size() && slots_[rank].has_value();
+}
+
 void Collector::proc_failed(std::string_view proc_key, const Error& why) {
   for (size_t r = 0; r < proc_keys_.size(); ++r) {
     if (proc_keys_[r] == proc_key) fill(r, std::unexpected(why));
@@ -42,10 +48,18 @@ std::pair<uint64_t, Reply> decode_reply(wire::Envelope&& env) {
 }
 
 Error rank_error(const ndslice::Extent& extent, size_t rank, const ActorTarget& t,
-                 const Error& cause) {
-  std::string msg = "rank " + std::to_string(rank);
+                 const Error& cause, int64_t pid) {
+  size_t hash = t.actor.rfind('#');
+  std::string key = hash == std::string::npos ? t.actor : t.actor.substr(hash + 1);
+  std::string mesh = key.substr(0, key.find('['));
+  std::string msg = "actor " + key + " of mesh '" + mesh + "' (rank " + std::to_string(rank);
   if (auto p = extent.point_of_rank(rank)) msg += " " + p->to_string();
-  msg += " (" + t.actor + "): " + cause.message;
+  if (pid > 0) msg += ", host " + actor::host_name() + ", pid " + std::to_string(pid);
+  msg += "): ";
+  // The cause often names the actor already ("<actor id>: ..."): say it once.
+  std::string_view why = cause.message;
+  if (why.starts_with(t.actor + ": ")) why.remove_prefix(t.actor.size() + 2);
+  msg += why;
   return Error{cause.subsystem, cause.code, std::move(msg)};
 }
 

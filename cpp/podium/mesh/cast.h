@@ -44,6 +44,8 @@ class Collector {
   void fill(size_t rank, Reply reply);
   // Fails every unanswered rank hosted by the proc `proc_key` (ME-2).
   void proc_failed(std::string_view proc_key, const Error& why);
+  // Whether rank `rank` has its reply (or error) already.
+  bool filled(size_t rank);
   uint64_t port = 0;  // the reply port, set once before the first send
 
  private:
@@ -72,8 +74,9 @@ struct LoadCounters {
 // Splits a kReply envelope into the replying rank and its value (or error).
 std::pair<uint64_t, Reply> decode_reply(wire::Envelope&& env);
 
-// "rank 3 of {'procs': 4} (unix:/...#counter[3]): <cause>"
+// "actor counter[3] of mesh 'counter' (rank 3 {'procs': 3/4}, host h, pid 42): <cause>"
+// (host and pid when `pid` is known).
 Error rank_error(const ndslice::Extent& extent, size_t rank, const ActorTarget& t,
-                 const Error& cause);
+                 const Error& cause, int64_t pid = -1);
 
 }  // namespace podium::mesh

@@ -4,8 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "podium/mesh/actor_mesh.h"
 
@@ -39,6 +41,29 @@ class Worker : public podium::Actor {
   bool out_of_order_ = false;
 };
 PODIUM_ACTOR(Worker, int)
+
+// Failures that reach this controller's root (the default would end the test binary).
+std::mutex g_faults_mu;
+std::vector<podium::actor::MeshFailure> g_faults;  // guarded by g_faults_mu
+
+size_t fault_count() {
+  std::lock_guard lock(g_faults_mu);
+  return g_faults.size();
+}
+
+// The failures recorded from index `from` on, once there are `n` of them (or after 5 s).
+std::vector<podium::actor::MeshFailure> faults_since(size_t from, size_t n) {
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard lock(g_faults_mu);
+      if (g_faults.size() >= from + n) break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  std::lock_guard lock(g_faults_mu);
+  return {g_faults.begin() + static_cast<long>(std::min(from, g_faults.size())), g_faults.end()};
+}
 
 template <class T>
 T ok(podium::Result<T> r) {
@@ -147,6 +172,34 @@ TEST_F(MeshTest, KilledProcFailsPendingCallsAtOnce) {  // ME-2
   EXPECT_NE(procs_->exit_status(1).value_or("").find("SIGKILL"), std::string::npos);
 }
 
+TEST_F(MeshTest, KilledProcRaisesOneFaultToTheOwner) {  // SV-2, SV-3
+  size_t before = fault_count();
+  int pid = procs_->pid(3);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  auto faults = faults_since(before, 1);
+  std::this_thread::sleep_for(100ms);  // a second event would arrive by now
+  faults = faults_since(before, 1);
+  ASSERT_EQ(faults.size(), 1u);
+  const auto& f = faults[0];
+  EXPECT_EQ(f.kind, podium::actor::MeshFailure::Kind::kProc);
+  EXPECT_EQ(f.mesh_name, "worker");
+  EXPECT_EQ(f.rank, 3u);
+  EXPECT_EQ(f.pid, pid);
+  EXPECT_EQ(podium::actor::signal_name(f.signal), "SIGKILL");
+  EXPECT_NE(f.report().find("worker[3] of mesh 'worker' (rank 3 {'procs': 3/4}"),
+            std::string::npos)
+      << f.report();
+}
+
+TEST_F(MeshTest, StopIsNotAFault) {  // SV-2
+  size_t before = fault_count();
+  EXPECT_TRUE(workers_->stop().get(10s));
+  EXPECT_TRUE(procs_->stop(2000ms).get(10s));
+  procs_.reset();
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(fault_count(), before);
+}
+
 TEST_F(MeshTest, ProcExitCodeIsReported) {
   auto victim = ok(workers_->slice("procs", 2));
   auto r = victim.call_one(&Worker::exit_now, 3).get(5s);
@@ -239,6 +292,54 @@ TEST(MeshSpawn, ProcsDieWithTheirController) {
                   .count());
 }
 
+// A controller whose proc fails with nobody to handle it: the default root handler logs the
+// report and ends the controller with status 1.
+int unhandled_fault_controller() {
+  auto procs = podium::this_host().spawn_procs({{"procs", 2}});
+  if (!procs) return 2;
+  auto workers = procs->spawn<Worker>("worker", 1);
+  if (!workers || !workers->initialized().get(10s)) return 2;
+  auto one = workers->slice("procs", 1);
+  if (!one) return 2;
+  one->broadcast(&Worker::exit_now, 3);
+  std::this_thread::sleep_for(20s);  // the handler ends the program first
+  std::printf("still running\n");
+  return 0;
+}
+
+TEST(MeshSupervision, AnUnhandledFaultEndsTheControllerWithStatus1) {  // SV-3
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  pid_t controller = ::fork();
+  if (controller == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    ::close(out[0]);
+    const char* self = "/proc/self/exe";
+    ::execl(self, self, "--unhandled-fault", nullptr);
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[512];
+  while (true) {  // until the controller (and the procs that share the pipe) are gone
+    ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(out[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(controller, &status, 0), controller);
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << text;
+  EXPECT_EQ(text.find("still running"), std::string::npos) << text;
+  EXPECT_NE(text.find("unhandled failure: actor worker[1] of mesh 'worker' (rank 1 "
+                      "{'procs': 1/2}, host "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("exited with status 3"), std::string::npos) << text;
+}
+
 int orphan_controller() {
   auto procs = podium::this_host().spawn_procs({{"procs", 2}});
   if (!procs || !procs->initialized().get(10s)) return 1;
@@ -254,6 +355,11 @@ int orphan_controller() {
 int main(int argc, char** argv) {
   podium::init(argc, argv);  // spawned procs serve here and never return
   if (argc == 2 && std::string(argv[1]) == "--orphan-controller") return orphan_controller();
+  if (argc == 2 && std::string(argv[1]) == "--unhandled-fault") return unhandled_fault_controller();
+  podium::set_unhandled_fault_handler([](podium::actor::MeshFailure f) {
+    std::lock_guard lock(g_faults_mu);
+    g_faults.push_back(std::move(f));
+  });
   ::testing::InitGoogleTest(&argc, argv);
   int rc = RUN_ALL_TESTS();
   podium::shutdown();

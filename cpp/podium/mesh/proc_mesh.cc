@@ -1,6 +1,12 @@
 #include "podium/mesh/proc_mesh.h"
 
+#include <spdlog/spdlog.h>
+
+#include <asio/steady_timer.hpp>
+
 #include "podium/actor/message.h"
+#include "podium/actor/proc.h"
+#include "podium/mesh/supervisor.h"
 
 namespace podium {
 namespace {
@@ -87,10 +93,11 @@ size_t ActorMeshBase::least_loaded_rank() const {
   return best;
 }
 
-actor::Future<mesh::Replies> ActorMeshBase::stop() const {
+actor::Future<mesh::Replies> ActorMeshBase::stop(std::chrono::milliseconds grace) const {
   auto& rt = mesh::Runtime::get();
   std::vector<size_t> base;
   auto targets = targets_of_region(&base);
+  if (st_->supervision_id != 0) rt.supervisor().stopping(st_->supervision_id, base);
   std::vector<std::string> keys;
   for (const auto* t : targets) keys.push_back(t->proc_key);
   auto collector = std::make_shared<mesh::Collector>(keys);
@@ -113,6 +120,27 @@ actor::Future<mesh::Replies> ActorMeshBase::stop() const {
   }
   close_ports_when_done(rt.proc(), *collector, std::move(ports));
   rt.track(collector, keys);
+  // ME-8: whoever has not stopped after `grace` is hung; its proc is killed.
+  std::vector<std::string> actors;
+  for (const auto* t : targets) actors.push_back(t->actor);
+  auto timer = std::make_shared<asio::steady_timer>(rt.proc().io(), grace);
+  timer->async_wait([timer, collector, keys, actors, grace](std::error_code ec) {
+    if (ec || collector->future().ready()) return;
+    auto& runtime = mesh::Runtime::get();
+    for (size_t r = 0; r < keys.size(); ++r) {
+      if (collector->filled(r)) continue;
+      if (keys[r] == runtime.proc_key()) {
+        spdlog::warn("podium: actor {} did not stop within {} ms; it runs in this process, "
+                     "which cannot kill itself: giving up on it",
+                     actors[r], grace.count());
+      } else {
+        spdlog::warn("podium: actor {} did not stop within {} ms; killing its proc {}",
+                     actors[r], grace.count(), keys[r]);
+        runtime.kill_proc(keys[r]);
+      }
+      collector->fill(r, std::vector<Buffer>{});
+    }
+  });
   return collector->future();
 }
 
@@ -129,7 +157,8 @@ Result<ProcMesh> ProcMesh::slice(std::string_view label, ndslice::Range range) c
 }
 
 Result<ActorMeshBase> ProcMesh::spawn_raw(std::string_view type, std::string name,
-                                          std::vector<Buffer> args) const {
+                                          std::vector<Buffer> args,
+                                          std::optional<std::string> owner) const {
   if (auto st = actor::ActorId::check_name(name); !st) return std::unexpected(st.error());
   auto& rt = mesh::Runtime::get();
   auto state = std::make_shared<mesh::ActorMeshState>();
@@ -150,18 +179,42 @@ Result<ActorMeshBase> ProcMesh::spawn_raw(std::string_view type, std::string nam
     t.proc_key = pid.to_string();
     keys.push_back(t.proc_key);
   }
+  // SV-1: the actors report their failures to this process, which raises them to the owner.
+  if (owner) {
+    if (owner->empty()) {
+      if (const std::string* me = actor::current_actor_text()) *owner = *me;
+    }
+    mesh::Supervisor::Spawned s;
+    s.name = name;
+    s.owner = *owner;
+    s.extent = st_->extent;
+    s.base_ranks = base;
+    std::lock_guard lock(st_->mu);
+    for (size_t b : base) {
+      s.proc_keys.push_back(state->targets[b].proc_key);
+      s.actor_ids.push_back(state->targets[b].actor);
+      s.pids.push_back(st_->procs[b].pid);
+    }
+    state->supervision_id = rt.supervisor().add(std::move(s));
+  }
   // The spawn replies (one per actor, once its constructor ran) complete `initialized`.
   auto collector = std::make_shared<mesh::Collector>(keys);
   actor::Promise<void> init_promise;
   state->initialized = init_promise.future();
-  auto extent = region_.extent();
   collector->future().on_ready(
       [p = std::make_shared<actor::Promise<void>>(std::move(init_promise)), state,
-       extent](const Result<mesh::Replies>& replies) {
+       base](const Result<mesh::Replies>& replies) {
         for (size_t r = 0; r < replies->size(); ++r) {
           if (!(*replies)[r]) {
-            const auto& t = state->targets[*ndslice::Region(extent).base_rank(r)];
-            p->set(std::unexpected(mesh::rank_error(extent, r, t, (*replies)[r].error())));
+            // Named by its rank in the ProcMesh, as supervision names it.
+            const auto& t = state->targets[base[r]];
+            int64_t pid = -1;
+            {
+              std::lock_guard lock(state->procs->mu);
+              pid = state->procs->procs[base[r]].pid;
+            }
+            p->set(std::unexpected(mesh::rank_error(state->procs->extent, base[r], t,
+                                                    (*replies)[r].error(), pid)));
             return;
           }
         }
@@ -180,8 +233,12 @@ Result<ActorMeshBase> ProcMesh::spawn_raw(std::string_view type, std::string nam
     env.dest = system_port(pid).to_string();
     ports.push_back(port.port);
     env.headers.emplace_back(actor::kReplyHeader, port.to_string());
-    env.parts.push_back(actor::encode_system_header(
-        actor::SystemHeader{"spawn", {std::string(type), name}, {base[r]}}));
+    actor::SystemHeader h{"spawn", {std::string(type), name}, {base[r]}};
+    if (state->supervision_id != 0) {
+      h.args.push_back(rt.proc_key());
+      h.numbers.push_back(state->supervision_id);
+    }
+    env.parts.push_back(actor::encode_system_header(h));
     for (const auto& a : args) env.parts.push_back(a);
     rt.proc().send(pid.addr, std::move(env));
   }

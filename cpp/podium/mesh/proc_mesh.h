@@ -12,6 +12,8 @@
 //        or with the first failure naming the rank and cause.
 //   ME-6 Messages from one sender to one actor are delivered in send order (the channel's
 //        CH-1 plus one link per pair of procs).
+//   ME-8 ActorMeshBase::stop() completes within its grace period plus the time to kill: an
+//        actor that does not stop in time has its proc killed, and a warning names it.
 #pragma once
 
 #include <chrono>
@@ -36,6 +38,7 @@ struct ActorMeshState {
   std::vector<ActorTarget> targets;  // by base rank of `procs`; empty dest where not spawned
   std::shared_ptr<LoadCounters> load;
   actor::Future<void> initialized;
+  uint64_t supervision_id = 0;  // its entry in this process's Supervisor; 0: not owned here
 };
 }  // namespace mesh
 
@@ -67,8 +70,11 @@ class ActorMeshBase {
   // The rank with the fewest calls outstanding (ties: the lowest rank).
   size_t least_loaded_rank() const;
 
-  // Stops every actor of this region after the messages queued before the stop (AC-9).
-  actor::Future<mesh::Replies> stop() const;
+  // Stops every actor of this region after the messages queued before the stop (AC-9). An
+  // actor that has not stopped after `grace` (hung in a handler) has its proc killed, with a
+  // warning that says so (ME-8); its rank then counts as stopped.
+  actor::Future<mesh::Replies> stop(
+      std::chrono::milliseconds grace = std::chrono::seconds(10)) const;
 
  protected:
   std::vector<const mesh::ActorTarget*> targets_of_region(std::vector<size_t>* base) const;
@@ -98,9 +104,13 @@ class ProcMesh {
   actor::Future<void> initialized() const { return st_->initialized; }
 
   // Spawns `name[rank]` of registered type `type` on every proc of this region; returns at
-  // once. `args` are the constructor's arguments, encoded for that type.
-  [[nodiscard]] Result<ActorMeshBase> spawn_raw(std::string_view type, std::string name,
-                                                std::vector<Buffer> args) const;
+  // once. `args` are the constructor's arguments, encoded for that type. `owner` is who
+  // supervises the new mesh (supervisor.h): an ActorId text, or empty for the actor whose
+  // handler runs on this thread, else this process's root; nullopt: nobody (podium's own
+  // bootstrap actors).
+  [[nodiscard]] Result<ActorMeshBase> spawn_raw(
+      std::string_view type, std::string name, std::vector<Buffer> args,
+      std::optional<std::string> owner = std::string()) const;
 
   template <class A, class... Args>
   [[nodiscard]] Result<ActorMesh<A>> spawn(std::string name, Args&&... args) const;

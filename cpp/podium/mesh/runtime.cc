@@ -21,6 +21,7 @@
 #include "podium/host/child_watcher.h"
 #include "podium/host/zygote.h"
 #include "podium/mesh/cast.h"
+#include "podium/mesh/supervisor.h"
 
 namespace podium {
 namespace mesh {
@@ -32,6 +33,7 @@ std::mutex g_mu;                     // guards g_runtime
 std::unique_ptr<Runtime> g_runtime;  // set by init()
 std::atomic<Runtime*> g_current{nullptr};  // g_runtime.get(), read without the lock
 InitOptions g_options;  // set once by init()/init_controller(), before any spawn
+std::function<void(actor::MeshFailure)> g_fault_handler;  // guarded by g_mu; empty: default
 
 Error runtime_error(std::string msg) {
   return make_error(actor::ActorErrc::kProcExited, std::move(msg));
@@ -71,6 +73,8 @@ std::string self_exe() {
 struct Runtime::Impl {
   std::unique_ptr<actor::Proc> proc;
   std::unique_ptr<host::ChildWatcher> watcher;
+  std::unique_ptr<Supervisor> supervisor;
+  std::optional<channel::Address> parent;  // the controller, in a proc; immutable
   // The zygote procs fork from (InitOptions::zygote_argv), started by the first spawn;
   // guarded by spawn_mu. zygote_failed: it could not start, procs are exec'd.
   std::shared_ptr<host::Zygote> zygote;
@@ -214,40 +218,148 @@ struct Runtime::Impl {
     }
   }
 
+  // "its proc (pid 42) was killed by signal SIGKILL (9)": the cause a caller sees.
+  static std::string exit_cause(const host::ExitStatus& status) {
+    return "its proc (pid " + std::to_string(status.pid) + ") " +
+           (status.signaled ? "was " : "") + status.to_string();
+  }
+
   void on_exit(const std::string& key, const host::ExitStatus& status) {
     std::shared_ptr<ProcMeshState> mesh;
     size_t rank = 0;
-    std::vector<std::shared_ptr<Collector>> waiting;
-    Error why;
-    bool expected = false;
+    std::string who;
+    std::vector<channel::Address> others;
+    bool down = false;
     {
       std::lock_guard lock(mu);
-      expected = shut_down;  // the runtime killed it on its way out (ME-3)
+      down = shut_down;
       auto it = by_key.find(key);
       if (it != by_key.end()) {
         mesh = it->second.mesh.lock();
         rank = it->second.rank;
       }
-      std::string who = "proc " + key + " (pid " + std::to_string(status.pid) + ")";
+      who = "proc " + key + " (pid " + std::to_string(status.pid) + ")";
       if (mesh) {
         who = "proc rank " + std::to_string(rank);
         if (auto p = mesh->extent.point_of_rank(rank)) who += " " + p->to_string();
         who += " (pid " + std::to_string(status.pid) + ", " + key + ")";
       }
-      why = runtime_error(who + " " + status.to_string());
-      dead[key] = why;
-      for (auto& w : collectors) {
-        if (auto c = w.lock()) waiting.push_back(std::move(c));
+      // ME-7: every other live proc hears of it.
+      for (const auto& [k, ref] : by_key) {
+        if (k == key || dead.contains(k)) continue;
+        auto m = ref.mesh.lock();
+        if (!m) continue;
+        std::lock_guard mlock(m->mu);
+        if (!m->procs[ref.rank].exit && m->procs[ref.rank].pid > 0) {
+          others.push_back(m->procs[ref.rank].id.addr);
+        }
       }
     }
+    bool expected = down;
     if (mesh) {
       std::lock_guard lock(mesh->mu);
       mesh->procs[rank].exit = status.to_string();
       expected = expected || mesh->stopping;
     }
-    if (!expected) spdlog::warn("podium: {}", why.message);
-    if (mesh) mesh->initialized_promise.set(std::unexpected(why));
+    if (!expected) spdlog::warn("podium: {} {}", who, status.to_string());
+    if (mesh) {
+      mesh->initialized_promise.set(std::unexpected(runtime_error(who + " " + status.to_string())));
+    }
+    std::string cause = exit_cause(status);
+    int32_t sig = status.signaled ? status.code : 0;
+    int32_t code = status.signaled ? -1 : status.code;
+    if (!down) {
+      for (const auto& addr : others) {
+        wire::Envelope env;
+        env.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
+        env.dest = actor::PortId{actor::ActorId{actor::ProcId{addr},
+                                                std::string(actor::kSystemActorName), 0},
+                                 actor::kMailboxPort}
+                       .to_string();
+        env.parts.push_back(actor::encode_system_header(actor::SystemHeader{
+            "proc_exit",
+            {key, cause},
+            {static_cast<uint64_t>(status.pid), expected ? 1u : 0u,
+             static_cast<uint64_t>(static_cast<uint32_t>(sig)),
+             static_cast<uint64_t>(static_cast<uint32_t>(code))}}));
+        proc->send(addr, std::move(env));
+      }
+    }
+    proc_gone(key, status.pid, sig, code, cause, expected);
+  }
+
+  // A proc ended (seen here, or told by the controller): calls waiting on it fail (ME-2), and
+  // unless it was being stopped, the meshes owned here with an actor on it failed (SV-2).
+  void proc_gone(const std::string& key, int64_t pid, int32_t sig, int32_t code,
+                 const std::string& cause, bool expected) {
+    std::vector<std::shared_ptr<Collector>> waiting;
+    Error why = runtime_error(cause);
+    {
+      std::lock_guard lock(mu);
+      if (dead.contains(key)) return;
+      dead[key] = why;
+      for (auto& w : collectors) {
+        if (auto c = w.lock()) waiting.push_back(std::move(c));
+      }
+    }
+    // The owner hears first: a caller that sees its call fail and ends the program finds the
+    // fault queued already (the unhandled fault hook still runs at exit).
+    if (!expected) supervisor->proc_exited(key, pid, sig, code, cause);
     for (auto& c : waiting) c->proc_failed(key, why);
+  }
+
+  // "proc_exit" [key, cause] [pid, expected, signal, exit code] from the controller (ME-7).
+  void on_proc_exit(const actor::SystemHeader& h) {
+    if (h.args.size() != 2 || h.numbers.size() != 4) return;
+    proc_gone(h.args[0], static_cast<int64_t>(h.numbers[0]),
+              static_cast<int32_t>(static_cast<uint32_t>(h.numbers[2])),
+              static_cast<int32_t>(static_cast<uint32_t>(h.numbers[3])), h.args[1],
+              h.numbers[1] != 0);
+  }
+
+  // "actor_failed" [] [supervision id, base rank], part 1 = MeshFailure (actor layer SV-1).
+  void on_actor_failed(const actor::SystemHeader& h, wire::Envelope&& env) {
+    if (h.numbers.size() != 2 || env.parts.size() != 2) return;
+    auto f = actor::decode_mesh_failure(env.parts[1]);
+    if (!f) {
+      spdlog::error("podium: bad failure report from {}: {}", env.sender, f.error().to_string());
+      return;
+    }
+    supervisor->actor_failed(h.numbers[0], h.numbers[1], std::move(*f));
+  }
+
+  // "kill" [proc key]: a proc asks the controller to kill a proc whose actor did not stop.
+  void on_kill(const actor::SystemHeader& h) {
+    if (h.args.size() != 1) return;
+    kill(h.args[0]);
+  }
+
+  void kill(const std::string& key) {
+    int pid = -1;
+    {
+      std::lock_guard lock(mu);
+      if (dead.contains(key)) return;
+      auto it = by_key.find(key);
+      if (it == by_key.end()) {
+        if (parent) {  // not ours: the controller spawned it
+          wire::Envelope env;
+          env.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
+          env.dest = actor::PortId{actor::ActorId{actor::ProcId{*parent},
+                                                  std::string(actor::kSystemActorName), 0},
+                                   actor::kMailboxPort}
+                         .to_string();
+          env.parts.push_back(
+              actor::encode_system_header(actor::SystemHeader{"kill", {key}, {}}));
+          proc->send(*parent, std::move(env));
+        }
+        return;
+      }
+      if (auto m = it->second.mesh.lock()) {
+        std::lock_guard mlock(m->mu);
+        if (!m->procs[it->second.rank].exit) pid = m->procs[it->second.rank].pid;
+      }
+    }
+    if (pid > 0) (void)kill_proc_group(pid, SIGKILL);
   }
 };
 
@@ -266,6 +378,8 @@ Runtime& Runtime::get() {
 
 actor::Proc& Runtime::proc() { return *impl_->proc; }
 const std::string& Runtime::proc_key() const { return impl_->proc_key; }
+Supervisor& Runtime::supervisor() { return *impl_->supervisor; }
+void Runtime::kill_proc(const std::string& proc_key) { impl_->kill(proc_key); }
 
 Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Extent& extent) {
   auto& impl = *impl_;
@@ -454,7 +568,16 @@ void Runtime::shutdown() {
 
 namespace {
 
-Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::string sock_dir) {
+// The root handler of a C++ program: an unhandled failure ends the controller with status 1,
+// as Python's default unhandled_fault_hook does. exit() runs on a thread of its own, since
+// atexit handlers stop the runtime whose thread delivered the failure.
+void default_root_handler(actor::MeshFailure f) {
+  spdlog::critical("podium: unhandled failure: {}", f.report());
+  std::thread([] { std::exit(1); }).detach();
+}
+
+Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::string sock_dir,
+                                              std::optional<channel::Address> parent) {
   auto impl = std::make_unique<Runtime::Impl>();
   impl->sock_dir = std::move(sock_dir);
   auto proc = actor::Proc::make(actor::ProcConfig{std::move(listen), channel::Config{}});
@@ -464,9 +587,22 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
   // Threads of this process that wait for replies drive the root proc's loop themselves.
   actor::Executor::set_drivable(&impl->proc->executor());
   impl->watcher = std::make_unique<host::ChildWatcher>(impl->proc->io());
+  impl->supervisor = std::make_unique<Supervisor>(*impl->proc);
+  impl->supervisor->set_root_handler(g_fault_handler ? g_fault_handler
+                                                     : Supervisor::RootHandler(&default_root_handler));
+  impl->parent = std::move(parent);
   auto* raw = impl.get();
   impl->proc->on_system("ready", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
     raw->on_ready(h);
+  });
+  impl->proc->on_system("proc_exit", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
+    raw->on_proc_exit(h);
+  });
+  impl->proc->on_system("actor_failed", [raw](const actor::SystemHeader& h, wire::Envelope&& env) {
+    raw->on_actor_failed(h, std::move(env));
+  });
+  impl->proc->on_system("kill", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
+    raw->on_kill(h);
   });
   impl->proc->on_undeliverable([raw](const wire::Envelope& env, const Error& why) {
     raw->on_undeliverable(env, why);
@@ -517,7 +653,7 @@ Status serve_proc() {
   {
     std::lock_guard lock(mesh::g_mu);
     if (mesh::g_runtime) return bad("the runtime is already running");
-    auto rt = mesh::make_runtime(*listen, "");
+    auto rt = mesh::make_runtime(*listen, "", *parent);
     if (!rt) return std::unexpected(rt.error());
     mesh::g_runtime = std::move(*rt);
     mesh::g_current.store(mesh::g_runtime.get(), std::memory_order_release);
@@ -545,7 +681,8 @@ Status init_controller(InitOptions options) {
   auto dir = mesh::make_socket_dir();
   if (!dir) return std::unexpected(dir.error());
   auto rt = mesh::make_runtime(
-      channel::Address{channel::Transport::kUnix, *dir + "/controller.sock", 0}, *dir);
+      channel::Address{channel::Transport::kUnix, *dir + "/controller.sock", 0}, *dir,
+      std::nullopt);
   if (!rt) return std::unexpected(rt.error());
   mesh::g_runtime = std::move(*rt);
   mesh::g_current.store(mesh::g_runtime.get(), std::memory_order_release);
@@ -567,6 +704,15 @@ void init(int argc, char** argv) {
   }
   // argv[0] may be relative to a directory the procs do not start in: use the binary itself.
   if (!mesh::g_options.proc_argv.empty()) mesh::g_options.proc_argv[0] = mesh::self_exe();
+}
+
+void set_unhandled_fault_handler(std::function<void(actor::MeshFailure)> handler) {
+  std::lock_guard lock(mesh::g_mu);
+  mesh::g_fault_handler = handler;
+  if (mesh::g_runtime) {
+    mesh::g_runtime->supervisor().set_root_handler(
+        handler ? std::move(handler) : mesh::Supervisor::RootHandler(&mesh::default_root_handler));
+  }
 }
 
 void shutdown() {

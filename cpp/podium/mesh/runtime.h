@@ -15,6 +15,9 @@
 //   ME-3 Every proc spawned is reaped; shutdown() kills and reaps the ones still alive.
 //   ME-4 A ProcMesh's `initialized` resolves once: ok when every proc registered, or the first
 //        proc exit / spawn failure, naming the rank, pid and status.
+//   ME-7 The controller tells every live proc it spawned of each proc exit it observes
+//        ("proc_exit"), so calls from any process to a dead proc fail at once (ME-2 holds in
+//        procs too) and each process's Supervisor raises the failure for the meshes it owns.
 #pragma once
 
 #include <chrono>
@@ -23,7 +26,10 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include "podium/actor/future.h"
+#include "podium/actor/mesh_failure.h"
 #include "podium/actor/proc.h"
 #include "podium/ndslice/extent.h"
 
@@ -51,10 +57,15 @@ bool is_proc();
 [[nodiscard]] Status serve_proc();
 // Stops every proc this process spawned and the root proc. Idempotent; also run at exit.
 void shutdown();
+// Where failures of meshes owned by this process's root go (supervisor.h, SV-3), for this
+// process's runtime whether it runs yet or starts later. The default logs the report and ends
+// the process with status 1. The handler runs on a runtime thread and must not block.
+void set_unhandled_fault_handler(std::function<void(actor::MeshFailure)> handler);
 
 namespace mesh {
 
 class Collector;
+class Supervisor;
 
 struct ProcInfo {
   actor::ProcId id;
@@ -95,6 +106,12 @@ class Runtime {
   // ME-2: the collector learns of exits of the procs it waits on.
   void track(const std::shared_ptr<Collector>& collector,
              const std::vector<std::string>& proc_keys);
+
+  // The meshes this process owns and their failures (supervisor.h).
+  Supervisor& supervisor();
+  // Kills the proc `proc_key` (SIGKILL to its process group): here if this process spawned
+  // it, else by asking the controller. For stops that escalate.
+  void kill_proc(const std::string& proc_key);
 
   void shutdown();
 

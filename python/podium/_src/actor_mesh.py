@@ -34,14 +34,19 @@ T = TypeVar("T")
 A = TypeVar("A")
 
 _NO_META = b""
+# ActorMesh.stop(): how long an actor may take to stop before its proc is killed.
+STOP_GRACE_S = 10.0
 
 
-def _decode_reply(ok: bool, payload: Any, where: Callable[[], str], endpoint: str) -> Any:
+def _decode_reply(ok: bool, payload: Any, where: Callable[[], str], endpoint: str,
+                  locate: Optional[Callable[[Exception], Exception]] = None) -> Any:
     """The value of one rank's reply, or raises its exception; ``where()`` names the rank
-    (computed only for an error)."""
+    (computed only for an error) and ``locate`` gives a SupervisionError the failed actor's
+    place."""
     if not ok:
         subsystem, code, message = payload
-        raise errors.from_core(subsystem, code, message, endpoint)
+        e = errors.from_core(subsystem, code, message, endpoint)
+        raise (locate(e) if locate is not None else e)
     reply = pickling.loads(payload)
     if reply[0]:
         return reply[1]
@@ -55,7 +60,8 @@ def _decode_single(fut: Any, endpoint_rank: Tuple["Endpoint[Any]", int]) -> Any:
     """Decoder of the futures of call_one() and choose()."""
     ((ok, payload),) = fut.replies()
     endpoint, rank = endpoint_rank
-    return _decode_reply(ok, payload, lambda: endpoint._where(rank), endpoint._name)
+    return _decode_reply(ok, payload, lambda: endpoint._where(rank), endpoint._name,
+                         None if ok else endpoint._locate(rank))
 
 
 def _decode_none(core: Any) -> None:
@@ -123,8 +129,9 @@ class ActorMesh(MeshShape, Generic[T]):
     def stop(self) -> "Future[None]":
         """Stops the actors of this mesh after the messages queued before the stop: each stops
         the meshes it spawned, then runs ``__cleanup__``; later calls raise
-        SupervisionError."""
-        return Future(self._core.stop(), _decode_none)
+        SupervisionError. An actor still not stopped after ``STOP_GRACE_S`` (hung in an
+        endpoint) has its proc killed, and a warning says so."""
+        return Future(self._core.stop(int(STOP_GRACE_S * 1000)), _decode_none)
 
     def __reduce__(self):
         return (_rebuild_actor_mesh, (self._class, tuple(self._core.state())))
@@ -162,6 +169,16 @@ class Endpoint(Generic[R]):
         point = self._mesh._core.region.extent.point_of_rank(rank)
         return f"{self._mesh.name} rank {rank} {point}"
 
+    def _locate(self, rank: int) -> Callable[[Exception], Exception]:
+        """Names the mesh, actor, rank, coordinates, host and pid in a SupervisionError."""
+        mesh = self._mesh
+
+        def locate(e: Exception) -> Exception:
+            return errors.located(e, mesh.name, mesh._class.__qualname__,
+                                  mesh._core.rank_info(rank))
+
+        return locate
+
     def _meta(self, rank: Optional[int] = None) -> bytes:
         if rank is None and not self._raw:
             return _NO_META
@@ -183,7 +200,8 @@ class Endpoint(Generic[R]):
         def decode(fut: Any) -> Any:
             values = []
             for rank, (ok, payload) in enumerate(fut.replies()):
-                values.append(_decode_reply(ok, payload, lambda r=rank: self._where(r), name))
+                values.append(_decode_reply(ok, payload, lambda r=rank: self._where(r), name,
+                                            None if ok else self._locate(rank)))
             vm = ValueMesh._from_values(list(region_extent.labels), list(region_extent.sizes),
                                         values)
             return vm if then is None else then(vm)
@@ -225,7 +243,8 @@ class Endpoint(Generic[R]):
 
         def decode(fut: Any) -> R:
             ((ok, payload),) = fut.replies()
-            return _decode_reply(ok, payload, lambda: self._where(fut.rank()), name)
+            return _decode_reply(ok, payload, lambda: self._where(fut.rank()), name,
+                                 None if ok else self._locate(fut.rank()))
 
         return iter([Future(f, decode) for f in core.stream(name, per_rank)])
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple
 
 # podium::Subsystem and podium::actor::ActorErrc values (cpp/podium/base/error.h, actor/ids.h).
 _SUBSYSTEM_CHANNEL = 3
@@ -42,18 +42,63 @@ class ActorError(Exception):
 
 
 class SupervisionError(Exception):
-    """The actor (or the process hosting it) failed, stopped or exited; the message names the
-    actor, its rank and the cause."""
+    """The actor (or the process hosting it) failed, stopped or exited. The message names the
+    mesh and actor, the rank and coordinates, the host, the pid and the cause; so do the
+    attributes (None where unknown): ``endpoint``, ``mesh_name``, ``actor_class``,
+    ``actor_display_name`` (``"mesh{'gpus': 1/2}"``), ``rank`` (as Monarch's), and podium's
+    ``actor_id``, ``point``, ``host``, ``pid``, ``cause``."""
 
-    def __init__(self, message: str, endpoint: Optional[str] = None) -> None:
+    def __init__(self, message: str, endpoint: Optional[str] = None, **where: Any) -> None:
         super().__init__(message)
         self.message = message
         self.endpoint = endpoint
+        self.cause: str = where.get("cause", message)
+        self.mesh_name: Optional[str] = where.get("mesh_name")
+        self.actor_class: Optional[str] = where.get("actor_class")
+        self.actor_id: Optional[str] = where.get("actor_id")
+        self.rank: Optional[int] = where.get("rank")
+        self.point: Optional[str] = where.get("point")
+        self.host: Optional[str] = where.get("host")
+        self.pid: Optional[int] = where.get("pid")
+        self.actor_display_name: Optional[str] = (
+            f"{self.mesh_name}{self.point}" if self.mesh_name and self.point is not None else None)
 
     def __str__(self) -> str:
         if self.endpoint:
             return f"endpoint {self.endpoint}: {self.message}"
         return self.message
+
+    def __reduce__(self):
+        where = {k: getattr(self, k) for k in ("cause", "mesh_name", "actor_class", "actor_id",
+                                                "rank", "point", "host", "pid")}
+        return (_rebuild_supervision_error, (self.message, self.endpoint, where))
+
+
+def _rebuild_supervision_error(message: str, endpoint: Optional[str],
+                               where: Dict[str, Any]) -> SupervisionError:
+    return SupervisionError(message, endpoint, **where)
+
+
+def located(e: Exception, mesh_name: str, actor_class: str,
+            info: Tuple[str, int, str, int, str]) -> Exception:
+    """`e` with the failed actor's place, when it is a SupervisionError: the message becomes
+    "actor counter[1] of mesh 'counter' (rank 1 {'gpus': 1/2}, host h, pid 42): <cause>". The
+    rank and coordinates are the actor's in its ProcMesh (as in MeshFailure), which are its
+    rank in the ActorMesh when it was spawned on the whole ProcMesh."""
+    if not isinstance(e, SupervisionError):
+        return e
+    actor_id, pid, host, rank, point = info
+    key = actor_id.rsplit("#", 1)[-1]
+    cause = e.message
+    for prefix in (f"{actor_id}: ", f"{actor_id} "):
+        if cause.startswith(prefix):
+            cause = cause[len(prefix):]
+            break
+    message = (f"actor {key} of mesh '{mesh_name}' (rank {rank} {point}, host {host}, "
+               f"pid {pid}): {cause}")
+    return SupervisionError(message, e.endpoint, cause=cause, mesh_name=mesh_name,
+                            actor_class=actor_class, actor_id=actor_id, rank=rank, point=point,
+                            host=host, pid=pid)
 
 
 def from_core(subsystem: int, code: int, message: str, endpoint: Optional[str] = None) -> Exception:

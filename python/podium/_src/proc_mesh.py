@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
-from podium._src import pickling, server
+from podium._src import pickling, server, supervision
 from podium._src.actor_mesh import ActorMesh, _decode_none
 from podium._src.context import actor_context
 from podium._src.endpoint import Actor, check_actor_class, check_call, endpoint
@@ -70,6 +70,7 @@ def ensure_runtime() -> None:
 
 
 def _at_exit() -> None:
+    supervision.at_exit()
     server.stop()
     _mesh.shutdown()
 
@@ -215,11 +216,18 @@ class ProcMesh(MeshShape):
         except Exception as e:
             pickling.dumps_call(f"{Class.__qualname__}()", args, kwargs)  # names the argument
             raise TypeError(f"cannot pickle actor class {Class.__qualname__}: {e}") from e
-        core = self._core.spawn("python", name, [meta, *parts])
+        ctx = actor_context()
+        # The owner (supervision): the actor spawning it, else this process's root; podium's
+        # bootstrap actors have none (a failed bootstrap fails `initialized`).
+        # The singletons of get_or_spawn_controller belong to the controller, not its registry.
+        owner = None if bootstrap == "run" else (
+            str(ctx.actor_instance.actor_id)
+            if ctx is not None and ctx.actor_instance.name != REGISTRY_NAME else "")
+        core = self._core.spawn("python", name, [meta, *parts], owner)
         mesh = ActorMesh(Class, core, self)
         if bootstrap == "run" or Class is _ControllerController:
             return mesh  # podium's own actors: no owner stops them
-        ctx = actor_context()
+        supervision.register_mesh(mesh)
         if ctx is not None:
             ctx.actor_instance._add_child(mesh)  # stopped before the spawner's __cleanup__
         if self._shared.owned:

@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 from podium._core import actor as _actor
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
-from podium._src import pickling
+from podium._src import pickling, supervision
 from podium._src.context import ActorInstance, Context, reset_context, set_context
 from podium._src.endpoint import check_actor_class, endpoints_of
 from podium._src.shape import Point
@@ -120,6 +120,7 @@ def start() -> None:
         _started = True
         _set_poll_policy()
         _actor.serve_python_actors()
+        supervision.start()
         _spawner = threading.Thread(target=_spawner_main, name="podium-spawner", daemon=True)
         _spawner.start()
 
@@ -249,7 +250,7 @@ class _ActorServer:
             text = _format(e)
             if boot == "run":
                 _bootstrap_finished(text)
-            req.failed(f"{inbox.actor_id}: __init__ raised:\n{text}")
+            req.failed(f"__init__ raised {type(e).__name__}: {e}\n{text}")
             return False
         if boot == "run":
             _bootstrap_finished(None)
@@ -271,6 +272,9 @@ class _ActorServer:
                 self._cleanup_sync()
                 item.stopped()
                 return
+            if item.kind == "supervise":
+                self._supervise(item.failure)
+                continue
             self._handle(item)
 
     async def _serve_async(self) -> None:
@@ -312,6 +316,9 @@ class _ActorServer:
                     await self._cleanup_async()
                     item.stopped()
                     return
+                if item.kind == "supervise":
+                    await self._supervise_async(item.failure)
+                    continue
                 call = self._prepare(item)
                 if call is None:
                     continue
@@ -393,6 +400,58 @@ class _ActorServer:
             reset_context(token)
         call.returned(result)
 
+    # --- supervision ----------------------------------------------------------------------
+
+    def _supervise(self, d: Dict[str, Any]) -> None:
+        """A mesh this actor spawned failed: __supervise__ handles it (a true return), or this
+        actor fails too, which its own owner learns (SV-3)."""
+        failure = supervision.MeshFailure(d)
+        fn = getattr(self.instance, "__supervise__", None)
+        if fn is None or self.inbox.failed:
+            return self._unhandled(failure, None)
+        token = set_context(Context(self.info, self.info.rank))
+        try:
+            result = fn(failure)
+            if inspect.isawaitable(result):  # an async __supervise__ on a sync actor
+                loop = asyncio.new_event_loop()
+                try:
+                    result = loop.run_until_complete(result)
+                finally:
+                    loop.close()
+        except BaseException as e:
+            return self._unhandled(failure, e)
+        finally:
+            reset_context(token)
+        if not result:
+            self._unhandled(failure, None)
+
+    async def _supervise_async(self, d: Dict[str, Any]) -> None:
+        failure = supervision.MeshFailure(d)
+        fn = getattr(self.instance, "__supervise__", None)
+        if fn is None or self.inbox.failed:
+            return self._unhandled(failure, None)
+        token = set_context(Context(self.info, self.info.rank))
+        try:
+            result = fn(failure)
+            if inspect.isawaitable(result):
+                result = await result
+        except BaseException as e:
+            return self._unhandled(failure, e)
+        finally:
+            reset_context(token)
+        if not result:
+            self._unhandled(failure, None)
+
+    def _unhandled(self, failure: "supervision.MeshFailure", e: Optional[BaseException]) -> None:
+        if self.inbox.failed:  # failed already: its owner has been told once
+            return
+        how = "did not handle" if e is None else f"raised in __supervise__ for"
+        text = f"{how} the failure of mesh '{failure.mesh_name}' it owns:\n{failure.report()}"
+        if e is not None:
+            text += f"\n__supervise__ raised:\n{_format(e)}"
+        print(f"podium: actor {self.inbox.actor_id} {text}", file=sys.stderr, flush=True)
+        self.inbox.fail(text)
+
     # --- stop -----------------------------------------------------------------------------
 
     def _stop_children(self) -> None:
@@ -459,7 +518,7 @@ class _ActorServer:
         why = "in a call nobody awaits (broadcast)" if not port else "(a BaseException)"
         print(f"podium: actor {self.inbox.actor_id} failed: endpoint {name} raised {why}:\n"
               f"{text}", file=sys.stderr, flush=True)
-        self.inbox.fail(f"endpoint {name} raised {type(e).__name__}: {e}")
+        self.inbox.fail(f"endpoint {name} raised {type(e).__name__}: {e} {why}\n{text}")
         if port:
             self.inbox.reply_failure(port, rank)
 

@@ -14,6 +14,7 @@ from podium._src.proc_mesh import (
     this_proc,
 )
 from podium._src.shape import Extent, Point, ValueMesh
+from podium._src.supervision import MeshFailure, unhandled_fault_hook
 
 __all__ = [
     "Accumulator",
@@ -26,6 +27,7 @@ __all__ = [
     "Extent",
     "Future",
     "HostMesh",
+    "MeshFailure",
     "Point",
     "Port",
     "PortReceiver",
@@ -43,4 +45,5 @@ __all__ = [
     "send",
     "this_host",
     "this_proc",
+    "unhandled_fault_hook",
 ]

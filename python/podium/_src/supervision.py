@@ -1,0 +1,169 @@
+"""Supervision on the Python side: MeshFailure, running ``__supervise__`` on the owner of a
+failed mesh, and ``unhandled_fault_hook`` for failures that reach the root of a process.
+
+Detection and routing are C++ (cpp/podium/mesh/supervisor.h): the proc of a failed actor, or
+the controller that saw a proc die, tells the process that owns the mesh; its Supervisor
+raises the failure once (SV-2) to the owner (SV-3). An owner actor gets it in its Inbox as an
+item of kind "supervise" (server.py calls ``__supervise__``); the root gets it through
+``podium._core.mesh.next_fault``, which the thread started here pops to run
+``podium.actor.unhandled_fault_hook``.
+
+See docs/supervision.md for the model and the texts users see.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import traceback
+import weakref
+from typing import Any, Dict, Optional
+
+from podium._core import mesh as _mesh
+
+_POLL_S = 5.0  # the fault thread's wait slice (at exit, interrupt_faults() wakes it)
+_EXIT_DRAIN_S = 0.05  # at exit: how long to wait for a failure still on its way
+
+_lock = threading.Lock()
+_busy = threading.Lock()  # held by the fault thread while it waits for or runs a failure
+_thread: Optional[threading.Thread] = None
+_stopping = False
+_exiting = False
+# Actor meshes spawned from this process, by name (MeshFailure.mesh).
+_meshes: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
+
+
+class MeshFailure:
+    """A failure of one actor of a mesh, as its owner sees it (``__supervise__``) and as
+    ``unhandled_fault_hook`` receives it. Attributes: ``mesh_name``, ``actor_id`` (full
+    ActorId text), ``rank`` and ``point`` (in the region the mesh was spawned on), ``host``,
+    ``pid``, ``cause`` (the exception with its remote traceback, the exit status, or the
+    report of a failed child), ``kind`` ("actor": the actor failed, its proc lives; "proc":
+    the proc ended), ``signal`` (e.g. "SIGKILL", or None) and ``exit_code`` (or None)."""
+
+    __slots__ = ("kind", "mesh_name", "actor_id", "rank", "point", "host", "pid", "signal",
+                 "exit_code", "cause", "_report")
+
+    def __init__(self, d: Dict[str, Any]) -> None:
+        self.kind: str = d["kind"]
+        self.mesh_name: str = d["mesh_name"]
+        self.actor_id: str = d["actor_id"]
+        self.rank: int = d["rank"]
+        self.point: str = d["point"]
+        self.host: str = d["host"]
+        self.pid: int = d["pid"]
+        self.signal: Optional[str] = d["signal"]
+        self.exit_code: Optional[int] = d["exit_code"]
+        self.cause: str = d["cause"]
+        self._report: str = d["report"]
+
+    @property
+    def mesh(self) -> Any:
+        """The ActorMesh that failed, when this process spawned it and still holds it."""
+        return _meshes.get(self.mesh_name)
+
+    def report(self) -> str:
+        """The text a user reads: mesh, actor, rank and coordinates, host, pid, cause."""
+        return self._report
+
+    def __str__(self) -> str:
+        return self._report
+
+    def __repr__(self) -> str:
+        return f"<MeshFailure {self._report.splitlines()[0]}>"
+
+    def __reduce__(self):
+        return (_rebuild, ({k: getattr(self, k) for k in self.__slots__ if k != "_report"}
+                           | {"report": self._report},))
+
+
+def _rebuild(d: Dict[str, Any]) -> MeshFailure:
+    return MeshFailure(d)
+
+
+def unhandled_fault_hook(failure: MeshFailure) -> None:
+    """The default ``podium.actor.unhandled_fault_hook``: prints the report and exits the
+    process with status 1 (atexit handlers run). A replacement that returns normally drops the
+    fault; one that raises SystemExit(n) exits with n, any other exception with 1."""
+    sys.stderr.write(f"podium: unhandled failure, exiting with status 1:\n{failure.report()}\n")
+    sys.stderr.flush()
+    sys.exit(1)
+
+
+def register_mesh(mesh: Any) -> None:
+    _meshes[mesh.name] = mesh
+
+
+def start() -> None:
+    """Failures of meshes owned by this process's root go to the hook thread (idempotent)."""
+    global _thread
+    with _lock:
+        if _thread is not None:
+            return
+        _mesh.serve_faults()
+        _thread = threading.Thread(target=_fault_main, name="podium-faults", daemon=True)
+        _thread.start()
+
+
+def _fault_main() -> None:
+    while True:
+        with _busy:
+            if _stopping:
+                return
+            d = _mesh.next_fault(_POLL_S)
+            if d is not None:
+                _run_hook(MeshFailure(d))
+
+
+def _run_hook(failure: MeshFailure) -> None:
+    import podium.actor
+
+    try:
+        podium.actor.unhandled_fault_hook(failure)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        _exit_process(code)
+    except BaseException:
+        sys.stderr.write("podium: unhandled_fault_hook raised; exiting with status 1:\n")
+        traceback.print_exc()
+        _exit_process(1)
+
+
+def _exit_process(code: int) -> None:
+    """Ends this process with `code` after its atexit handlers (podium's own stop the procs)."""
+    global _exiting
+    with _lock:
+        if _exiting:
+            return
+        _exiting = True
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        atexit._run_exitfuncs()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def at_exit() -> None:
+    """Called by podium's atexit handler first: stops the hook thread and runs the hook for
+    failures raised before the program ended (they may arrive just after the caller saw its
+    SupervisionError), so a fault is never lost to a race with the exit."""
+    global _stopping
+    with _lock:
+        if _thread is None or _exiting:
+            return
+        _stopping = True
+    _mesh.interrupt_faults()
+    with _busy:  # a failure the thread holds is run (or ends the process) first
+        pass
+    while True:
+        d = _mesh.next_fault(_EXIT_DRAIN_S)
+        if d is None:
+            return
+        _run_hook(MeshFailure(d))
