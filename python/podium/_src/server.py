@@ -267,15 +267,16 @@ class _ActorServer:
                 if inbox.closed or _stopping:
                     return
                 continue
-            if item.kind == "stop":
+            kind = item.kind
+            if kind == "call":
+                self._handle(item)
+            elif kind == "stop":
                 self._stop_children()
                 self._cleanup_sync()
                 item.stopped()
                 return
-            if item.kind == "supervise":
+            elif kind == "supervise":
                 self._supervise(item.failure)
-                continue
-            self._handle(item)
 
     async def _serve_async(self) -> None:
         inbox, loop = self.inbox, asyncio.get_running_loop()
