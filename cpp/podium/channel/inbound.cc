@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
 namespace podium::channel::internal {
 namespace {
 
@@ -32,7 +35,9 @@ Inbound::Inbound(std::shared_ptr<Core> core, Socket socket, Transport transport,
       peer_(peer_name(socket, transport)),
       decoder_(wire::FrameLimits{core_->config.max_frame_bytes, core_->config.max_parts}),
       socket_(std::move(socket)),
-      ack_timer_(core_->io) {
+      ack_timer_(core_->io),
+      transport_(transport),
+      auth_timer_(core_->io) {
   configure_stream(socket_, transport);
 }
 
@@ -44,7 +49,68 @@ Inbound::~Inbound() {
 
 void Inbound::start() {
   std::lock_guard lock(mu_);
-  if (!closed_) start_read_locked();
+  if (closed_) return;
+  if (transport_ == Transport::kTcp && !core_->config.secret.empty()) {
+    start_auth_locked();
+  } else {
+    start_read_locked();
+  }
+}
+
+void Inbound::start_auth_locked() {
+  try {
+    server_nonce_ = random_nonce();
+  } catch (const std::exception& e) {
+    close_locked(std::string("authentication: ") + e.what(), true);
+    return;
+  }
+  challenge_ = auth_challenge(server_nonce_);
+  auth_timer_.expires_after(kAuthTimeout);
+  auth_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
+    if (!ec) self->close("refused: no answer to the authentication challenge within 10 s", true);
+  });
+  // The challenge is small enough to go out at once; the response is read as one block.
+  asio::async_write(socket_, asio::buffer(challenge_),
+                    [self = shared_from_this()](const std::error_code& ec, size_t) {
+                      if (ec) self->close("authentication: write: " + ec.message(), false);
+                    });
+  asio::async_read(socket_, asio::buffer(response_),
+                   [self = shared_from_this()](const std::error_code& ec, size_t) {
+                     self->on_auth_response(ec);
+                   });
+}
+
+void Inbound::on_auth_response(const std::error_code& ec) {
+  std::lock_guard lock(mu_);
+  if (closed_) return;
+  if (ec) {
+    auth_timer_.cancel();
+    close_locked("authentication: the peer left before answering (" + ec.message() + ")",
+                 true);
+    return;
+  }
+  Nonce client_nonce{};
+  bool ok = false;
+  try {
+    ok = verify_response(core_->config.secret, server_nonce_, response_, client_nonce);
+    verdict_ = auth_verdict(ok, core_->config.secret, client_nonce, server_nonce_);
+  } catch (const std::exception& e) {
+    close_locked(std::string("authentication: ") + e.what(), true);
+    return;
+  }
+  auth_timer_.cancel();
+  if (!ok) {
+    // Tell the dialler why (best effort, the socket is non-blocking and empty), then go.
+    std::error_code wec;
+    asio::write(socket_, asio::buffer(verdict_), wec);
+    close_locked("refused: authentication failed (wrong or missing secret)", true);
+    return;
+  }
+  asio::async_write(socket_, asio::buffer(verdict_),
+                    [self = shared_from_this()](const std::error_code& ec, size_t) {
+                      if (ec) self->close("authentication: write: " + ec.message(), false);
+                    });
+  start_read_locked();
 }
 
 void Inbound::close(const std::string& why, bool warn) {
@@ -58,6 +124,7 @@ void Inbound::close_locked(const std::string& why, bool warn) {
   std::error_code ec;
   socket_.close(ec);
   ack_timer_.cancel();
+  auth_timer_.cancel();
   std::string from = hello_from_.empty() ? peer_ : peer_ + " (" + hello_from_ + ")";
   if (warn) {
     spdlog::warn("channel: closing connection from {} to {}: {}", from, local_, why);

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 
+#include "podium/channel/auth.h"
 #include "podium/channel/core.h"
 #include "podium/channel/socket_util.h"
 #include "podium/wire/frame.h"
@@ -49,6 +50,9 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   void close_locked(const std::string& why, bool warn);
   void start_read_locked();
   void on_read(const std::error_code& ec, size_t n);
+  // CH-8: challenge, read the response, answer with the verdict; frames only after.
+  void start_auth_locked();
+  void on_auth_response(const std::error_code& ec);
   bool accept_hello(const wire::Hello& hello);
   void ack_locked();    // queues an Ack when the session delivered past acked_
   void write_locked();  // writes out_ from out_off_
@@ -71,6 +75,13 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   size_t out_off_ = 0;
   asio::steady_timer ack_timer_;
   bool ack_armed_ = false;
+  const Transport transport_;
+  // CH-8, read chain and mu_: the challenge's nonce, the bytes exchanged, the deadline.
+  Nonce server_nonce_{};
+  std::array<uint8_t, kChallengeBytes> challenge_{};
+  std::array<uint8_t, kResponseBytes> response_{};
+  std::array<uint8_t, kVerdictBytes> verdict_{};
+  asio::steady_timer auth_timer_;
 };
 
 class SocketListener final : public ListenerBase,

@@ -4,7 +4,12 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <random>
+
+#include <asio/post.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
 
 #include "podium/wire/message.h"
 
@@ -192,6 +197,7 @@ SocketLink::SocketLink(std::shared_ptr<Core> core, Address to)
       session_id_(random_session_id()),
       socket_(core_->io),
       resolver_(core_->io),
+      auth_timer_(core_->io),
       decoder_(wire::FrameLimits{.max_frame_bytes = 4096, .max_parts = 0}, 4096) {}
 
 void SocketLink::reset_for_test() {
@@ -265,6 +271,97 @@ void SocketLink::on_connected(uint64_t gen, const std::error_code& ec) {
   configure_stream(socket_, to_.transport);
   state_ = State::kConnected;
   last_error_.clear();
+  if (to_.transport == Transport::kTcp && !core_->config.secret.empty()) {
+    // CH-8: no Hello, no frame, until both ends proved the secret.
+    authenticating_ = true;
+    auth_timer_.expires_after(kAuthTimeout);
+    auth_timer_.async_wait([self = std::static_pointer_cast<SocketLink>(shared_from_this()),
+                            gen](const std::error_code& ec) {
+      if (ec) return;
+      std::lock_guard lock(self->mu_);
+      if (gen == self->gen_ && self->authenticating_) {
+        self->failed_locked("authentication: no challenge or verdict from the peer within 10 s "
+                            "(is it a podium listener with a secret?)");
+      }
+    });
+    asio::async_read(socket_, asio::buffer(challenge_),
+                     [self = std::static_pointer_cast<SocketLink>(shared_from_this()),
+                      gen](const std::error_code& ec, size_t) { self->on_auth_challenge(gen, ec); });
+    return;
+  }
+  start_session_locked();
+}
+
+void SocketLink::on_auth_challenge(uint64_t gen, const std::error_code& ec) {
+  std::lock_guard lock(mu_);
+  if (gen != gen_ || state_ != State::kConnected || !authenticating_) return;
+  if (ec) {
+    failed_locked("authentication: " + (ec == asio::error::eof ? std::string("connection closed by peer")
+                                                              : ec.message()));
+    return;
+  }
+  if (!parse_challenge(challenge_, server_nonce_)) {
+    auth_failed_locked("the peer at " + to_text_ + " did not send a podium challenge");
+    return;
+  }
+  try {
+    client_nonce_ = random_nonce();
+    response_ = auth_response(core_->config.secret, server_nonce_, client_nonce_);
+  } catch (const std::exception& e) {
+    failed_locked(std::string("authentication: ") + e.what());
+    return;
+  }
+  auto self = std::static_pointer_cast<SocketLink>(shared_from_this());
+  asio::async_write(socket_, asio::buffer(response_), [self, gen](const std::error_code& ec, size_t) {
+    if (!ec) return;
+    std::lock_guard lock(self->mu_);
+    if (gen == self->gen_ && self->state_ == State::kConnected) {
+      self->failed_locked("authentication: write: " + ec.message());
+    }
+  });
+  asio::async_read(socket_, asio::buffer(verdict_), [self, gen](const std::error_code& ec, size_t) {
+    self->on_auth_verdict(gen, ec);
+  });
+}
+
+void SocketLink::on_auth_verdict(uint64_t gen, const std::error_code& ec) {
+  std::unique_lock lock(mu_);
+  if (gen != gen_ || state_ != State::kConnected || !authenticating_) return;
+  if (ec) {
+    // A listener that refuses writes its verdict and closes; a short read is a refusal too.
+    auth_failed_locked("the peer at " + to_text_ +
+                       " closed the connection during authentication (wrong or missing secret?)");
+    return;
+  }
+  Verdict v = check_verdict(core_->config.secret, client_nonce_, server_nonce_, verdict_);
+  if (v == Verdict::kRefused) {
+    auth_failed_locked("the peer at " + to_text_ + " refused our secret (PODIUM_SECRET differs)");
+    return;
+  }
+  if (v == Verdict::kForged) {
+    auth_failed_locked("the peer at " + to_text_ + " could not prove that it holds the secret");
+    return;
+  }
+  authenticating_ = false;
+  auth_timer_.cancel();
+  start_session_locked();
+}
+
+void SocketLink::auth_failed_locked(const std::string& why) {
+  spdlog::error("channel: authentication with {} failed: {}", to_text_, why);
+  std::vector<Outgoing> back;
+  queue_.drain_into(back);
+  failed_locked("authentication failed: " + why);  // idle now: the queue is empty
+  if (back.empty()) return;
+  // hand_back() may call into the sender's code: not under mu_. The io thread that runs
+  // this handler holds no other lock, so a post keeps the order simple.
+  asio::post(core_->io, [core = core_, back = std::move(back), why]() mutable {
+    hand_back(*core, back, ChannelErrc::kAuthFailed, "authentication failed: " + why);
+  });
+}
+
+void SocketLink::start_session_locked() {
+  first_read_ = true;
   wire::Hello hello;
   hello.session_id = session_id_;
   {
@@ -291,6 +388,8 @@ void SocketLink::push_locked() {
 
 void SocketLink::close_locked() {
   ++gen_;
+  authenticating_ = false;
+  auth_timer_.cancel();
   std::error_code ec;
   resolver_.cancel();
   socket_.close(ec);
@@ -302,6 +401,7 @@ void SocketLink::close_locked() {
 
 void SocketLink::start_read_locked() {
   auto into = decoder_.prepare();
+  read_into_ = reinterpret_cast<const std::byte*>(into.data());
   socket_.async_read_some(
       asio::buffer(into.data(), into.size()),
       [self = std::static_pointer_cast<SocketLink>(shared_from_this()), gen = gen_](
@@ -313,6 +413,14 @@ void SocketLink::on_read(uint64_t gen, const std::error_code& ec, size_t n) {
   if (gen != gen_ || state_ != State::kConnected) return;
   if (ec) {
     failed_locked(ec == asio::error::eof ? "connection closed by peer" : "read: " + ec.message());
+    return;
+  }
+  if (std::exchange(first_read_, false) && n >= 4 && read_into_ &&
+      std::memcmp(read_into_, "PDMA", 4) == 0) {
+    // A listener that authenticates (CH-8) greets with a challenge; we hold no secret.
+    auth_failed_locked("the peer at " + to_text_ +
+                       " requires authentication, and this process has no secret (set "
+                       "PODIUM_SECRET or PODIUM_SECRET_FILE)");
     return;
   }
   decoder_.commit(n);
@@ -359,6 +467,7 @@ void SocketLink::on_writable(uint64_t gen, const std::error_code& ec) {
 }
 
 void SocketLink::flush_locked() {
+  if (authenticating_) return;  // CH-8: frames go out once the peer accepted us
   while (state_ == State::kConnected && !write_waiting_) {
     bool hello_left = hello_off_ < hello_.size();
     size_t end = holding_ ? written_ : queue_.size();  // frames that may go out now

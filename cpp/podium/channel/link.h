@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "podium/channel/auth.h"
 #include "podium/channel/core.h"
 #include "podium/channel/socket_util.h"
 #include "podium/wire/frame.h"
@@ -115,6 +116,13 @@ class SocketLink final : public Link {
   void start_read_locked();
   void on_read(uint64_t gen, const std::error_code& ec, size_t n);
   void on_writable(uint64_t gen, const std::error_code& ec);
+  // After connect: the Hello, then frames (a new session) or HelloAck first (resumed).
+  void start_session_locked();
+  // CH-8: read the challenge, answer, read the verdict; start_session_locked() on success.
+  void on_auth_challenge(uint64_t gen, const std::error_code& ec);
+  void on_auth_verdict(uint64_t gen, const std::error_code& ec);
+  // The peer refused (or could not prove) the secret: everything queued goes back now.
+  void auth_failed_locked(const std::string& why);
   // Writes queued bytes until done or the socket is full (then waits for writability).
   void flush_locked();
 
@@ -129,7 +137,15 @@ class SocketLink final : public Link {
   bool resumed_ = false;  // the session had a connection before this one
   bool holding_ = false;  // a resumed session writes no Data until HelloAck says where to go on
   bool write_waiting_ = false;  // an async_wait(write) is pending
+  bool authenticating_ = false;  // CH-8 in progress: nothing may be written but its bytes
+  Nonce server_nonce_{}, client_nonce_{};
+  std::array<uint8_t, kChallengeBytes> challenge_{};
+  std::array<uint8_t, kResponseBytes> response_{};
+  std::array<uint8_t, kVerdictBytes> verdict_{};
+  asio::steady_timer auth_timer_;
   wire::FrameDecoder decoder_;  // HelloAck/Ack from the peer
+  const std::byte* read_into_ = nullptr;  // where the pending read lands
+  bool first_read_ = false;               // no byte read yet on this connection
   // Reused by flush_locked() so that the hot path does not allocate.
   std::vector<std::byte> heads_;
   std::vector<size_t> head_ends_, frame_bytes_;

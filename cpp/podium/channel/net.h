@@ -27,6 +27,10 @@
 //        logged reason; the Net keeps serving its other connections.
 //   CH-6 send() never blocks on the network; when the link is connected and idle it writes on
 //        the caller's thread (one writev, no thread hop), otherwise the io_context finishes.
+//   CH-8 With Config::secret set, a TCP connection carries frames only after both ends
+//        proved the secret (auth.h): a listener decodes nothing from a peer that did not,
+//        and refuses it at once with a logged warning; a dialler whose secret is refused
+//        hands its queued envelopes back with kAuthFailed at once.
 //   CH-7 A send made under FlushLater is written with the link's next write, or once
 //        kFlushLaterFrames are waiting, or at the latest Config::flush_later_delay after it
 //        was queued (a timer on the io_context): a burst costs one writev, and no envelope
@@ -37,6 +41,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "podium/base/error.h"
 #include "podium/channel/address.h"
@@ -57,6 +62,7 @@ enum class ChannelErrc : uint16_t {
   kFrameTooLarge = 105,
   kMalformedFrame = 106,
   kProtocol = 107,
+  kAuthFailed = 108,  // a TCP peer did not prove, or did not accept, the shared secret
 };
 constexpr Subsystem subsystem_of(ChannelErrc) { return Subsystem::kChannel; }
 
@@ -69,6 +75,10 @@ struct Config {
   uint32_t ack_every = 256;                 // receiver acks after this many envelopes ...
   std::chrono::microseconds ack_delay{1000};  // ... or this long after the first unacked one
   std::chrono::microseconds flush_later_delay{50};  // CH-7's bound
+  // The job's shared secret. When set, every TCP connection, in and out, passes a
+  // challenge-response on it before any frame is read (CH-8). Unix and in-process links
+  // stay within this user's reach (0700 socket directory) and do not authenticate.
+  std::string secret;
 };
 
 // Sends made on this thread while a FlushLater lives may wait for the link's next write

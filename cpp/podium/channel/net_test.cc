@@ -112,8 +112,10 @@ TEST_P(ChannelNetTransport, LargePartsArriveIntact) {
 }
 
 TEST_P(ChannelNetTransport, SlowStreamIsAckedByTheTimer) {  // CH-3: acks arrive without ack_every
+  // Without acks every envelope would expire after delivery_timeout; the 2 ms ack timer
+  // keeps each far inside it (1 s leaves room for a loaded machine's scheduling delays).
   Config c = test_config();
-  c.delivery_timeout = 300ms;
+  c.delivery_timeout = 1000ms;
   c.ack_every = 1'000'000;
   c.ack_delay = 2ms;
   Pair p(GetParam(), 1, c);
@@ -122,7 +124,7 @@ TEST_P(ChannelNetTransport, SlowStreamIsAckedByTheTimer) {  // CH-3: acks arrive
     std::this_thread::sleep_for(20ms);
   }
   ASSERT_TRUE(p.receiver.wait_for(40, 10s));
-  std::this_thread::sleep_for(400ms);  // past every deadline: none may expire
+  std::this_thread::sleep_for(1200ms);  // past every deadline: none may expire
   EXPECT_EQ(p.returns.size(), 0u);
   EXPECT_EQ(p.receiver.error(), "");
 }
@@ -410,6 +412,92 @@ TEST(ChannelNet, InprocNameIsExclusiveUntilStop) {
   EXPECT_FALSE(b.listen(*Address::parse(name)));
   a.reset();
   EXPECT_TRUE(b.listen(*Address::parse(name)));
+}
+
+}  // namespace
+}  // namespace podium::channel
+
+namespace podium::channel {
+namespace {
+
+// CH-8: TCP connections authenticate with the shared secret before any frame.
+struct AuthPair {
+  AuthPair(std::string rx_secret, std::string tx_secret)
+      : rx_io(1), tx_io(1),
+        rx(rx_io.io(), with_secret(rx_secret), receiver.fn(), rx_returns.fn()),
+        tx(tx_io.io(), with_secret(tx_secret),
+           [](wire::Envelope&&) { ADD_FAILURE() << "tx got an envelope"; }, returns.fn()) {
+    auto bound = rx.listen(*Address::parse("tcp:127.0.0.1:0"));
+    EXPECT_TRUE(bound) << bound.error().to_string();
+    if (bound) to = *bound;
+  }
+  static Config with_secret(std::string secret) {
+    Config c = test_config();
+    c.secret = std::move(secret);
+    return c;
+  }
+  Receiver receiver;
+  Returns rx_returns, returns;
+  IoThreads rx_io, tx_io;
+  Net rx, tx;
+  Address to;
+};
+
+TEST(ChannelAuth, PeersWithTheSameSecretExchangeFrames) {
+  AuthPair p("job-secret-1", "job-secret-1");
+  for (uint64_t i = 0; i < 2000; ++i) p.tx.send(p.to, numbered(i, 500));
+  ASSERT_TRUE(p.receiver.wait_for(2000, 30s)) << p.receiver.count() << " arrived";
+  EXPECT_EQ(p.receiver.error(), "");
+  EXPECT_EQ(p.returns.size(), 0u);
+}
+
+TEST(ChannelAuth, AWrongSecretIsRefusedAtOnceAndTheListenerServesOthers) {
+  AuthPair p("job-secret-1", "not-the-secret");
+  auto t0 = std::chrono::steady_clock::now();
+  p.tx.send(p.to, numbered(0));
+  ASSERT_TRUE(p.returns.wait_for(1, 10s));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);  // refused, not timed out (30 s)
+  auto back = p.returns.take();
+  EXPECT_TRUE(back[0].second.is(ChannelErrc::kAuthFailed)) << back[0].second.to_string();
+  EXPECT_NE(back[0].second.message.find("refused our secret"), std::string::npos)
+      << back[0].second.message;
+  EXPECT_EQ(p.receiver.count(), 0u);  // nothing was decoded from the stranger
+  // The listener keeps serving a peer that knows the secret.
+  Returns good_returns;
+  IoThreads good_io(1);
+  Net good(good_io.io(), AuthPair::with_secret("job-secret-1"),
+           [](wire::Envelope&&) {}, good_returns.fn());
+  good.send(p.to, numbered(0));
+  EXPECT_TRUE(p.receiver.wait_for(1, 10s));
+  EXPECT_EQ(good_returns.size(), 0u);
+}
+
+TEST(ChannelAuth, ADiallerWithoutASecretLearnsThatOneIsNeeded) {
+  AuthPair p("job-secret-1", "");
+  p.tx.send(p.to, numbered(0));
+  ASSERT_TRUE(p.returns.wait_for(1, 10s));
+  auto back = p.returns.take();
+  EXPECT_TRUE(back[0].second.is(ChannelErrc::kAuthFailed)) << back[0].second.to_string();
+  EXPECT_NE(back[0].second.message.find("PODIUM_SECRET"), std::string::npos);
+  EXPECT_EQ(p.receiver.count(), 0u);
+}
+
+TEST(ChannelAuth, AListenerWithoutTheSecretIsNotTrusted) {
+  // The dialler holds a secret, the listener (an impostor) does not: the dialler waits for
+  // a challenge that never comes and sends nothing but... nothing: no Hello, no frame.
+  Config c = test_config();
+  c.delivery_timeout = 500ms;
+  IoThreads rx_io(1), tx_io(1);
+  Receiver receiver;
+  Returns rx_returns, returns;
+  Net rx(rx_io.io(), test_config(), receiver.fn(), rx_returns.fn());
+  c.secret = "job-secret-1";
+  Net tx(tx_io.io(), c, [](wire::Envelope&&) {}, returns.fn());
+  auto bound = rx.listen(*Address::parse("tcp:127.0.0.1:0"));
+  ASSERT_TRUE(bound);
+  tx.send(*bound, numbered(0));
+  ASSERT_TRUE(returns.wait_for(1, 10s));  // handed back at the delivery timeout
+  EXPECT_EQ(receiver.count(), 0u);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <list>
 #include <random>
 #include <thread>
@@ -576,11 +577,35 @@ void default_root_handler(actor::MeshFailure f) {
   std::thread([] { std::exit(1); }).detach();
 }
 
+// The job's shared secret (channel CH-8): PODIUM_SECRET, or the contents of the file
+// PODIUM_SECRET_FILE names (a trailing newline dropped). Empty when neither is set.
+Result<std::string> job_secret() {
+  if (const char* s = std::getenv("PODIUM_SECRET"); s && *s) return std::string(s);
+  const char* path = std::getenv("PODIUM_SECRET_FILE");
+  if (!path || !*path) return std::string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return std::unexpected(make_error(BaseErrc::kIo, std::string("PODIUM_SECRET_FILE ") + path +
+                                                         ": cannot read it"));
+  }
+  std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+  if (secret.empty()) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument,
+                                      std::string("PODIUM_SECRET_FILE ") + path + " is empty"));
+  }
+  return secret;
+}
+
 Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::string sock_dir,
                                               std::optional<channel::Address> parent) {
   auto impl = std::make_unique<Runtime::Impl>();
   impl->sock_dir = std::move(sock_dir);
-  auto proc = actor::Proc::make(actor::ProcConfig{std::move(listen), channel::Config{}});
+  auto secret = job_secret();
+  if (!secret) return std::unexpected(secret.error());
+  channel::Config net_config;
+  net_config.secret = std::move(*secret);
+  auto proc = actor::Proc::make(actor::ProcConfig{std::move(listen), std::move(net_config)});
   if (!proc) return std::unexpected(proc.error());
   impl->proc = std::move(*proc);
   impl->proc_key = impl->proc->id().to_string();
