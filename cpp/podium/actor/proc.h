@@ -18,12 +18,22 @@
 //   AC-9 A stop drains the messages queued before it, runs cleanup(), then refuses later ones.
 //   AC-10 Constructs and stops never run inside a DeliveryOnlyScope; they wait for another
 //        thread, which the loop provides once the scoped thread stops driving.
+//   AC-11 Calls (kCall) from one sender to one actor are handled in send order, whichever way
+//        they travel (direct, or through a cast tree: mesh/relay.h). The sender stamps each
+//        with its stream (sender_stream(): a hash of its ActorId, or of this proc's id for
+//        threads outside actors) and the next number of that (stream, actor) pair; the
+//        receiving proc holds back a call that arrives early, drops a duplicate (a tree that
+//        re-sent a subtree around a dead relay), and skips a gap left unfilled for
+//        kOrderGapTimeout with a warning, so one lost message never stalls a stream.
+//   AC-12 traffic() counts the envelopes this proc sent to and received from other procs
+//        (local routing not counted): the cast benchmark's controller load.
 //   SV-1 An actor spawned with a supervisor (the "spawn" message names the owner process's
 //        address and the mesh's supervision id) that fails — its constructor fails, a handler
 //        returns an Error, fail_actor() — sends exactly one "actor_failed" system message to
 //        that process, carrying a MeshFailure. A stop is not a failure and sends nothing.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,6 +53,9 @@ class io_context;
 namespace podium::actor {
 
 class Executor;
+
+// How long a receiver holds calls behind a missing one before skipping it (AC-11).
+inline constexpr std::chrono::seconds kOrderGapTimeout{10};
 
 struct ProcConfig {
   channel::Address listen;  // where the proc's Net listens; its ProcId
@@ -68,6 +81,18 @@ class Proc {
   void send(const channel::Address& to, wire::Envelope env);
   // Sends `env` to the proc named in env.dest.
   void send(wire::Envelope env);
+  // AC-11: the ordering stream of whoever sends from this thread, and the next sequence
+  // number of (stream, `dest`). send() stamps unstamped calls itself; a cast tree stamps the
+  // calls it carries when the cast starts.
+  uint64_t sender_stream() const;
+  uint64_t next_seq(uint64_t stream, std::string_view dest);
+  // AC-12.
+  struct Traffic {
+    uint64_t sent = 0;
+    uint64_t received = 0;
+  };
+  Traffic traffic() const;
+
   // Sends a kReply for `reply_port` (a PortId text), carrying `value` or `error`.
   void send_reply(std::string_view reply_port, uint64_t rank, Result<std::vector<Buffer>> value);
 

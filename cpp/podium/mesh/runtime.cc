@@ -21,6 +21,7 @@
 #include "podium/host/child_watcher.h"
 #include "podium/host/zygote.h"
 #include "podium/mesh/cast.h"
+#include "podium/mesh/relay.h"
 #include "podium/mesh/supervisor.h"
 
 namespace podium {
@@ -74,6 +75,7 @@ struct Runtime::Impl {
   std::unique_ptr<actor::Proc> proc;
   std::unique_ptr<host::ChildWatcher> watcher;
   std::unique_ptr<Supervisor> supervisor;
+  std::unique_ptr<Relay> relay;
   std::optional<channel::Address> parent;  // the controller, in a proc; immutable
   // The zygote procs fork from (InitOptions::zygote_argv), started by the first spawn;
   // guarded by spawn_mu. zygote_failed: it could not start, procs are exec'd.
@@ -306,6 +308,7 @@ struct Runtime::Impl {
     // fault queued already (the unhandled fault hook still runs at exit).
     if (!expected) supervisor->proc_exited(key, pid, sig, code, cause);
     for (auto& c : waiting) c->proc_failed(key, why);
+    relay->proc_gone(key, why);  // CT-4: casts that route through it go around it
   }
 
   // "proc_exit" [key, cause] [pid, expected, signal, exit code] from the controller (ME-7).
@@ -379,6 +382,14 @@ Runtime& Runtime::get() {
 actor::Proc& Runtime::proc() { return *impl_->proc; }
 const std::string& Runtime::proc_key() const { return impl_->proc_key; }
 Supervisor& Runtime::supervisor() { return *impl_->supervisor; }
+Relay& Runtime::relay() { return *impl_->relay; }
+
+std::optional<Error> Runtime::proc_dead(const std::string& proc_key) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->dead.find(proc_key);
+  if (it == impl_->dead.end()) return std::nullopt;
+  return it->second;
+}
 void Runtime::kill_proc(const std::string& proc_key) { impl_->kill(proc_key); }
 
 Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Extent& extent) {
@@ -590,8 +601,12 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
   impl->supervisor = std::make_unique<Supervisor>(*impl->proc);
   impl->supervisor->set_root_handler(g_fault_handler ? g_fault_handler
                                                      : Supervisor::RootHandler(&default_root_handler));
+  impl->relay = std::make_unique<Relay>();
   impl->parent = std::move(parent);
   auto* raw = impl.get();
+  impl->proc->on_system("cast", [raw](const actor::SystemHeader& h, wire::Envelope&& env) {
+    raw->relay->on_cast(h, std::move(env));
+  });
   impl->proc->on_system("ready", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
     raw->on_ready(h);
   });

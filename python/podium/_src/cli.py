@@ -109,9 +109,16 @@ def _register_bench(subparsers: argparse._SubParsersAction) -> None:
 
 # -----------------------------------------------------------------------------------------
 
+def _register_sim(subparsers: argparse._SubParsersAction) -> None:
+    from podium._src import sim_cast
+
+    sim_cast.register(subparsers)
+
+
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_version,
     _register_bench,
+    _register_sim,
 ]
 
 
