@@ -6,23 +6,36 @@
 // Per size: tree_us / star_us, the median latency of call() (every rank answers); and
 // controller_sends / controller_recvs, the envelopes the controller's proc sent to and received
 // from other procs per tree call (Proc::traffic, AC-12), the largest over the timed calls.
-// "calibration" holds the per-hop costs `podium sim cast` builds its model from
-// (docs/cast.md): hop_us, half the round trip of a call to one actor in another proc;
-// send_us, the controller's own time per message sent in a star cast (call_raw's return, over
-// N); recv_us, the rest of the star's growth per rank (a reply's arrival and handling);
-// member_us, the tree root's own time per rank (the plan it encodes).
+// Each row also has the CPU time per call of the controller process and of all procs together
+// (getrusage, /proc/<pid>/task/*/schedstat), tree and star.
+// "calibration" holds the per-hop costs `podium sim cast` builds its model from (docs/cast.md):
+//   hop_us     half the round trip of a call to one actor in another proc (1 proc)
+//   send_us    the calling thread's CPU time per message sent in a star cast (largest size)
+//   recv_us    the rest of the controller's CPU time per rank of a star cast (a reply's
+//              arrival and handling; largest size)
+//   member_us  the calling thread's CPU time per rank of a tree cast beyond its k sends (the
+//              plan it builds and encodes; largest size)
+//   proc_us    one proc's CPU time per call (wake-up, handler, reply; 1 proc)
+//   contention how much more CPU a proc spent per call at the largest size (cores shared)
+//   relay_us   the procs' extra CPU time per rank in a tree over a star, at the largest size,
+//              divided by `contention`
 //
 // PODIUM_POLL_US defaults to 0 here (every proc sleeps in epoll_wait): 256 procs that poll
 // would share 2 cores; set it to measure with polling.
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "podium/actor/executor.h"
 #include "podium/actor/proc.h"
 #include "podium/mesh/actor_mesh.h"
 #include "podium/mesh/relay.h"
@@ -63,22 +76,63 @@ double us_since(Clock::time_point t0) {
 
 struct Mode {
   double call_us = 0;   // median call() latency
-  double send_us = 0;   // median time until call_raw returned (the sender's own work)
+  double send_us = 0;   // median CPU time of the calling thread inside call_raw
+  double self_cpu_us = 0;   // the controller process's CPU time per call
+  double procs_cpu_us = 0;  // every proc's CPU time per call, together
   uint64_t sends = 0;   // most controller sends in one call
   uint64_t recvs = 0;   // most controller receives in one call
 };
 
-Mode measure(const podium::ActorMesh<Echo>& mesh, size_t fanout, int iters) {
+double thread_cpu_us() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
+
+double self_cpu_us() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto us = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_usec); };
+  return us(ru.ru_utime) + us(ru.ru_stime);
+}
+
+// CPU time of every thread of every proc of the mesh, from /proc/<pid>/task/*/schedstat
+// (nanoseconds on a CPU: the first field).
+double procs_cpu_us(const podium::ProcMesh& procs) {
+  double total = 0;
+  for (size_t r = 0; r < procs.size(); ++r) {
+    std::error_code ec;
+    std::filesystem::directory_iterator it("/proc/" + std::to_string(procs.pid(r)) + "/task", ec);
+    if (ec) continue;
+    for (const auto& task : it) {
+      FILE* f = std::fopen((task.path() / "schedstat").c_str(), "r");
+      if (!f) continue;
+      unsigned long long ns = 0;
+      if (std::fscanf(f, "%llu", &ns) == 1) total += static_cast<double>(ns) / 1e3;
+      std::fclose(f);
+    }
+  }
+  return total;
+}
+
+Mode measure(const podium::ProcMesh& procs, const podium::ActorMesh<Echo>& mesh, size_t fanout,
+             int iters) {
   podium::mesh::set_cast_fanout(fanout);
   auto& proc = podium::mesh::Runtime::get().proc();
   auto arg = podium::detail::pack(std::tuple<int>(1));
   std::vector<double> lat, send;
   Mode m;
+  double self0 = 0, procs0 = 0;
   for (int i = 0; i < iters + 3; ++i) {
+    if (i == 3) {
+      self0 = self_cpu_us();
+      procs0 = procs_cpu_us(procs);
+    }
     auto before = proc.traffic();
     auto t0 = Clock::now();
+    double c0 = thread_cpu_us();
     auto f = mesh.call_raw("ping", {arg});
-    double s = us_since(t0);
+    double s = thread_cpu_us() - c0;
     auto r = f.get(30s);
     double l = us_since(t0);
     auto after = proc.traffic();
@@ -92,6 +146,8 @@ Mode measure(const podium::ActorMesh<Echo>& mesh, size_t fanout, int iters) {
     m.sends = std::max(m.sends, after.sent - before.sent);
     m.recvs = std::max(m.recvs, after.received - before.received);
   }
+  m.self_cpu_us = (self_cpu_us() - self0) / iters;
+  m.procs_cpu_us = (procs_cpu_us(procs) - procs0) / iters;
   m.call_us = median(lat);
   m.send_us = median(send);
   return m;
@@ -112,8 +168,11 @@ std::vector<size_t> parse_sizes(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ::setenv("PODIUM_POLL_US", "0", 0);  // before init: the controller and its procs
+  bool poll_set = std::getenv("PODIUM_POLL_US") != nullptr;
+  ::setenv("PODIUM_POLL_US", "0", 0);  // the procs read it when they start
   podium::init(argc, argv);
+  // This process read it before main(): set the controller's own polling too.
+  if (!poll_set) podium::actor::Executor::set_poll(std::chrono::nanoseconds(0), std::chrono::nanoseconds(0));
   bool json = false;
   size_t fanout = podium::mesh::kDefaultCastFanout;
   std::vector<size_t> sizes = {1, 8, 64, 256};
@@ -152,14 +211,17 @@ int main(int argc, char** argv) {
     double spawn_ms = us_since(t0) / 1000;
     Row row{n, {}, {}};
     // Alternate so that drift on a shared machine hits both alike.
-    Mode t1 = measure(echo, fanout, iters / 2);
-    Mode s1 = measure(echo, 0, iters / 2);
-    Mode t2 = measure(echo, fanout, iters - iters / 2);
-    Mode s2 = measure(echo, 0, iters - iters / 2);
-    row.tree = Mode{(t1.call_us + t2.call_us) / 2, (t1.send_us + t2.send_us) / 2,
-                    std::max(t1.sends, t2.sends), std::max(t1.recvs, t2.recvs)};
-    row.star = Mode{(s1.call_us + s2.call_us) / 2, (s1.send_us + s2.send_us) / 2,
-                    std::max(s1.sends, s2.sends), std::max(s1.recvs, s2.recvs)};
+    Mode t1 = measure(procs, echo, fanout, iters / 2);
+    Mode s1 = measure(procs, echo, 0, iters / 2);
+    Mode t2 = measure(procs, echo, fanout, iters - iters / 2);
+    Mode s2 = measure(procs, echo, 0, iters - iters / 2);
+    auto both = [](const Mode& a, const Mode& b) {
+      return Mode{(a.call_us + b.call_us) / 2,         (a.send_us + b.send_us) / 2,
+                  (a.self_cpu_us + b.self_cpu_us) / 2, (a.procs_cpu_us + b.procs_cpu_us) / 2,
+                  std::max(a.sends, b.sends),          std::max(a.recvs, b.recvs)};
+    };
+    row.tree = both(t1, t2);
+    row.star = both(s1, s2);
     if (n == 1) hop_us = row.star.call_us / 2;
     rows.push_back(row);
     if (!json) {
@@ -170,16 +232,21 @@ int main(int argc, char** argv) {
   }
   podium::mesh::set_cast_fanout(fanout);
 
-  // Calibration from the largest and smallest sizes measured.
+  // Calibration (docs/cast.md). Wall-clock and per-proc costs from the smallest size (one
+  // proc: no contention for the cores); the controller's CPU per message and the relays' extra
+  // CPU from the largest, the latter scaled by how much contention inflated a proc's CPU there.
   const Row& big = rows.back();
   const Row& small = rows.front();
-  double span = static_cast<double>(big.procs - small.procs);
-  double send_us = big.star.send_us / static_cast<double>(big.procs);
-  double recv_us = 0, member_us = 0;
-  if (span > 0) {
-    recv_us = std::max(0.0, (big.star.call_us - small.star.call_us) / span - send_us);
-    member_us = std::max(0.0, (big.tree.send_us - static_cast<double>(fanout) * send_us) /
-                                  static_cast<double>(big.procs));
+  double nb = static_cast<double>(big.procs);
+  double ns = static_cast<double>(small.procs);
+  double send_us = big.star.send_us / nb;
+  double recv_us = std::max(0.0, big.star.self_cpu_us / nb - send_us);
+  double proc_us = small.star.procs_cpu_us / ns;
+  double contention = std::max(1.0, big.star.procs_cpu_us / nb / std::max(proc_us, 1e-3));
+  double member_us = 0, relay_us = 0;
+  if (big.procs > fanout) {
+    member_us = std::max(0.0, (big.tree.send_us - static_cast<double>(fanout) * send_us) / nb);
+    relay_us = std::max(0.0, (big.tree.procs_cpu_us - big.star.procs_cpu_us) / nb) / contention;
   }
   if (hop_us == 0) hop_us = small.star.call_us / 2;
 
@@ -189,16 +256,21 @@ int main(int argc, char** argv) {
       const Row& r = rows[i];
       std::printf("%s{\"procs\": %zu, \"tree_us\": %.1f, \"star_us\": %.1f, "
                   "\"controller_sends\": %llu, \"controller_recvs\": %llu, "
-                  "\"star_controller_sends\": %llu, \"star_controller_recvs\": %llu}",
+                  "\"star_controller_sends\": %llu, \"star_controller_recvs\": %llu, "
+                  "\"tree_controller_cpu_us\": %.1f, \"star_controller_cpu_us\": %.1f, "
+                  "\"tree_procs_cpu_us\": %.1f, \"star_procs_cpu_us\": %.1f}",
                   i ? ", " : "", r.procs, r.tree.call_us, r.star.call_us,
                   static_cast<unsigned long long>(r.tree.sends),
                   static_cast<unsigned long long>(r.tree.recvs),
                   static_cast<unsigned long long>(r.star.sends),
-                  static_cast<unsigned long long>(r.star.recvs));
+                  static_cast<unsigned long long>(r.star.recvs), r.tree.self_cpu_us,
+                  r.star.self_cpu_us, r.tree.procs_cpu_us, r.star.procs_cpu_us);
     }
     std::printf("], \"calibration\": {\"hop_us\": %.2f, \"send_us\": %.3f, \"recv_us\": %.3f, "
-                "\"member_us\": %.4f}, \"iters\": %d, \"cores\": %ld}\n",
-                hop_us, send_us, recv_us, member_us, iters, ::sysconf(_SC_NPROCESSORS_ONLN));
+                "\"member_us\": %.4f, \"proc_us\": %.2f, \"relay_us\": %.2f, "
+                "\"contention\": %.2f, \"from_procs\": %zu}, \"iters\": %d, \"cores\": %ld}\n",
+                hop_us, send_us, recv_us, member_us, proc_us, relay_us, contention, big.procs, iters,
+                ::sysconf(_SC_NPROCESSORS_ONLN));
   } else {
     std::printf("fan-out %zu, %d calls per mode\n", fanout, iters);
     std::printf("%8s %12s %12s %8s %8s\n", "procs", "tree_us", "star_us", "sends", "recvs");
@@ -207,8 +279,9 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(r.tree.sends),
                   static_cast<unsigned long long>(r.tree.recvs));
     }
-    std::printf("calibration: hop %.2f us, send %.3f us, recv %.3f us, member %.4f us\n", hop_us,
-                send_us, recv_us, member_us);
+    std::printf("calibration: hop %.2f us, send %.3f us, recv %.3f us, member %.4f us, "
+                "proc %.2f us, relay %.2f us\n",
+                hop_us, send_us, recv_us, member_us, proc_us, relay_us);
   }
   podium::shutdown();
   return 0;

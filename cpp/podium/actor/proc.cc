@@ -163,7 +163,8 @@ struct Proc::Impl {
   };
   std::mutex order_mu;  // guards order_in, order_out and every OrderIn
   std::unordered_map<std::string, OrderIn> order_in;    // "<stream> <local key>"
-  std::unordered_map<std::string, uint64_t> order_out;  // "<stream> <dest>" -> last number
+  // stream -> dest -> the last number given
+  std::unordered_map<uint64_t, StringMap<uint64_t>> order_out;
   uint64_t proc_stream = 0;  // this proc's own stream, immutable after make()
   std::atomic<uint64_t> sent_remote{0};
   std::atomic<uint64_t> received_remote{0};
@@ -783,11 +784,25 @@ uint64_t Proc::sender_stream() const {
 }
 
 uint64_t Proc::next_seq(uint64_t stream, std::string_view dest) {
-  std::string key = std::to_string(stream);
-  key += ' ';
-  key += dest;
+  uint64_t out = 0;
+  next_seqs(stream, std::span<const std::string* const>(), dest, &out);
+  return out;
+}
+
+void Proc::next_seqs(uint64_t stream, std::span<const std::string* const> dests,
+                     std::string_view one, uint64_t* out) {
   std::lock_guard lock(impl_->order_mu);
-  return ++impl_->order_out[key];
+  auto& per_dest = impl_->order_out[stream];
+  auto bump = [&](std::string_view d) {
+    auto it = per_dest.find(d);
+    if (it == per_dest.end()) it = per_dest.emplace(std::string(d), 0).first;
+    return ++it->second;
+  };
+  if (dests.empty()) {
+    *out = bump(one);
+    return;
+  }
+  for (size_t i = 0; i < dests.size(); ++i) out[i] = bump(*dests[i]);
 }
 
 Proc::Traffic Proc::traffic() const {

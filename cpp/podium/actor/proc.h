@@ -36,6 +36,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "podium/actor/actor.h"
@@ -86,6 +87,10 @@ class Proc {
   // calls it carries when the cast starts.
   uint64_t sender_stream() const;
   uint64_t next_seq(uint64_t stream, std::string_view dest);
+  // The next numbers of every dest in `dests` (out[i] for dests[i]), under one lock; with
+  // `dests` empty, of `one` into out[0].
+  void next_seqs(uint64_t stream, std::span<const std::string* const> dests,
+                 std::string_view one, uint64_t* out);
   // AC-12.
   struct Traffic {
     uint64_t sent = 0;

@@ -85,12 +85,15 @@ actor::Future<Replies> tree_cast(const std::vector<const ActorTarget*>& targets,
   plan->labels = extent.labels();
   plan->sizes.assign(extent.sizes().begin(), extent.sizes().end());
   plan->dests.reserve(targets.size());
-  plan->seqs.reserve(targets.size());
+  std::vector<const std::string*> dests;
+  dests.reserve(targets.size());
   for (size_t r = 0; r < targets.size(); ++r) {
     plan->dests.push_back(targets[r]->dest);
-    plan->seqs.push_back(proc.next_seq(plan->stream, targets[r]->dest));
+    dests.push_back(&targets[r]->dest);
     if (load && want_reply) load->outstanding[base_ranks[r]].fetch_add(1, std::memory_order_relaxed);
   }
+  plan->seqs.resize(targets.size());
+  proc.next_seqs(plan->stream, dests, {}, plan->seqs.data());
   plan->args = std::move(args);
   plan->want_reply = want_reply;
   start_tree_cast(rt.relay(), std::move(plan), std::move(sink), done);

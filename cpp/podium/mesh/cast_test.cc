@@ -247,6 +247,18 @@ TEST_F(CastTest, DeadRelaysDoNotStallTheCast) {  // CT-4, ME-2
   for (size_t r = 0; r < 64; ++r) {
     EXPECT_EQ(static_cast<bool>(again[r]), r != 1 && r != 17) << "rank " << r;
   }
+  // One-way casts go around the dead relays too, and later calls from the same sender are not
+  // held back waiting for them (AC-11).
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(nodes().broadcast(&Node::seen, 100 + i));
+  auto t0 = std::chrono::steady_clock::now();
+  auto counts = ok(nodes().call_raw("seen_count", {podium::detail::pack(std::tuple<>())}).get(20s));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  for (size_t r = 0; r < 64; ++r) {
+    if (r == 1 || r == 17) continue;
+    ASSERT_TRUE(counts[r]) << "rank " << r;
+    EXPECT_EQ(podium::detail::unpack<int64_t>(counts[r]->at(0), "count").value_or(-1), 3)
+        << "rank " << r;
+  }
   // The typed call names the failed rank as supervision does.
   auto typed = nodes().call(&Node::same).get(20s);
   ASSERT_FALSE(typed);

@@ -279,11 +279,13 @@ struct Relay::Impl {
     size_t i = rank - n->chunk.lo;
     std::vector<Buffer> answer;
     std::string parent;
+    bool root_done = false;
     {
       std::lock_guard lock(n->mu);
       if (n->filled[i]) return;
       n->filled[i] = 1;
       --n->remaining;
+      root_done = n->root && n->remaining == 0;
       if (!n->root) {
         n->slots[i] = std::move(reply);
         if (n->remaining != 0) return;
@@ -295,7 +297,14 @@ struct Relay::Impl {
       }
     }
     if (n->root) {
-      n->sink(rank, std::move(reply));
+      if (n->plan->want_reply) {
+        n->sink(rank, std::move(reply));
+      } else if (!reply) {
+        // One-way: the rank's proc is gone, which its supervisor reports (SV-2).
+        spdlog::debug("podium: cast {}: one-way rank {}: {}", n->plan->id, rank,
+                      reply.error().message);
+      }
+      if (root_done) finish_root(n);
       return;
     }
     proc().close_port(n->gather_port);
@@ -306,6 +315,12 @@ struct Relay::Impl {
       nodes.erase(finished.front());
       finished.pop_front();
     }
+  }
+
+  void finish_root(const std::shared_ptr<Node>& n) {
+    proc().close_port(n->gather_port);
+    std::lock_guard lock(mu);
+    nodes.erase({n->plan->id, kRootLo});
   }
 
   static void send_runs(const std::string& port, std::vector<Buffer> parts) {
@@ -363,7 +378,8 @@ struct Relay::Impl {
     env.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
     env.dest = system_port_of(key);
     env.sender = p.sender;
-    std::string parent = p.want_reply ? proc().port_text(n->gather_port) : std::string();
+    // One-way casts gather too (empty acks), so that a dead relay's subtree is re-sent (CT-4).
+    std::string parent = proc().port_text(n->gather_port);
     env.parts.reserve(2 + p.args.size());
     env.parts.push_back(actor::encode_system_header(actor::SystemHeader{
         "cast",
@@ -389,13 +405,9 @@ struct Relay::Impl {
       for (size_t r = c.lo; r < c.hi && !pending; ++r) pending = !n->filled[r - n->chunk.lo];
       if (!pending) return;
     }
-    if (!n->plan->want_reply) {
-      spdlog::warn("podium: cast {}: proc {} is gone ({}); its one-way subtree [{}, {}) is "
-                   "sent around it",
-                   n->plan->id, key, why.message, c.lo + 1, c.hi);
-    } else {
-      fill(n, c.lo, std::unexpected(why));
-    }
+    spdlog::debug("podium: cast {}: proc {} is gone ({}); ranks [{}, {}) are sent around it",
+                  n->plan->id, key, why.message, c.lo + 1, c.hi);
+    fill(n, c.lo, std::unexpected(why));
     for (Chunk sub : split_chunks(c.lo + 1, c.hi, n->plan->fanout)) send_child(n, sub);
   }
 
@@ -413,6 +425,7 @@ struct Relay::Impl {
     env.parts.push_back(actor::encode_call_header(p.endpoint, rank, p.labels, p.sizes));
     for (const auto& a : p.args) env.parts.push_back(a);
     proc().send(std::move(env));
+    if (!p.want_reply) fill(n, rank, std::vector<Buffer>{});  // one-way: queued is delivered
   }
 
   std::shared_ptr<Node> make_node(std::shared_ptr<const CastPlan> plan, size_t plan_lo, Chunk c,
@@ -443,13 +456,14 @@ void start_tree_cast(Relay& relay, std::shared_ptr<CastPlan> plan,
   size_t n = plan->dests.size();
   auto node = impl.make_node(plan, 0, Chunk{0, n}, true);
   node->sink = std::move(sink);
-  if (plan->want_reply) {
-    impl.open_gather(node);
-    std::pair<uint64_t, size_t> key{plan->id, kRootLo};
-    {
-      std::lock_guard lock(impl.mu);
-      impl.nodes[key] = node;
-    }
+  impl.open_gather(node);
+  std::pair<uint64_t, size_t> key{plan->id, kRootLo};
+  {
+    std::lock_guard lock(impl.mu);
+    impl.nodes[key] = node;
+  }
+  // Every rank answered (finish_root), or the caller's collector completed first (ME-2).
+  if (done.valid()) {
     Relay::Impl* raw = &impl;
     done.on_ready([raw, key, port = node->gather_port](const Result<Replies>&) {
       Relay::Impl::proc().close_port(port);
@@ -478,7 +492,7 @@ void Relay::on_cast(const actor::SystemHeader& h, wire::Envelope&& env) {
   plan->sender = h.args[1];
   const std::string& parent = h.args[2];
   std::pair<uint64_t, size_t> key{plan->id, c.lo};
-  if (plan->want_reply) {
+  {
     std::shared_ptr<Node> seen;
     {
       std::lock_guard lock(impl_->mu);
@@ -499,7 +513,7 @@ void Relay::on_cast(const actor::SystemHeader& h, wire::Envelope&& env) {
   if (auto st = decode_plan_part(env.parts[1], *plan); !st || plan->dests.size() != c.hi - c.lo) {
     std::string why = st ? "member count does not match its chunk" : st.error().to_string();
     spdlog::error("podium: cast {} from {}: {}", plan->id, env.sender, why);
-    if (!parent.empty()) {
+    {
       // The parent learns that every rank of the chunk failed, rather than waiting.
       std::vector<std::optional<Reply>> slots(c.hi - c.lo, Reply(std::unexpected(relay_error(why))));
       Impl::send_runs(parent, encode_runs(c.lo, slots));
@@ -510,8 +524,8 @@ void Relay::on_cast(const actor::SystemHeader& h, wire::Envelope&& env) {
                     std::make_move_iterator(env.parts.end()));
   auto node = impl_->make_node(plan, c.lo, c, false);
   node->parent_port = parent;
-  if (plan->want_reply) {
-    impl_->open_gather(node);
+  impl_->open_gather(node);
+  {
     std::lock_guard lock(impl_->mu);
     impl_->nodes[key] = node;
   }

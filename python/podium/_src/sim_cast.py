@@ -3,17 +3,23 @@
 The model (docs/cast.md) follows the tree the C++ relay builds (relay.h, CT-2): a node that
 receives chunk [lo, hi) delivers to rank lo and forwards [lo+1, hi) split into at most k
 near-equal chunks; the root splits [0, n) into at most k chunks. Costs come from the bench's
-"calibration" (measured on this machine, never invented):
+"calibration" (measured on this machine, never invented; cpp/tools/bench_cast.cc):
 
   hop_us     a message's trip from one proc to another (half a measured round trip)
-  send_us    a node's own time per message it sends
-  recv_us    a node's own time per reply it receives and merges
-  member_us  a node's own time per rank of its chunk (decoding and re-encoding the plan)
+  send_us    a node's CPU time per message it sends
+  recv_us    a node's CPU time per reply it receives and merges
+  member_us  a node's CPU time per rank of its chunk (the plan it encodes)
+  proc_us    a proc's CPU time to take a call, run the handler and reply
+  relay_us   a relay's extra CPU time for being one (decoding the plan, its gather port)
 
-A node's sends leave one after another; each child answers its parent one hop after its own
-subtree is done; the replies are handled one after another in arrival order. Replies are
-assumed equal (one run per message, CT-3), as in the bench. The time of a subtree depends on
-its size only, so the model is exact for the tree shape and costs O(depth * k) per size.
+Each proc is assumed to have a core of its own (the cluster case): a node's sends leave one
+after another; each child answers its parent one hop after its own subtree is done; the
+replies are handled one after another in arrival order. Replies are assumed equal (one run
+per message, CT-3), as in the bench. The time of a subtree depends on its size only, so the
+model is exact for the tree shape and costs O(depth * k) per size.
+
+On a machine with fewer cores than procs, wall time is bounded by the CPU work of all procs
+over the cores instead; "validation" compares both with the bench's own rows.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ class Model:
         self.s = float(cal["send_us"])
         self.r = float(cal["recv_us"])
         self.m = float(cal["member_us"])
+        self.p = float(cal["proc_us"])
+        self.relay = float(cal["relay_us"])
         self.k = fanout
         self._node = functools.lru_cache(maxsize=None)(self._node_uncached)
 
@@ -61,23 +69,27 @@ class Model:
             t = max(t, a) + self.r
         return t
 
-    def _node_uncached(self, size: int) -> tuple[float, int, int]:
-        """A non-root node with a chunk of `size` ranks: (time from its receipt to its reply
-        leaving, depth of its subtree, most messages any node of it handles)."""
-        t = self.m * size
+    def _children(self, t: float, kids: list[tuple[int, int]]) -> tuple[list[float], int, int]:
         arrivals = []
         depth = 0
         load = 0
-        kids = split_chunks(1, size, self.k)
         for j, (lo, hi) in enumerate(kids, 1):
             done, d, l = self._node(hi - lo)
             arrivals.append(t + j * self.s + self.h + done + self.h)
             depth = max(depth, d)
             load = max(load, l)
+        return arrivals, depth, load
+
+    def _node_uncached(self, size: int) -> tuple[float, int, int]:
+        """A relay with a chunk of `size` ranks: (time from its receipt to its reply leaving,
+        depth of its subtree, most messages any node of it handles per call)."""
+        t = self.relay + self.m * size
+        kids = split_chunks(1, size, self.k)
+        arrivals, depth, load = self._children(t, kids)
         t += len(kids) * self.s
-        arrivals.append(t + self.h)  # the local actor's reply (an in-proc hop, counted as one)
+        arrivals.append(t + self.p)  # its own actor's reply (in-proc)
         done = self._gather(t, arrivals) + self.s
-        own = 1 + len(kids) + 1 + len(kids) + 1  # in, sends, local call, replies, out
+        own = 1 + len(kids) + len(kids) + 1  # chunk in, sends, replies in, reply out
         return done, depth + 1, max(load, own)
 
     def star(self, n: int) -> float:
@@ -89,15 +101,8 @@ class Model:
             return {"latency_us": self.star(n), "depth": 1, "root_msgs": 2 * n,
                     "max_node_msgs": 2 * n}
         t = self.m * n
-        arrivals = []
-        depth = 0
-        load = 0
         kids = split_chunks(0, n, self.k)
-        for j, (lo, hi) in enumerate(kids, 1):
-            done, d, l = self._node(hi - lo)
-            arrivals.append(t + j * self.s + self.h + done + self.h)
-            depth = max(depth, d)
-            load = max(load, l)
+        arrivals, depth, load = self._children(t, kids)
         t += len(kids) * self.s
         return {
             "latency_us": self._gather(t, arrivals),
@@ -146,10 +151,17 @@ def run(args: argparse.Namespace) -> int:
     vm = Model(cal, bk)
     for row in bench.get("sizes", []):
         n = int(row["procs"])
-        validation.append({"procs": n, "fanout": bk, "measured_tree_us": row["tree_us"],
-                           "model_tree_us": round(vm.tree(n)["latency_us"], 1),
-                           "measured_star_us": row["star_us"],
-                           "model_star_us": round(vm.star(n), 1)})
+        cores = max(1, int(bench.get("cores", 1)))
+        v = {"procs": n, "fanout": bk, "measured_tree_us": row["tree_us"],
+             "model_tree_us": round(vm.tree(n)["latency_us"], 1),
+             "measured_star_us": row["star_us"], "model_star_us": round(vm.star(n), 1)}
+        if "tree_procs_cpu_us" in row:
+            # Fewer cores than procs: all the CPU work of a call, spread over the cores.
+            v["cpu_bound_tree_us"] = round(
+                (row["tree_controller_cpu_us"] + row["tree_procs_cpu_us"]) / cores, 1)
+            v["cpu_bound_star_us"] = round(
+                (row["star_controller_cpu_us"] + row["star_procs_cpu_us"]) / cores, 1)
+        validation.append(v)
     best = min(at_n, key=lambda r: r["latency_us"])
     out = {
         "procs": args.procs,
