@@ -115,9 +115,11 @@ struct Proc::Impl {
   std::unordered_map<uint64_t, PortEntry> ports;
   std::atomic<uint64_t> next_port{1};
 
-  std::mutex hooks_mu;                         // guards system_handlers, undeliverable_hook
+  std::mutex hooks_mu;  // guards system_handlers, undeliverable_hook, holding, held
   StringMap<std::shared_ptr<SystemHandler>> system_handlers;
   std::shared_ptr<UndeliverableHook> undeliverable_hook;
+  bool holding = false;               // ProcConfig::hold_system_ops, until served
+  std::vector<wire::Envelope> held;   // unknown system operations received while holding
 
   Signal exit_requested;
   std::atomic<bool> stopped{false};
@@ -628,6 +630,10 @@ struct Proc::Impl {
     std::shared_ptr<SystemHandler> handler;
     {
       std::lock_guard lock(hooks_mu);
+      if (holding) {
+        held.push_back(std::move(env));
+        return;
+      }
       auto it = system_handlers.find(h->op);
       if (it != system_handlers.end()) handler = it->second;
     }
@@ -739,6 +745,7 @@ Proc::~Proc() { stop(); }
 Result<std::unique_ptr<Proc>> Proc::make(ProcConfig config) {
   std::unique_ptr<Proc> proc(new Proc());
   Impl* impl = proc->impl_.get();
+  impl->holding = config.hold_system_ops;
   impl->net = std::make_unique<channel::Net>(
       impl->io, config.channel,
       [impl](wire::Envelope&& env) {
@@ -926,6 +933,16 @@ void Proc::close_port(uint64_t port) {
 void Proc::on_system(std::string op, SystemHandler handler) {
   std::lock_guard lock(impl_->hooks_mu);
   impl_->system_handlers[std::move(op)] = std::make_shared<SystemHandler>(std::move(handler));
+}
+
+void Proc::serve_held_system_ops() {
+  std::vector<wire::Envelope> held;
+  {
+    std::lock_guard lock(impl_->hooks_mu);
+    impl_->holding = false;
+    held.swap(impl_->held);
+  }
+  for (auto& env : held) impl_->handle_system(std::move(env));
 }
 
 void Proc::on_undeliverable(UndeliverableHook hook) {

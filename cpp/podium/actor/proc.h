@@ -61,6 +61,11 @@ inline constexpr std::chrono::seconds kOrderGapTimeout{10};
 struct ProcConfig {
   channel::Address listen;  // where the proc's Net listens; its ProcId
   channel::Config channel;
+  // Registered system operations (on_system) that arrive before serve_held_system_ops() are
+  // held, not run or refused: an owner that registers its handlers after make() (the mesh
+  // runtime) misses none that peers send as soon as the proc listens, and its handlers run
+  // only once it is ready. spawn, stop and exit are served at once.
+  bool hold_system_ops = false;
 };
 
 class Proc {
@@ -118,6 +123,9 @@ class Proc {
 
   // Handles system operations this layer does not know (the mesh layer's "ready", ...).
   void on_system(std::string op, SystemHandler handler);
+  // Ends the hold of ProcConfig::hold_system_ops: held operations run now (or are refused if
+  // still unknown), later ones as they arrive.
+  void serve_held_system_ops();
   void on_undeliverable(UndeliverableHook hook);
 
   // A system "exit" message was received (a worker's cue to leave its main loop).

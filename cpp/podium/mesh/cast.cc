@@ -105,11 +105,12 @@ actor::Future<Replies> tree_cast(const std::vector<const ActorTarget*>& targets,
 actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
                             const std::vector<size_t>& base_ranks, const ndslice::Extent& extent,
                             std::string_view endpoint, std::vector<Buffer> args, bool want_reply,
-                            std::shared_ptr<LoadCounters> load) {
+                            std::shared_ptr<LoadCounters> load, bool allow_tree) {
   auto& rt = Runtime::get();
   auto& proc = rt.proc();
   size_t fanout = cast_fanout();
-  bool tree = fanout != 0 && targets.size() > fanout;  // CT-1; a star costs no more below
+  // CT-1; a star costs no more at or below the fan-out.
+  bool tree = allow_tree && fanout != 0 && targets.size() > fanout;
   std::shared_ptr<Collector> collector;
   std::string reply_port;
   if (!want_reply && tree) {

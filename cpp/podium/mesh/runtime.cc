@@ -591,7 +591,9 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
                                               std::optional<channel::Address> parent) {
   auto impl = std::make_unique<Runtime::Impl>();
   impl->sock_dir = std::move(sock_dir);
-  auto proc = actor::Proc::make(actor::ProcConfig{std::move(listen), channel::Config{}});
+  // Peers may send "cast" (relay.h) as soon as this proc listens, before its handlers are
+  // registered and before Runtime::get() works: those wait for serve_held_system_ops().
+  auto proc = actor::Proc::make(actor::ProcConfig{std::move(listen), channel::Config{}, true});
   if (!proc) return std::unexpected(proc.error());
   impl->proc = std::move(*proc);
   impl->proc_key = impl->proc->id().to_string();
@@ -674,6 +676,7 @@ Status serve_proc() {
     mesh::g_current.store(mesh::g_runtime.get(), std::memory_order_release);
   }
   actor::Proc& proc = mesh::g_runtime->proc();
+  proc.serve_held_system_ops();
   wire::Envelope ready;
   ready.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
   ready.dest = actor::PortId{actor::ActorId{actor::ProcId{*parent},
@@ -701,6 +704,7 @@ Status init_controller(InitOptions options) {
   if (!rt) return std::unexpected(rt.error());
   mesh::g_runtime = std::move(*rt);
   mesh::g_current.store(mesh::g_runtime.get(), std::memory_order_release);
+  mesh::g_runtime->proc().serve_held_system_ops();
   std::atexit(shutdown);
   return ok();
 }
