@@ -10,7 +10,8 @@
 // Threads: every member is thread-safe; handlers run on the delivering thread and never block.
 // Invariants:
 //   CT-1 The sender of a cast to n > k ranks sends k "cast" messages and receives at most k
-//        replies, whatever n is (plus one per child proc that dies, CT-4).
+//        replies, whatever n is (plus one per child proc that dies, CT-4). One-way casts
+//        gather too (empty acks), so that CT-4 holds for them.
 //   CT-2 The tree is a function of (n, k) alone: every node can compute any subtree's shape.
 //   CT-3 A node answers its parent once, with the reply of every rank of its chunk in rank
 //        order, runs of byte-equal replies sent once (docs/cast.md, "Reduced replies").

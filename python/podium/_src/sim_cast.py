@@ -52,11 +52,13 @@ def split_chunks(lo: int, hi: int, k: int) -> list[tuple[int, int]]:
 
 
 class Model:
-    def __init__(self, cal: dict[str, float], fanout: int):
-        self.h = float(cal["hop_us"])
+    def __init__(self, cal: dict[str, float], fanout: int, member_us: float | None = None):
         self.s = float(cal["send_us"])
         self.r = float(cal["recv_us"])
-        self.m = float(cal["member_us"])
+        # hop_us is half a measured round trip, which already holds one send and one receive;
+        # what is left is the wire and the wake-up (so that star(1) is the measured round trip).
+        self.h = max(0.0, float(cal["hop_us"]) - (self.s + self.r) / 2)
+        self.m = float(cal["member_us"]) if member_us is None else member_us
         self.p = float(cal["proc_us"])
         self.relay = float(cal["relay_us"])
         self.k = fanout
@@ -162,6 +164,14 @@ def run(args: argparse.Namespace) -> int:
             v["cpu_bound_star_us"] = round(
                 (row["star_controller_cpu_us"] + row["star_procs_cpu_us"]) / cores, 1)
         validation.append(v)
+    # What-if, not a measurement: the same tree if the plan did not list every rank (a region
+    # and an address template instead; docs/cast.md, "What does not scale yet").
+    compact = []
+    for n in sizes:
+        row = {"procs": n}
+        for k in fanouts:
+            row[f"tree_k{k}_us"] = round(Model(cal, k, member_us=0.0).tree(n)["latency_us"], 1)
+        compact.append(row)
     best = min(at_n, key=lambda r: r["latency_us"])
     out = {
         "procs": args.procs,
@@ -171,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
         "fastest_fanout": best["fanout"],
         "star_us": round(models[fanouts[0]].star(args.procs), 1),
         "curve": curve,
+        "what_if_o1_plan_curve": compact,
         "validation": validation,
         "log16_procs": round(math.log(args.procs, 16), 2) if args.procs > 1 else 0,
     }
