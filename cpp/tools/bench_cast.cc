@@ -92,7 +92,9 @@ double thread_cpu_us() {
 double self_cpu_us() {
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);
-  auto us = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_usec); };
+  auto us = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_usec);
+  };
   return us(ru.ru_utime) + us(ru.ru_stime);
 }
 
@@ -159,7 +161,9 @@ std::vector<size_t> parse_sizes(const std::string& s) {
   while (start <= s.size()) {
     size_t comma = s.find(',', start);
     if (comma == std::string::npos) comma = s.size();
-    if (comma > start) out.push_back(std::strtoull(s.substr(start, comma - start).c_str(), nullptr, 10));
+    if (comma > start) {
+      out.push_back(std::strtoull(s.substr(start, comma - start).c_str(), nullptr, 10));
+    }
     start = comma + 1;
   }
   return out;
@@ -172,7 +176,9 @@ int main(int argc, char** argv) {
   ::setenv("PODIUM_POLL_US", "0", 0);  // the procs read it when they start
   podium::init(argc, argv);
   // This process read it before main(): set the controller's own polling too.
-  if (!poll_set) podium::actor::Executor::set_poll(std::chrono::nanoseconds(0), std::chrono::nanoseconds(0));
+  if (!poll_set) {
+    podium::actor::Executor::set_poll(std::chrono::nanoseconds(0), std::chrono::nanoseconds(0));
+  }
   bool json = false;
   size_t fanout = podium::mesh::kDefaultCastFanout;
   std::vector<size_t> sizes = {1, 8, 64, 256};
@@ -269,7 +275,8 @@ int main(int argc, char** argv) {
     std::printf("], \"calibration\": {\"hop_us\": %.2f, \"send_us\": %.3f, \"recv_us\": %.3f, "
                 "\"member_us\": %.4f, \"proc_us\": %.2f, \"relay_us\": %.2f, "
                 "\"contention\": %.2f, \"from_procs\": %zu}, \"iters\": %d, \"cores\": %ld}\n",
-                hop_us, send_us, recv_us, member_us, proc_us, relay_us, contention, big.procs, iters,
+                hop_us, send_us, recv_us, member_us, proc_us, relay_us, contention, big.procs,
+                iters,
                 ::sysconf(_SC_NPROCESSORS_ONLN));
   } else {
     std::printf("fan-out %zu, %d calls per mode\n", fanout, iters);

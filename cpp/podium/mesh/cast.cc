@@ -90,7 +90,9 @@ actor::Future<Replies> tree_cast(const std::vector<const ActorTarget*>& targets,
   for (size_t r = 0; r < targets.size(); ++r) {
     plan->dests.push_back(targets[r]->dest);
     dests.push_back(&targets[r]->dest);
-    if (load && want_reply) load->outstanding[base_ranks[r]].fetch_add(1, std::memory_order_relaxed);
+    if (load && want_reply) {
+      load->outstanding[base_ranks[r]].fetch_add(1, std::memory_order_relaxed);
+    }
   }
   plan->seqs.resize(targets.size());
   proc.next_seqs(plan->stream, dests, {}, plan->seqs.data());

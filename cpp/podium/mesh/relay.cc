@@ -250,7 +250,10 @@ struct Node {
   std::vector<std::optional<Reply>> slots;   // non-root: the replies, by rank - chunk.lo
   size_t remaining = 0;
   std::vector<Child> children;
-  std::string parent_port;                   // non-root; a re-sent chunk redirects it
+  // Non-root: where the answer goes. A chunk sent again by an adopting node adds its port; the
+  // first copy can arrive after the second (both were in flight), so every parent whose proc
+  // is not known to be dead gets the answer, and duplicates are ignored there (CT-4).
+  std::vector<std::string> parent_ports;
   bool finished = false;
   std::vector<Buffer> reduced;               // the answer sent, kept for a redirect
 };
@@ -278,7 +281,7 @@ struct Relay::Impl {
     }
     size_t i = rank - n->chunk.lo;
     std::vector<Buffer> answer;
-    std::string parent;
+    std::vector<std::string> parents;
     bool root_done = false;
     {
       std::lock_guard lock(n->mu);
@@ -293,7 +296,7 @@ struct Relay::Impl {
         n->slots.clear();
         n->finished = true;
         answer = n->reduced;
-        parent = n->parent_port;
+        parents = n->parent_ports;
       }
     }
     if (n->root) {
@@ -308,7 +311,9 @@ struct Relay::Impl {
       return;
     }
     proc().close_port(n->gather_port);
-    send_runs(parent, std::move(answer));
+    for (const auto& parent : parents) {
+      if (!Runtime::get().proc_dead(std::string(addr_of(parent)))) send_runs(parent, answer);
+    }
     std::lock_guard lock(mu);
     finished.emplace_back(n->plan->id, n->chunk.lo);
     while (finished.size() > kFinishedKept) {
@@ -420,7 +425,9 @@ struct Relay::Impl {
     env.sender = p.sender;
     env.order_stream = p.stream;
     env.order_seq = p.seqs[rank - n->plan_lo];
-    if (p.want_reply) env.headers.emplace_back(actor::kReplyHeader, proc().port_text(n->gather_port));
+    if (p.want_reply) {
+      env.headers.emplace_back(actor::kReplyHeader, proc().port_text(n->gather_port));
+    }
     env.parts.reserve(1 + p.args.size());
     env.parts.push_back(actor::encode_call_header(p.endpoint, rank, p.labels, p.sizes));
     for (const auto& a : p.args) env.parts.push_back(a);
@@ -502,7 +509,7 @@ void Relay::on_cast(const actor::SystemHeader& h, wire::Envelope&& env) {
       std::vector<Buffer> answer;
       {
         std::lock_guard lock(seen->mu);
-        seen->parent_port = parent;
+        seen->parent_ports.push_back(parent);
         if (!seen->finished) return;
         answer = seen->reduced;
       }
@@ -515,7 +522,8 @@ void Relay::on_cast(const actor::SystemHeader& h, wire::Envelope&& env) {
     spdlog::error("podium: cast {} from {}: {}", plan->id, env.sender, why);
     {
       // The parent learns that every rank of the chunk failed, rather than waiting.
-      std::vector<std::optional<Reply>> slots(c.hi - c.lo, Reply(std::unexpected(relay_error(why))));
+      std::vector<std::optional<Reply>> slots(c.hi - c.lo,
+                                              Reply(std::unexpected(relay_error(why))));
       Impl::send_runs(parent, encode_runs(c.lo, slots));
     }
     return;
@@ -523,7 +531,7 @@ void Relay::on_cast(const actor::SystemHeader& h, wire::Envelope&& env) {
   plan->args.assign(std::make_move_iterator(env.parts.begin() + 2),
                     std::make_move_iterator(env.parts.end()));
   auto node = impl_->make_node(plan, c.lo, c, false);
-  node->parent_port = parent;
+  node->parent_ports.push_back(parent);
   impl_->open_gather(node);
   {
     std::lock_guard lock(impl_->mu);

@@ -17,8 +17,8 @@
 //        order, runs of byte-equal replies sent once (docs/cast.md, "Reduced replies").
 //   CT-4 A node whose child's proc exits (ME-7) fails that child's rank with the exit cause and
 //        sends the child's own children their chunks itself. A node that receives a chunk a
-//        second time (same cast id) delivers nothing twice: it answers the new parent, at
-//        once if it has finished. Calls carry AC-11 sequence numbers, so a call re-sent down
+//        second time (same cast id) delivers nothing twice: it answers the new parent too
+//        (every parent not known dead; at once if it has finished). Calls carry AC-11 sequence numbers, so a call re-sent down
 //        another path is dropped by its receiver if the first copy arrived.
 #pragma once
 
@@ -64,9 +64,9 @@ struct CastPlan {
 
 class Relay;
 
-// Starts a cast tree from this process (assigns plan->id). `sink` receives each rank's reply (any order, each
-// at most once per rank; later duplicates are ignored by the Collector); nothing when
-// plan.want_reply is false. `done` is the future whose completion ends the cast here.
+// Starts a cast tree from this process (assigns plan->id). `sink` receives each rank's reply
+// (any order, at most once per rank); nothing when plan.want_reply is false. `done`, when
+// valid, is the future whose completion ends the cast here (the caller's collector).
 void start_tree_cast(Relay& relay, std::shared_ptr<CastPlan> plan,
                      std::function<void(size_t, Reply)> sink, actor::Future<Replies> done);
 
