@@ -18,7 +18,10 @@ from podium._src import bin_dir, find_binary, list_binaries
 _BENCH_PREFIX = "podium-bench-"
 # Benchmarks written in Python: `podium bench NAME` runs main(args) of the module instead of
 # a podium-bench-NAME binary.
-_PYTHON_BENCHMARKS = {"python": "podium._src.bench_python"}
+_PYTHON_BENCHMARKS = {
+    "python": "podium._src.bench_python",
+    "cast-python": "podium._src.bench_cast_python",
+}
 
 
 def _error(message: str) -> None:
