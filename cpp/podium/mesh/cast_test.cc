@@ -34,7 +34,13 @@ class Node : public podium::Actor {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     return ms;
   }
-  PODIUM_ENDPOINTS(Node, where, same, seen, seen_count, slow)
+  // Throws on ranks in [lo, hi): errors inside the tree, merged into runs of equal errors.
+  int fail_between(int lo, int hi) {
+    int r = static_cast<int>(rank());
+    if (r >= lo && r < hi) throw std::runtime_error("refused");
+    return 1;
+  }
+  PODIUM_ENDPOINTS(Node, where, same, seen, seen_count, slow, fail_between)
 
  private:
   int last_ = -1;
@@ -142,6 +148,24 @@ TEST_F(CastTest, ControllerSendsAndReceivesAtMostFanoutMessages) {  // CT-1
       EXPECT_LE(after.received - before.received, k + 1) << "fanout " << k;
     }
   }
+}
+
+TEST_F(CastTest, HandlerErrorsComeBackForTheirRanksOnly) {  // CT-3
+  podium::mesh::set_cast_fanout(2);
+  auto args = podium::detail::pack(std::tuple<int, int>(5, 9));
+  auto replies = ok(nodes().call_raw("fail_between", {args}).get(20s));
+  ASSERT_EQ(replies.size(), 64u);
+  for (size_t r = 0; r < 64; ++r) {
+    if (r >= 5 && r < 9) {
+      ASSERT_FALSE(replies[r]) << "rank " << r;
+      EXPECT_NE(replies[r].error().message.find("refused"), std::string::npos);
+    } else {
+      ASSERT_TRUE(replies[r]) << "rank " << r << ": " << replies[r].error().to_string();
+    }
+  }
+  // The actors live on (an endpoint exception is not a failure).
+  auto v = ok(nodes().call(&Node::same).get(20s));
+  EXPECT_EQ(v.size(), 64u);
 }
 
 TEST_F(CastTest, StridedAndMultiDimSlices) {
