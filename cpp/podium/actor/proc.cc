@@ -119,7 +119,7 @@ struct Proc::Impl {
   StringMap<std::shared_ptr<SystemHandler>> system_handlers;
   std::shared_ptr<UndeliverableHook> undeliverable_hook;
   bool holding = false;               // ProcConfig::hold_system_ops, until served
-  std::vector<wire::Envelope> held;   // unknown system operations received while holding
+  std::vector<wire::Envelope> held;   // extension system operations received while holding
 
   Signal exit_requested;
   std::atomic<bool> stopped{false};
