@@ -62,6 +62,7 @@
 #include "podium/actor/proc.h"
 #include "podium/actor/executor.h"
 #include "podium/actor/signal.h"
+#include "podium/channel/net.h"
 
 namespace podium::python {
 namespace {
@@ -208,6 +209,15 @@ class Inbox {
     InboxItem item = std::move(q_.front());
     q_.pop_front();
     return item;
+  }
+
+  // Calls (not stops) are waiting to be popped.
+  bool calls_queued() {
+    std::lock_guard lock(mu_);
+    for (const auto& it : q_) {
+      if (it.kind == InboxItem::Kind::kCall) return true;
+    }
+    return false;
   }
 
   void close() {
@@ -546,9 +556,20 @@ void bind_actor(nb::module_& m) {
           [](Inbox& in, const std::string& port, uint64_t rank, nb::handle parts) {
             auto bufs = buffers_from_python(parts);
             nb::gil_scoped_release unlocked;
+            if (!in.calls_queued()) {
+              in.proc().send_reply(port, rank, std::move(bufs));
+              return;
+            }
+            // More calls are queued: this reply may ride with the next write (channel
+            // CH-7, at most flush_later_delay later). The bound is a timer on the loop, so
+            // the loop must be run meanwhile: give it back to the runner if it is parked.
+            if (actor::Executor* ex = actor::Executor::drivable()) ex->hand_back();
+            channel::FlushLater later;
             in.proc().send_reply(port, rank, std::move(bufs));
           },
-          nb::arg("port"), nb::arg("rank"), nb::arg("parts"))
+          nb::arg("port"), nb::arg("rank"), nb::arg("parts"),
+          "Answers a call. When more calls are queued, the reply may wait up to the "
+          "channel's flush_later_delay (50 µs) to share a write with the next ones.")
       .def(
           "reply_error",
           [](Inbox& in, const std::string& port, uint64_t rank, std::string message) {

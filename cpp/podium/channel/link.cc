@@ -15,6 +15,10 @@ namespace {
 constexpr size_t kBatchBytes = size_t{1} << 20;
 constexpr size_t kMaxIov = IOV_MAX;
 
+// FlushLater: at most this many envelopes wait for a later write (CH-7).
+constexpr size_t kFlushLaterFrames = 64;
+thread_local bool tls_flush_later = false;
+
 uint64_t random_session_id() {
   std::random_device rd;
   uint64_t id = 0;
@@ -32,7 +36,27 @@ Link::Link(std::shared_ptr<Core> core, Address to)
       to_text_(to_.to_string()),
       backoff_(core_->config.reconnect_min),
       retry_timer_(core_->io),
-      deadline_timer_(core_->io) {}
+      deadline_timer_(core_->io),
+      flush_later_timer_(core_->io) {}
+
+bool Link::defer_flush_locked() {
+  if (!tls_flush_later || flush_later_count_ + 1 >= kFlushLaterFrames) return false;
+  ++flush_later_count_;
+  if (!flush_later_armed_) {
+    flush_later_armed_ = true;
+    flush_later_timer_.expires_after(core_->config.flush_later_delay);
+    flush_later_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
+      if (ec) return;
+      std::lock_guard lock(self->mu_);
+      self->flush_later_armed_ = false;
+      if (self->flush_later_count_ > 0 && self->state_ == State::kConnected) {
+        self->flush_later_count_ = 0;
+        self->push_locked();
+      }
+    });
+  }
+  return true;
+}
 
 void Link::send(wire::Envelope&& env) {
   std::unique_lock lock(mu_);
@@ -49,7 +73,8 @@ void Link::send(wire::Envelope&& env) {
   if (!deadline_armed_) arm_deadline_locked(deadline);
   if (state_ == State::kIdle) {
     connect_locked();
-  } else if (state_ == State::kConnected) {
+  } else if (state_ == State::kConnected && !defer_flush_locked()) {
+    flush_later_count_ = 0;  // this write takes the deferred ones along (CH-7)
     push_locked();
   }  // connecting or backing off: the queue goes out once connected
 }
@@ -411,3 +436,11 @@ void SocketLink::flush_locked() {
 }
 
 }  // namespace podium::channel::internal
+
+namespace podium::channel {
+
+FlushLater::FlushLater() : outer_(internal::tls_flush_later) { internal::tls_flush_later = true; }
+FlushLater::~FlushLater() { internal::tls_flush_later = outer_; }
+bool FlushLater::active() { return internal::tls_flush_later; }
+
+}  // namespace podium::channel

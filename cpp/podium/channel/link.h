@@ -86,6 +86,15 @@ class Link : public std::enable_shared_from_this<Link> {
   asio::steady_timer deadline_timer_;
   bool deadline_armed_ = false;
   bool sent_since_deadline_ = false;
+
+ protected:
+  // CH-7 (FlushLater), guarded by mu_: envelopes queued without a write, and the timer that
+  // writes them at the latest flush_later_delay after the first.
+  size_t flush_later_count_ = 0;
+  bool flush_later_armed_ = false;
+  asio::steady_timer flush_later_timer_;
+  // True when this send may wait (and arms the timer); requires mu_ and a connected link.
+  bool defer_flush_locked();
 };
 
 // A link over a Unix or TCP stream socket: Hello, then Data frames; HelloAck/Acks come back.

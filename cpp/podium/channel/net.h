@@ -27,6 +27,10 @@
 //        logged reason; the Net keeps serving its other connections.
 //   CH-6 send() never blocks on the network; when the link is connected and idle it writes on
 //        the caller's thread (one writev, no thread hop), otherwise the io_context finishes.
+//   CH-7 A send made under FlushLater is written with the link's next write, or once
+//        kFlushLaterFrames are waiting, or at the latest Config::flush_later_delay after it
+//        was queued (a timer on the io_context): a burst costs one writev, and no envelope
+//        waits for a later send that may never come.
 #pragma once
 
 #include <chrono>
@@ -64,6 +68,23 @@ struct Config {
   std::chrono::milliseconds reconnect_max{500};
   uint32_t ack_every = 256;                 // receiver acks after this many envelopes ...
   std::chrono::microseconds ack_delay{1000};  // ... or this long after the first unacked one
+  std::chrono::microseconds flush_later_delay{50};  // CH-7's bound
+};
+
+// Sends made on this thread while a FlushLater lives may wait for the link's next write
+// (CH-7). For a sender that knows more sends follow at once, e.g. an actor answering the
+// first of several calls already queued: the burst of replies then costs one writev instead
+// of one per reply. The io_context must be run by someone (the bound is a timer there).
+class FlushLater {
+ public:
+  FlushLater();
+  ~FlushLater();
+  FlushLater(const FlushLater&) = delete;
+  FlushLater& operator=(const FlushLater&) = delete;
+  static bool active();
+
+ private:
+  bool outer_;
 };
 
 using DeliverFn = std::function<void(wire::Envelope&&)>;

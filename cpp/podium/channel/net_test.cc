@@ -80,6 +80,30 @@ TEST_P(ChannelNetTransport, DeliversInOrderWithTwoIoThreads) {  // CH-1, CH-4
   EXPECT_EQ(p.returns.size(), 0u);
 }
 
+TEST_P(ChannelNetTransport, SendsUnderFlushLaterArriveWithoutALaterSend) {  // CH-7
+  Config c = test_config();
+  c.flush_later_delay = 200us;
+  Pair p(GetParam(), 2, c);
+  p.tx.send(p.to, numbered(0, 10));  // connects the link
+  ASSERT_TRUE(p.receiver.wait_for(1, 10s));
+  {
+    FlushLater later;
+    EXPECT_TRUE(FlushLater::active());
+    // Fewer than the frame cap and no send after them: only the timer writes them.
+    for (uint64_t i = 1; i <= 10; ++i) p.tx.send(p.to, numbered(i, 10));
+  }
+  EXPECT_FALSE(FlushLater::active());
+  ASSERT_TRUE(p.receiver.wait_for(11, 10s)) << p.receiver.count() << " arrived";
+  {
+    FlushLater later;  // past the cap: written as they go, in order
+    for (uint64_t i = 11; i <= 500; ++i) p.tx.send(p.to, numbered(i, 10));
+  }
+  p.tx.send(p.to, numbered(501, 10));  // an ordinary send takes any deferred ones along
+  ASSERT_TRUE(p.receiver.wait_for(502, 10s)) << p.receiver.count() << " arrived";
+  EXPECT_EQ(p.receiver.error(), "");
+  EXPECT_EQ(p.returns.size(), 0u);
+}
+
 TEST_P(ChannelNetTransport, LargePartsArriveIntact) {
   Pair p(GetParam());
   for (uint64_t i = 0; i < 4; ++i) p.tx.send(p.to, numbered(i, 1, (8 << 20) + i));

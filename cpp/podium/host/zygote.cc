@@ -125,6 +125,9 @@ Result<ZygoteChild> zygote_serve(int fd, const ForkHooks& hooks) {
       return child;
     }
     int err = errno;
+    // The child's process group exists before its pid is reported, whichever of the two
+    // setpgid calls runs first (a kill_group right after spawn() must find it).
+    if (pid > 0) ::setpgid(pid, pid);
     if (hooks.parent) hooks.parent();
     if (pid < 0) {
       (void)send_packet(fd, pack(std::string("failed"), id, std::string("fork: ") + std::strerror(err)));
