@@ -96,6 +96,36 @@ def test_broadcasts_and_single_sends_keep_sender_order(grid, fanout2):  # AC-11
     assert list(mesh.seen_count.call().get(timeout=T).values()) == expected
 
 
+class Driver(Actor):
+    """Sends from an actor's own thread: a Python actor is a sender of its own (AC-11)."""
+
+    @endpoint
+    def drive(self, mesh, n: int) -> list:
+        from podium._core import mesh as core
+
+        core.set_cast_fanout(2)  # this proc's casts go through trees too
+        expected = [0] * 10
+        for i in range(n):
+            if i % 4 == 0:
+                mesh.seen.broadcast(i)
+                expected = [e + 1 for e in expected]
+            else:
+                r = (i * 3) % 10
+                mesh.slice(hosts=r // 5, gpus=r % 5).seen.broadcast(i)
+                expected[r] += 1
+        # A call from the same sender comes after all of them.
+        got = list(mesh.seen_count.call().get(timeout=20).values())
+        return [got, expected]
+
+
+def test_casts_from_a_python_actor_keep_sender_order(grid, fanout2, spawn):  # AC-11
+    mesh = grid.spawn("tree_order_actor", Node)
+    mesh.initialized.get(timeout=T)
+    driver = spawn(Driver)
+    got, expected = driver.slice(gpus=0).drive.call_one(mesh, 600).get(timeout=60)
+    assert got == expected
+
+
 def test_a_dead_relay_fails_only_its_own_rank(grid, fanout2):  # CT-4
     mesh = grid.spawn("tree_dead", Node)
     pids = [p for _, p in mesh.where.call().get(timeout=T).values()]
