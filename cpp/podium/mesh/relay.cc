@@ -406,14 +406,22 @@ struct Relay::Impl {
       child.adopted = true;
       c = child.chunk;
       key = child.proc_key;
-      bool pending = false;
-      for (size_t r = c.lo; r < c.hi && !pending; ++r) pending = !n->filled[r - n->chunk.lo];
-      if (!pending) return;
     }
+    if (!pending_in(n, c)) return;
     spdlog::debug("podium: cast {}: proc {} is gone ({}); ranks [{}, {}) are sent around it",
                   n->plan->id, key, why.message, c.lo + 1, c.hi);
     fill(n, c.lo, std::unexpected(why));
-    for (Chunk sub : split_chunks(c.lo + 1, c.hi, n->plan->fanout)) send_child(n, sub);
+    for (Chunk sub : split_chunks(c.lo + 1, c.hi, n->plan->fanout)) {
+      if (pending_in(n, sub)) send_child(n, sub);  // a finished grandchild answered already
+    }
+  }
+
+  static bool pending_in(const std::shared_ptr<Node>& n, Chunk c) {
+    std::lock_guard lock(n->mu);
+    for (size_t r = c.lo; r < c.hi; ++r) {
+      if (!n->filled[r - n->chunk.lo]) return true;
+    }
+    return false;
   }
 
   // Delivers the call of rank `rank` (an actor of this proc) with its AC-11 number.
