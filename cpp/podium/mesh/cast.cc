@@ -130,34 +130,29 @@ actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
       remote |= t->proc_key != self;
     }
     collector = std::make_shared<Collector>(keys);
-    // The port holds the collector until it completes; completion closes the port, whether
-    // the last reply or a proc's exit (ME-2) completed it.
-    auto handler = [collector, load, base_ranks](wire::Envelope&& env) {
-      auto [rank, reply] = decode_reply(std::move(env));
+    // This process cannot outlive its own proc: only remote procs can fail a call (ME-2).
+    if (remote) rt.track(collector, keys);
+    auto fill = [collector, load, base_ranks](size_t rank, Reply reply) {
       if (load && rank < base_ranks.size()) {
         load->outstanding[base_ranks[rank]].fetch_sub(1, std::memory_order_relaxed);
       }
       collector->fill(rank, std::move(reply));
     };
-    if (tree) {
-      // The root of the tree hands each rank's reply to the collector (CT-3).
-      auto sink = [collector, load, base_ranks](size_t rank, Reply reply) {
-        if (load && rank < base_ranks.size()) {
-          load->outstanding[base_ranks[rank]].fetch_sub(1, std::memory_order_relaxed);
-        }
-        collector->fill(rank, std::move(reply));
-      };
-      if (remote) rt.track(collector, keys);
+    if (tree) {  // the root of the tree hands each rank's reply to the collector (CT-3)
       return tree_cast(targets, base_ranks, extent, endpoint, std::move(args), true, load,
-                       std::move(sink), collector->future());
+                       std::move(fill), collector->future());
     }
+    // The port holds the collector until it completes; completion closes the port, whether
+    // the last reply or a proc's exit (ME-2) completed it.
+    auto handler = [fill = std::move(fill)](wire::Envelope&& env) {
+      auto [rank, reply] = decode_reply(std::move(env));
+      fill(rank, std::move(reply));
+    };
     auto port = proc.open_port(std::move(handler), targets.size() == 1);
     collector->port = port.port;
     reply_port = proc.port_text(port.port);
     collector->future().on_ready(
         [&proc, p = port.port](const Result<Replies>&) { proc.close_port(p); });
-    // This process cannot outlive its own proc: only remote procs can fail a call (ME-2).
-    if (remote) rt.track(collector, keys);
   }
 
   std::string sender;
