@@ -113,6 +113,9 @@ struct Executor::Impl {
   std::list<std::pair<uint64_t, std::function<void()>>> release_waiters;
   uint64_t next_release_token = 1;
   bool reclaim_now = false;             // hand_back(): the primary takes the loop back at once
+  // A caller asked the primary to park and has not yet taken the loop (or given up): the
+  // primary must not reclaim it meanwhile, however late that caller is scheduled.
+  bool handover_pending = false;
   Runner* primary = nullptr;            // set once by start(); never retires
   Runner driver_slot;                   // the driving caller's runner slot (one at a time)
 
@@ -176,7 +179,7 @@ struct Executor::Impl {
     }
     me->parked.store(true, std::memory_order_relaxed);
     while (!drive_stopping) {
-      if (loop == Loop::kParked &&
+      if (loop == Loop::kParked && !handover_pending &&
           (reclaim_now || std::chrono::steady_clock::now() - last_release >= kReclaimAfter)) {
         loop = Loop::kRunner;
         reclaim_now = false;
@@ -306,18 +309,34 @@ bool Executor::drive(const std::function<bool()>& done,
     if (im.drive_stopping || im.primary == nullptr || im.reclaim_now) return false;
     auto state = im.loop.load();
     if (state == Impl::Loop::kDriven) return false;  // another caller drives for everyone
+    // Giving up a requested handover: the primary reclaims kReclaimAfter from now.
+    auto give_up = [&] {
+      im.handover_pending = false;
+      im.last_release = std::chrono::steady_clock::now();
+    };
     if (state == Impl::Loop::kRunner) {
       im.loop = Impl::Loop::kParkRequested;
+      im.handover_pending = true;
       l.unlock();
       asio::post(im.io, [] {});  // ends the primary's run_one() so that it parks
       l.lock();
       while (im.loop.load() == Impl::Loop::kParkRequested && !im.drive_stopping) {
-        if (done()) return true;  // answered while the primary was handing over
-        if (std::chrono::steady_clock::now() >= deadline) return false;
+        if (done()) {  // answered while the primary was handing over
+          give_up();
+          return true;
+        }
+        if (std::chrono::steady_clock::now() >= deadline) {
+          give_up();
+          return false;
+        }
         im.drive_cv.wait_for(l, std::chrono::microseconds(200));
       }
     }
-    if (im.loop.load() != Impl::Loop::kParked || im.drive_stopping) return done();
+    if (im.loop.load() != Impl::Loop::kParked || im.drive_stopping) {
+      if (state == Impl::Loop::kRunner) give_up();
+      return done();
+    }
+    im.handover_pending = false;
     im.loop = Impl::Loop::kDriven;
   }
   // This thread is the loop's runner until done() or the deadline.

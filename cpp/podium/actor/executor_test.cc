@@ -84,8 +84,9 @@ TEST(Executor, AnUntimedWaitDrivesTheLoopThenHandsItBack) {
   Executor::set_drivable(&ex);
   std::atomic<std::thread::id> ran_on{};
   Signal done;
-  // The completion lands well after the primary runner has stepped aside.
-  asio::steady_timer timer(io, 50ms);
+  // The completion lands well after the primary runner has stepped aside (generously: a
+  // loaded machine may not schedule it for tens of milliseconds).
+  asio::steady_timer timer(io, 300ms);
   timer.async_wait([&](const std::error_code&) {
     ran_on = std::this_thread::get_id();
     done.set();
@@ -140,17 +141,18 @@ TEST(Executor, AWokenWaiterTakesTheLoopOver) {
     }, std::chrono::steady_clock::now() + 10s);
   });
   ASSERT_TRUE(driving.wait_for(5s));
-  Signal woken, done;
+  Signal woken, done, registered;
   std::atomic<std::thread::id> ran_on{};
   std::thread waiter([&] {
     uint64_t token = ex.on_release([&] { woken.set(); });
+    registered.set();
     ASSERT_NE(token, 0u);
     ASSERT_TRUE(woken.wait_for(5s));
     // Taking over: the work posted below runs on this thread.
     EXPECT_TRUE(ex.drive([&] { return done.is_set(); }, std::chrono::steady_clock::now() + 5s));
     taken.set();
   });
-  std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(registered.wait_for(5s));
   release.set();
   asio::post(io, [] {});
   driver.join();
@@ -178,10 +180,15 @@ TEST(Executor, AWaiterIsWokenWhenTheLoopFreesUpWithoutADriver) {
   ASSERT_TRUE(in_handler.wait_for(5s));
   // A caller asks for the loop and leaves before the primary parks (its wait ended).
   std::atomic<bool> answered{false};
+  Signal requested;
   std::thread leaver([&] {
-    ex.drive([&] { return answered.load(); }, std::chrono::steady_clock::now() + 10s);
+    // done() is first asked while the park request is pending.
+    ex.drive([&] {
+      requested.set();
+      return answered.load();
+    }, std::chrono::steady_clock::now() + 10s);
   });
-  std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(requested.wait_for(5s));
   Signal woken;
   uint64_t token = ex.on_release([&] { woken.set(); });
   answered = true;
