@@ -51,6 +51,7 @@
 #include "podium/actor/message.h"
 #include "podium/mesh/cast.h"
 #include "podium/mesh/proc_mesh.h"
+#include "podium/mesh/relay.h"
 #include "podium/mesh/runtime.h"
 #include "podium/mesh/supervisor.h"
 
@@ -626,6 +627,17 @@ void bind_mesh(nb::module_& m) {
       "Answers the call whose reply port is `port` as rank `rank` of its cast.");
   m.def("this_proc_id", [] { return mesh::Runtime::get().proc().id().to_string(); },
         "The ProcId (channel address) of this process's root proc.");
+  m.def("cast_fanout", &mesh::cast_fanout,
+        "Fan-out of the cast tree for casts from this process (0: always a star).");
+  m.def("set_cast_fanout", &mesh::set_cast_fanout, nb::arg("k"),
+        "Sets the cast tree's fan-out for casts from this process (docs/cast.md).");
+  m.def(
+      "traffic",
+      [] {
+        auto t = mesh::Runtime::get().proc().traffic();
+        return std::make_pair(t.sent, t.received);
+      },
+      "(sent, received): envelopes this process's root proc exchanged with other procs.");
 
   nb::class_<PortReceiver>(m, "PortReceiver")
       .def(nb::init<bool>(), nb::arg("once"))

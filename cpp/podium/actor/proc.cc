@@ -5,8 +5,10 @@
 
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
 #include <atomic>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
@@ -113,9 +115,11 @@ struct Proc::Impl {
   std::unordered_map<uint64_t, PortEntry> ports;
   std::atomic<uint64_t> next_port{1};
 
-  std::mutex hooks_mu;                         // guards system_handlers, undeliverable_hook
+  std::mutex hooks_mu;  // guards system_handlers, undeliverable_hook, holding, held
   StringMap<std::shared_ptr<SystemHandler>> system_handlers;
   std::shared_ptr<UndeliverableHook> undeliverable_hook;
+  bool holding = false;               // ProcConfig::hold_system_ops, until served
+  std::vector<wire::Envelope> held;   // extension system operations received while holding
 
   Signal exit_requested;
   std::atomic<bool> stopped{false};
@@ -137,6 +141,128 @@ struct Proc::Impl {
       } else {
         deliver_to_port(v->port, std::move(env));
       }
+      return;
+    }
+    if (env.kind == static_cast<uint8_t>(MessageKind::kCall) && env.order_stream != 0) {
+      std::string key = std::to_string(env.order_stream);
+      key += ' ';
+      key += v->local_key;
+      route_ordered(std::move(key), std::move(env));
+      return;
+    }
+    route_to_actor(std::move(env));
+  }
+
+  // --- ordering (AC-11) ----------------------------------------------------------------
+
+  struct OrderIn {
+    uint64_t next = 1;                         // the next number to deliver
+    std::map<uint64_t, wire::Envelope> early;  // arrived ahead of `next`
+    std::deque<wire::Envelope> ready;          // in order, for the delivering thread
+    bool delivering = false;                   // a thread is routing `ready`
+    std::unique_ptr<asio::steady_timer> gap_timer;  // armed while `early` waits
+    uint64_t gap_at = 0;                       // `next` when the timer was armed
+  };
+  std::mutex order_mu;  // guards order_in, order_out and every OrderIn
+  std::unordered_map<std::string, OrderIn> order_in;    // "<stream> <local key>"
+  // stream -> dest -> the last number given
+  std::unordered_map<uint64_t, StringMap<uint64_t>> order_out;
+  uint64_t proc_stream = 0;  // this proc's own stream, immutable after make()
+  std::atomic<uint64_t> sent_remote{0};
+  std::atomic<uint64_t> received_remote{0};
+
+  static uint64_t stream_hash(std::string_view text) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across processes
+    for (unsigned char c : text) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    return h == 0 ? 1 : h;
+  }
+
+  void stamp(wire::Envelope& env) {
+    if (env.kind != static_cast<uint8_t>(MessageKind::kCall) || env.order_stream != 0) return;
+    env.order_stream = self->sender_stream();
+    env.order_seq = self->next_seq(env.order_stream, env.dest);
+  }
+
+  void route_ordered(std::string key, wire::Envelope&& env) {
+    std::unique_lock lock(order_mu);
+    OrderIn& in = order_in[key];  // node-based: the reference outlives later inserts
+    uint64_t seq = env.order_seq;
+    if (seq < in.next) {
+      spdlog::debug("podium: dropping duplicate call {} of stream {} to {}", seq,
+                    env.order_stream, env.dest);
+      return;
+    }
+    if (seq > in.next) {
+      in.early.emplace(seq, std::move(env));
+      if (!in.gap_timer) arm_gap_timer(key, in);
+      return;
+    }
+    in.ready.push_back(std::move(env));
+    ++in.next;
+    release_early(in);
+    deliver_ready(lock, in);
+  }
+
+  // Moves the calls that now follow `next` from `early` to `ready`.
+  static void release_early(OrderIn& in) {
+    while (!in.early.empty() && in.early.begin()->first == in.next) {
+      in.ready.push_back(std::move(in.early.begin()->second));
+      in.early.erase(in.early.begin());
+      ++in.next;
+    }
+  }
+
+  // Routes `ready` outside the lock; one thread at a time per stream keeps the order.
+  void deliver_ready(std::unique_lock<std::mutex>& lock, OrderIn& in) {
+    if (in.delivering) return;
+    in.delivering = true;
+    while (!in.ready.empty()) {
+      wire::Envelope next = std::move(in.ready.front());
+      in.ready.pop_front();
+      lock.unlock();
+      route_to_actor(std::move(next));
+      lock.lock();
+    }
+    in.delivering = false;
+  }
+
+  void arm_gap_timer(const std::string& key, OrderIn& in) {
+    in.gap_at = in.next;
+    in.gap_timer = std::make_unique<asio::steady_timer>(io, kOrderGapTimeout);
+    std::weak_ptr<int> alive = life;
+    in.gap_timer->async_wait([this, key, alive](std::error_code ec) {
+      if (ec || !alive.lock()) return;
+      on_gap_timeout(key);
+    });
+  }
+
+  void on_gap_timeout(const std::string& key) {
+    std::unique_lock lock(order_mu);
+    auto it = order_in.find(key);
+    if (it == order_in.end()) return;
+    OrderIn& in = it->second;
+    in.gap_timer.reset();
+    if (in.early.empty()) return;
+    if (in.next == in.gap_at) {
+      uint64_t first = in.early.begin()->first;
+      spdlog::warn("podium: calls {}..{} of stream {} never arrived within {} s; delivering "
+                   "the {} that followed",
+                   in.next, first - 1, key, kOrderGapTimeout.count(), in.early.size());
+      in.next = first;
+      release_early(in);
+      deliver_ready(lock, in);
+      if (in.early.empty()) return;
+    }
+    if (!in.gap_timer) arm_gap_timer(key, in);
+  }
+
+  void route_to_actor(wire::Envelope&& env) {
+    auto v = split_port_id(env.dest);
+    if (!v) {
+      bounce(std::move(env), v.error());
       return;
     }
     std::shared_ptr<Cell> cell;
@@ -504,6 +630,10 @@ struct Proc::Impl {
     std::shared_ptr<SystemHandler> handler;
     {
       std::lock_guard lock(hooks_mu);
+      if (holding) {
+        held.push_back(std::move(env));
+        return;
+      }
       auto it = system_handlers.find(h->op);
       if (it != system_handlers.end()) handler = it->second;
     }
@@ -615,9 +745,11 @@ Proc::~Proc() { stop(); }
 Result<std::unique_ptr<Proc>> Proc::make(ProcConfig config) {
   std::unique_ptr<Proc> proc(new Proc());
   Impl* impl = proc->impl_.get();
+  impl->holding = config.hold_system_ops;
   impl->net = std::make_unique<channel::Net>(
       impl->io, config.channel,
       [impl](wire::Envelope&& env) {
+        impl->received_remote.fetch_add(1, std::memory_order_relaxed);
         tls_batch_proc = impl;
         impl->route(std::move(env));
       },
@@ -634,6 +766,7 @@ Result<std::unique_ptr<Proc>> Proc::make(ProcConfig config) {
   impl->id_text = impl->id.to_string();
   impl->system_id = ActorId{impl->id, std::string(kSystemActorName), 0};
   impl->port_prefix = impl->system_id.to_string() + ":";
+  impl->proc_stream = Impl::stream_hash(impl->id_text);
   impl->executor.start();
   return proc;
 }
@@ -643,14 +776,49 @@ asio::io_context& Proc::io() { return impl_->io; }
 Executor& Proc::executor() { return impl_->executor; }
 
 void Proc::send(const channel::Address& to, wire::Envelope env) {
+  impl_->stamp(env);
   if (to == impl_->id.addr) {
     impl_->route(std::move(env));
   } else {
+    impl_->sent_remote.fetch_add(1, std::memory_order_relaxed);
     impl_->net->send(to, std::move(env));
   }
 }
 
+uint64_t Proc::sender_stream() const {
+  if (const std::string* me = current_actor_text()) return Impl::stream_hash(*me);
+  return impl_->proc_stream;
+}
+
+uint64_t Proc::next_seq(uint64_t stream, std::string_view dest) {
+  uint64_t out = 0;
+  next_seqs(stream, std::span<const std::string* const>(), dest, &out);
+  return out;
+}
+
+void Proc::next_seqs(uint64_t stream, std::span<const std::string* const> dests,
+                     std::string_view one, uint64_t* out) {
+  std::lock_guard lock(impl_->order_mu);
+  auto& per_dest = impl_->order_out[stream];
+  auto bump = [&](std::string_view d) {
+    auto it = per_dest.find(d);
+    if (it == per_dest.end()) it = per_dest.emplace(std::string(d), 0).first;
+    return ++it->second;
+  };
+  if (dests.empty()) {
+    *out = bump(one);
+    return;
+  }
+  for (size_t i = 0; i < dests.size(); ++i) out[i] = bump(*dests[i]);
+}
+
+Proc::Traffic Proc::traffic() const {
+  return Traffic{impl_->sent_remote.load(std::memory_order_relaxed),
+                 impl_->received_remote.load(std::memory_order_relaxed)};
+}
+
 void Proc::send(wire::Envelope env) {
+  impl_->stamp(env);
   auto v = split_port_id(env.dest);
   if (!v) {
     impl_->bounce(std::move(env), v.error());
@@ -672,6 +840,7 @@ void Proc::send(wire::Envelope env) {
     last_text.assign(v->addr);
     last_addr = std::move(*addr);
   }
+  impl_->sent_remote.fetch_add(1, std::memory_order_relaxed);
   impl_->net->send(last_addr, std::move(env));
 }
 
@@ -764,6 +933,16 @@ void Proc::close_port(uint64_t port) {
 void Proc::on_system(std::string op, SystemHandler handler) {
   std::lock_guard lock(impl_->hooks_mu);
   impl_->system_handlers[std::move(op)] = std::make_shared<SystemHandler>(std::move(handler));
+}
+
+void Proc::serve_held_system_ops() {
+  std::vector<wire::Envelope> held;
+  {
+    std::lock_guard lock(impl_->hooks_mu);
+    impl_->holding = false;
+    held.swap(impl_->held);
+  }
+  for (auto& env : held) impl_->handle_system(std::move(env));
 }
 
 void Proc::on_undeliverable(UndeliverableHook hook) {

@@ -18,14 +18,25 @@
 //   AC-9 A stop drains the messages queued before it, runs cleanup(), then refuses later ones.
 //   AC-10 Constructs and stops never run inside a DeliveryOnlyScope; they wait for another
 //        thread, which the loop provides once the scoped thread stops driving.
+//   AC-11 Calls (kCall) from one sender to one actor are handled in send order, whichever way
+//        they travel (direct, or through a cast tree: mesh/relay.h). The sender stamps each
+//        with its stream (sender_stream(): a hash of its ActorId, or of this proc's id for
+//        threads outside actors) and the next number of that (stream, actor) pair; the
+//        receiving proc holds back a call that arrives early, drops a duplicate (a tree that
+//        re-sent a subtree around a dead relay), and skips a gap left unfilled for
+//        kOrderGapTimeout with a warning, so one lost message never stalls a stream.
+//   AC-12 traffic() counts the envelopes this proc sent to and received from other procs
+//        (local routing not counted): the cast benchmark's controller load.
 //   SV-1 An actor spawned with a supervisor (the "spawn" message names the owner process's
 //        address and the mesh's supervision id) that fails — its constructor fails, a handler
 //        returns an Error, fail_actor() — sends exactly one "actor_failed" system message to
 //        that process, carrying a MeshFailure. A stop is not a failure and sends nothing.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "podium/actor/actor.h"
@@ -44,9 +55,17 @@ namespace podium::actor {
 
 class Executor;
 
+// How long a receiver holds calls behind a missing one before skipping it (AC-11).
+inline constexpr std::chrono::seconds kOrderGapTimeout{10};
+
 struct ProcConfig {
   channel::Address listen;  // where the proc's Net listens; its ProcId
   channel::Config channel;
+  // Registered system operations (on_system) that arrive before serve_held_system_ops() are
+  // held, not run or refused: an owner that registers its handlers after make() (the mesh
+  // runtime) misses none that peers send as soon as the proc listens, and its handlers run
+  // only once it is ready. spawn, stop and exit are served at once.
+  bool hold_system_ops = false;
 };
 
 class Proc {
@@ -68,6 +87,22 @@ class Proc {
   void send(const channel::Address& to, wire::Envelope env);
   // Sends `env` to the proc named in env.dest.
   void send(wire::Envelope env);
+  // AC-11: the ordering stream of whoever sends from this thread, and the next sequence
+  // number of (stream, `dest`). send() stamps unstamped calls itself; a cast tree stamps the
+  // calls it carries when the cast starts.
+  uint64_t sender_stream() const;
+  uint64_t next_seq(uint64_t stream, std::string_view dest);
+  // The next numbers of every dest in `dests` (out[i] for dests[i]), under one lock; with
+  // `dests` empty, of `one` into out[0].
+  void next_seqs(uint64_t stream, std::span<const std::string* const> dests,
+                 std::string_view one, uint64_t* out);
+  // AC-12.
+  struct Traffic {
+    uint64_t sent = 0;
+    uint64_t received = 0;
+  };
+  Traffic traffic() const;
+
   // Sends a kReply for `reply_port` (a PortId text), carrying `value` or `error`.
   void send_reply(std::string_view reply_port, uint64_t rank, Result<std::vector<Buffer>> value);
 
@@ -88,6 +123,9 @@ class Proc {
 
   // Handles system operations this layer does not know (the mesh layer's "ready", ...).
   void on_system(std::string op, SystemHandler handler);
+  // Ends the hold of ProcConfig::hold_system_ops: held operations run now (or are refused if
+  // still unknown), later ones as they arrive.
+  void serve_held_system_ops();
   void on_undeliverable(UndeliverableHook hook);
 
   // A system "exit" message was received (a worker's cue to leave its main loop).

@@ -2,6 +2,7 @@
 
 #include "podium/actor/mesh_failure.h"
 #include "podium/actor/message.h"
+#include "podium/mesh/relay.h"
 #include "podium/mesh/runtime.h"
 
 namespace podium::mesh {
@@ -63,14 +64,62 @@ Error rank_error(const ndslice::Extent& extent, size_t rank, const ActorTarget& 
   return Error{cause.subsystem, cause.code, std::move(msg)};
 }
 
+namespace {
+
+// The cast through the relay tree (relay.h): the sender stamps every rank's AC-11 number now,
+// so the calls keep their order against direct sends whichever path they take.
+actor::Future<Replies> tree_cast(const std::vector<const ActorTarget*>& targets,
+                                 const std::vector<size_t>& base_ranks,
+                                 const ndslice::Extent& extent, std::string_view endpoint,
+                                 std::vector<Buffer> args, bool want_reply,
+                                 const std::shared_ptr<LoadCounters>& load,
+                                 std::function<void(size_t, Reply)> sink,
+                                 actor::Future<Replies> done) {
+  auto& rt = Runtime::get();
+  auto& proc = rt.proc();
+  auto plan = std::make_shared<CastPlan>();
+  plan->fanout = cast_fanout();
+  plan->endpoint.assign(endpoint);
+  if (const auto* me = actor::current_actor_text()) plan->sender = *me;
+  plan->stream = proc.sender_stream();
+  plan->labels = extent.labels();
+  plan->sizes.assign(extent.sizes().begin(), extent.sizes().end());
+  plan->dests.reserve(targets.size());
+  std::vector<const std::string*> dests;
+  dests.reserve(targets.size());
+  for (size_t r = 0; r < targets.size(); ++r) {
+    plan->dests.push_back(targets[r]->dest);
+    dests.push_back(&targets[r]->dest);
+    if (load && want_reply) {
+      load->outstanding[base_ranks[r]].fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  plan->seqs.resize(targets.size());
+  proc.next_seqs(plan->stream, dests, {}, plan->seqs.data());
+  plan->args = std::move(args);
+  plan->want_reply = want_reply;
+  start_tree_cast(rt.relay(), std::move(plan), std::move(sink), done);
+  return done;
+}
+
+}  // namespace
+
 actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
                             const std::vector<size_t>& base_ranks, const ndslice::Extent& extent,
                             std::string_view endpoint, std::vector<Buffer> args, bool want_reply,
-                            std::shared_ptr<LoadCounters> load) {
+                            std::shared_ptr<LoadCounters> load, bool allow_tree) {
   auto& rt = Runtime::get();
   auto& proc = rt.proc();
+  size_t fanout = cast_fanout();
+  // CT-1; a star costs no more at or below the fan-out.
+  bool tree = allow_tree && fanout != 0 && targets.size() > fanout;
   std::shared_ptr<Collector> collector;
   std::string reply_port;
+  if (!want_reply && tree) {
+    (void)tree_cast(targets, base_ranks, extent, endpoint, std::move(args), false, nullptr,
+                    nullptr, {});
+    return {};
+  }
   if (want_reply) {
     std::vector<std::string> keys;
     keys.reserve(targets.size());
@@ -81,22 +130,29 @@ actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
       remote |= t->proc_key != self;
     }
     collector = std::make_shared<Collector>(keys);
-    // The port holds the collector until it completes; completion closes the port, whether
-    // the last reply or a proc's exit (ME-2) completed it.
-    auto handler = [collector, load, base_ranks](wire::Envelope&& env) {
-      auto [rank, reply] = decode_reply(std::move(env));
+    // This process cannot outlive its own proc: only remote procs can fail a call (ME-2).
+    if (remote) rt.track(collector, keys);
+    auto fill = [collector, load, base_ranks](size_t rank, Reply reply) {
       if (load && rank < base_ranks.size()) {
         load->outstanding[base_ranks[rank]].fetch_sub(1, std::memory_order_relaxed);
       }
       collector->fill(rank, std::move(reply));
+    };
+    if (tree) {  // the root of the tree hands each rank's reply to the collector (CT-3)
+      return tree_cast(targets, base_ranks, extent, endpoint, std::move(args), true, load,
+                       std::move(fill), collector->future());
+    }
+    // The port holds the collector until it completes; completion closes the port, whether
+    // the last reply or a proc's exit (ME-2) completed it.
+    auto handler = [fill = std::move(fill)](wire::Envelope&& env) {
+      auto [rank, reply] = decode_reply(std::move(env));
+      fill(rank, std::move(reply));
     };
     auto port = proc.open_port(std::move(handler), targets.size() == 1);
     collector->port = port.port;
     reply_port = proc.port_text(port.port);
     collector->future().on_ready(
         [&proc, p = port.port](const Result<Replies>&) { proc.close_port(p); });
-    // This process cannot outlive its own proc: only remote procs can fail a call (ME-2).
-    if (remote) rt.track(collector, keys);
   }
 
   std::string sender;

@@ -63,13 +63,17 @@ struct LoadCounters {
 };
 
 // Sends `endpoint(args)` to targets[r] for every rank r (the ranks of `extent`). With
-// `want_reply` false the messages are one-way and the returned future is invalid.
+// `want_reply` false the messages are one-way and the returned future is invalid. More
+// targets than the cast fan-out go through the relay tree (relay.h) when `tree` is set; the
+// caller clears it while the actors' spawn messages may still be on their way (a call through
+// a relay could overtake the spawn, which the controller sends directly).
 [[nodiscard]] actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
                                           const std::vector<size_t>& base_ranks,
                                           const ndslice::Extent& extent,
                                           std::string_view endpoint, std::vector<Buffer> args,
                                           bool want_reply,
-                                          std::shared_ptr<LoadCounters> load = nullptr);
+                                          std::shared_ptr<LoadCounters> load = nullptr,
+                                          bool tree = true);
 
 // Splits a kReply envelope into the replying rank and its value (or error).
 std::pair<uint64_t, Reply> decode_reply(wire::Envelope&& env);

@@ -58,7 +58,8 @@ actor::Future<mesh::Replies> ActorMeshBase::call_raw(std::string_view endpoint,
                                                      std::vector<Buffer> args) const {
   std::vector<size_t> base;
   auto targets = targets_of_region(&base);
-  return mesh::cast(targets, base, region_.extent(), endpoint, std::move(args), true, st_->load);
+  return mesh::cast(targets, base, region_.extent(), endpoint, std::move(args), true, st_->load,
+                    st_->initialized.ready());
 }
 
 actor::Future<mesh::Replies> ActorMeshBase::call_rank_raw(size_t rank, std::string_view endpoint,
@@ -76,7 +77,8 @@ actor::Future<mesh::Replies> ActorMeshBase::call_rank_raw(size_t rank, std::stri
 void ActorMeshBase::broadcast_raw(std::string_view endpoint, std::vector<Buffer> args) const {
   std::vector<size_t> base;
   auto targets = targets_of_region(&base);
-  (void)mesh::cast(targets, base, region_.extent(), endpoint, std::move(args), false);
+  (void)mesh::cast(targets, base, region_.extent(), endpoint, std::move(args), false, nullptr,
+                   st_->initialized.ready());
 }
 
 size_t ActorMeshBase::least_loaded_rank() const {

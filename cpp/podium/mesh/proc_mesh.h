@@ -10,8 +10,8 @@
 // Invariants:
 //   ME-5 An actor mesh's `initialized` resolves when every actor's constructor has run (ok),
 //        or with the first failure naming the rank and cause.
-//   ME-6 Messages from one sender to one actor are delivered in send order (the channel's
-//        CH-1 plus one link per pair of procs).
+//   ME-6 Messages from one sender to one actor are delivered in send order, directly or
+//        through the cast tree (AC-11 sequence numbers; relay.h, docs/cast.md).
 //   ME-8 ActorMeshBase::stop() completes within its grace period plus the time to kill: an
 //        actor that does not stop in time has its proc killed, and a warning names it.
 #pragma once

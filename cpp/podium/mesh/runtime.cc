@@ -22,6 +22,7 @@
 #include "podium/host/child_watcher.h"
 #include "podium/host/zygote.h"
 #include "podium/mesh/cast.h"
+#include "podium/mesh/relay.h"
 #include "podium/mesh/supervisor.h"
 
 namespace podium {
@@ -75,6 +76,7 @@ struct Runtime::Impl {
   std::unique_ptr<actor::Proc> proc;
   std::unique_ptr<host::ChildWatcher> watcher;
   std::unique_ptr<Supervisor> supervisor;
+  std::unique_ptr<Relay> relay;
   std::optional<channel::Address> parent;  // the controller, in a proc; immutable
   // The zygote procs fork from (InitOptions::zygote_argv), started by the first spawn;
   // guarded by spawn_mu. zygote_failed: it could not start, procs are exec'd.
@@ -307,6 +309,7 @@ struct Runtime::Impl {
     // fault queued already (the unhandled fault hook still runs at exit).
     if (!expected) supervisor->proc_exited(key, pid, sig, code, cause);
     for (auto& c : waiting) c->proc_failed(key, why);
+    relay->proc_gone(key, why);  // CT-4: casts that route through it go around it
   }
 
   // "proc_exit" [key, cause] [pid, expected, signal, exit code] from the controller (ME-7).
@@ -380,6 +383,14 @@ Runtime& Runtime::get() {
 actor::Proc& Runtime::proc() { return *impl_->proc; }
 const std::string& Runtime::proc_key() const { return impl_->proc_key; }
 Supervisor& Runtime::supervisor() { return *impl_->supervisor; }
+Relay& Runtime::relay() { return *impl_->relay; }
+
+std::optional<Error> Runtime::proc_dead(const std::string& proc_key) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->dead.find(proc_key);
+  if (it == impl_->dead.end()) return std::nullopt;
+  return it->second;
+}
 void Runtime::kill_proc(const std::string& proc_key) { impl_->kill(proc_key); }
 
 Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Extent& extent) {
@@ -605,7 +616,9 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
   if (!secret) return std::unexpected(secret.error());
   channel::Config net_config;
   net_config.secret = std::move(*secret);
-  auto proc = actor::Proc::make(actor::ProcConfig{std::move(listen), std::move(net_config)});
+  // Peers may send "cast" (relay.h) as soon as this proc listens, before its handlers are
+  // registered and before Runtime::get() works: those wait for serve_held_system_ops().
+  auto proc = actor::Proc::make(actor::ProcConfig{std::move(listen), std::move(net_config), true});
   if (!proc) return std::unexpected(proc.error());
   impl->proc = std::move(*proc);
   impl->proc_key = impl->proc->id().to_string();
@@ -615,8 +628,12 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
   impl->supervisor = std::make_unique<Supervisor>(*impl->proc);
   impl->supervisor->set_root_handler(g_fault_handler ? g_fault_handler
                                                      : Supervisor::RootHandler(&default_root_handler));
+  impl->relay = std::make_unique<Relay>();
   impl->parent = std::move(parent);
   auto* raw = impl.get();
+  impl->proc->on_system("cast", [raw](const actor::SystemHeader& h, wire::Envelope&& env) {
+    raw->relay->on_cast(h, std::move(env));
+  });
   impl->proc->on_system("ready", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
     raw->on_ready(h);
   });
@@ -684,6 +701,7 @@ Status serve_proc() {
     mesh::g_current.store(mesh::g_runtime.get(), std::memory_order_release);
   }
   actor::Proc& proc = mesh::g_runtime->proc();
+  proc.serve_held_system_ops();
   wire::Envelope ready;
   ready.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
   ready.dest = actor::PortId{actor::ActorId{actor::ProcId{*parent},
@@ -711,6 +729,7 @@ Status init_controller(InitOptions options) {
   if (!rt) return std::unexpected(rt.error());
   mesh::g_runtime = std::move(*rt);
   mesh::g_current.store(mesh::g_runtime.get(), std::memory_order_release);
+  mesh::g_runtime->proc().serve_held_system_ops();
   std::atexit(shutdown);
   return ok();
 }

@@ -65,6 +65,7 @@ void set_unhandled_fault_handler(std::function<void(actor::MeshFailure)> handler
 namespace mesh {
 
 class Collector;
+class Relay;
 class Supervisor;
 
 struct ProcInfo {
@@ -106,6 +107,11 @@ class Runtime {
   // ME-2: the collector learns of exits of the procs it waits on.
   void track(const std::shared_ptr<Collector>& collector,
              const std::vector<std::string>& proc_keys);
+
+  // Why the proc `proc_key` is gone, if this process has seen it exit (or been told: ME-7).
+  std::optional<Error> proc_dead(const std::string& proc_key);
+  // This process's cast relay (relay.h).
+  Relay& relay();
 
   // The meshes this process owns and their failures (supervisor.h).
   Supervisor& supervisor();

@@ -18,7 +18,10 @@ from podium._src import bin_dir, find_binary, list_binaries
 _BENCH_PREFIX = "podium-bench-"
 # Benchmarks written in Python: `podium bench NAME` runs main(args) of the module instead of
 # a podium-bench-NAME binary.
-_PYTHON_BENCHMARKS = {"python": "podium._src.bench_python"}
+_PYTHON_BENCHMARKS = {
+    "python": "podium._src.bench_python",
+    "cast-python": "podium._src.bench_cast_python",
+}
 
 
 def _error(message: str) -> None:
@@ -109,9 +112,16 @@ def _register_bench(subparsers: argparse._SubParsersAction) -> None:
 
 # -----------------------------------------------------------------------------------------
 
+def _register_sim(subparsers: argparse._SubParsersAction) -> None:
+    from podium._src import sim_cast
+
+    sim_cast.register(subparsers)
+
+
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_version,
     _register_bench,
+    _register_sim,
 ]
 
 

@@ -1,0 +1,328 @@
+// End-to-end tests of the cast tree (relay.h): 64 real procs spawned from this binary, casts
+// with small fan-outs so that trees are deep, ordering against direct sends (AC-11), and procs
+// killed inside the tree (CT-4).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "podium/actor/proc.h"
+#include "podium/mesh/actor_mesh.h"
+#include "podium/mesh/relay.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+class Node : public podium::Actor {
+ public:
+  Node() = default;
+  int64_t where() { return static_cast<int64_t>(rank()) * 1000000 + ::getpid() % 1000000; }
+  int same() { return 7; }
+  // Ordering: the values one sender sends must arrive increasing.
+  void seen(int i) {
+    if (i <= last_) out_of_order_ = true;
+    last_ = i;
+    ++count_;
+  }
+  int64_t seen_count() { return out_of_order_ ? -1 : count_; }
+  int slow(int ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return ms;
+  }
+  // Throws on ranks in [lo, hi): errors inside the tree, merged into runs of equal errors.
+  int fail_between(int lo, int hi) {
+    int r = static_cast<int>(rank());
+    if (r >= lo && r < hi) throw std::runtime_error("refused");
+    return 1;
+  }
+  PODIUM_ENDPOINTS(Node, where, same, seen, seen_count, slow, fail_between)
+
+ private:
+  int last_ = -1;
+  int64_t count_ = 0;
+  bool out_of_order_ = false;
+};
+PODIUM_ACTOR(Node)
+
+template <class T>
+T ok(podium::Result<T> r) {
+  EXPECT_TRUE(r) << r.error().to_string();
+  if (!r) throw std::runtime_error(r.error().to_string());
+  return std::move(*r);
+}
+
+// The mesh every test uses: 64 procs as {"hosts": 8, "gpus": 8}, spawned once.
+struct Fixture {
+  std::optional<podium::ProcMesh> procs;
+  std::optional<podium::ActorMesh<Node>> nodes;
+};
+Fixture* g_fx = nullptr;
+
+class CastTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    g_fx = new Fixture;
+    g_fx->procs.emplace(ok(podium::this_host().spawn_procs({{"hosts", 8}, {"gpus", 8}})));
+    ASSERT_TRUE(g_fx->procs->initialized().get(60s));
+    g_fx->nodes.emplace(ok(g_fx->procs->spawn<Node>("node")));
+    auto init = g_fx->nodes->initialized().get(60s);
+    ASSERT_TRUE(init) << init.error().to_string();
+  }
+  static void TearDownTestSuite() {
+    if (g_fx && g_fx->procs) {
+      EXPECT_TRUE(g_fx->procs->stop(2000ms).get(20s));
+    }
+    delete g_fx;
+    g_fx = nullptr;
+  }
+  void SetUp() override { podium::mesh::set_cast_fanout(4); }
+  void TearDown() override { podium::mesh::set_cast_fanout(podium::mesh::kDefaultCastFanout); }
+  podium::ActorMesh<Node>& nodes() { return *g_fx->nodes; }
+};
+
+TEST(CastShape, ChunksCoverTheRangeInOrder) {  // CT-2
+  auto c = podium::mesh::split_chunks(1, 64, 16);
+  ASSERT_EQ(c.size(), 16u);
+  size_t next = 1;
+  for (auto ch : c) {
+    EXPECT_EQ(ch.lo, next);
+    EXPECT_GE(ch.hi - ch.lo, 3u);
+    EXPECT_LE(ch.hi - ch.lo, 4u);
+    next = ch.hi;
+  }
+  EXPECT_EQ(next, 64u);
+  EXPECT_EQ(podium::mesh::split_chunks(0, 3, 16).size(), 3u);
+  EXPECT_TRUE(podium::mesh::split_chunks(5, 5, 16).empty());
+}
+
+// The target: at 256 procs the controller sends and receives at most k + 1 messages per
+// call, with the default fan-out.
+TEST(CastScale, TwoHundredFiftySixProcsCostTheControllerAtMostFanoutPlusOne) {  // CT-1
+  podium::mesh::set_cast_fanout(podium::mesh::kDefaultCastFanout);
+  auto procs = ok(podium::this_host().spawn_procs({{"procs", 256}}));
+  ASSERT_TRUE(procs.initialized().get(120s));
+  auto nodes = ok(procs.spawn<Node>("wide"));
+  ASSERT_TRUE(nodes.initialized().get(120s));
+  auto& proc = podium::mesh::Runtime::get().proc();
+  const uint64_t k = podium::mesh::kDefaultCastFanout;
+  for (int i = 0; i < 3; ++i) {
+    auto before = proc.traffic();
+    auto v = ok(nodes.call(&Node::where).get(60s));
+    auto after = proc.traffic();
+    ASSERT_EQ(v.size(), 256u);
+    for (size_t r = 0; r < 256; ++r) ASSERT_EQ(v[r] / 1000000, static_cast<int64_t>(r));
+    EXPECT_LE(after.sent - before.sent, k + 1);
+    EXPECT_LE(after.received - before.received, k + 1);
+  }
+  EXPECT_TRUE(procs.stop(2000ms).get(60s));
+}
+
+TEST_F(CastTest, EveryRankAnswersInRankOrderThroughTheTree) {  // CT-3, ME-1
+  for (size_t k : {2u, 4u, 16u}) {
+    podium::mesh::set_cast_fanout(k);
+    auto v = ok(nodes().call(&Node::where).get(20s));
+    ASSERT_EQ(v.size(), 64u);
+    for (size_t r = 0; r < 64; ++r) {
+      EXPECT_EQ(v[r] / 1000000, static_cast<int64_t>(r)) << "fanout " << k;
+      EXPECT_EQ(v[r] % 1000000, g_fx->procs->pid(r) % 1000000) << "fanout " << k;
+    }
+  }
+}
+
+TEST_F(CastTest, ControllerSendsAndReceivesAtMostFanoutMessages) {  // CT-1
+  auto& proc = podium::mesh::Runtime::get().proc();
+  for (size_t k : {4u, 16u}) {
+    podium::mesh::set_cast_fanout(k);
+    for (int i = 0; i < 5; ++i) {
+      auto before = proc.traffic();
+      auto v = ok(nodes().call(&Node::same).get(20s));
+      auto after = proc.traffic();
+      ASSERT_EQ(v.size(), 64u);
+      for (size_t r = 0; r < 64; ++r) EXPECT_EQ(v[r], 7);
+      EXPECT_LE(after.sent - before.sent, k + 1) << "fanout " << k;
+      EXPECT_LE(after.received - before.received, k + 1) << "fanout " << k;
+    }
+  }
+}
+
+TEST_F(CastTest, HandlerErrorsComeBackForTheirRanksOnly) {  // CT-3
+  podium::mesh::set_cast_fanout(2);
+  auto args = podium::detail::pack(std::tuple<int, int>(5, 9));
+  auto replies = ok(nodes().call_raw("fail_between", {args}).get(20s));
+  ASSERT_EQ(replies.size(), 64u);
+  for (size_t r = 0; r < 64; ++r) {
+    if (r >= 5 && r < 9) {
+      ASSERT_FALSE(replies[r]) << "rank " << r;
+      EXPECT_NE(replies[r].error().message.find("refused"), std::string::npos);
+    } else {
+      ASSERT_TRUE(replies[r]) << "rank " << r << ": " << replies[r].error().to_string();
+    }
+  }
+  // The actors live on (an endpoint exception is not a failure).
+  auto v = ok(nodes().call(&Node::same).get(20s));
+  EXPECT_EQ(v.size(), 64u);
+}
+
+TEST_F(CastTest, StridedAndMultiDimSlices) {
+  podium::mesh::set_cast_fanout(2);
+  // hosts 1, 3, 5, 7 x gpus 0, 3, 6: 12 ranks, neither contiguous nor one-dimensional.
+  auto sub = ok(nodes().slice("hosts", podium::ndslice::Range{1, std::nullopt, 2}));
+  sub = ok(sub.slice("gpus", podium::ndslice::Range{0, std::nullopt, 3}));
+  ASSERT_EQ(sub.size(), 12u);
+  auto v = ok(sub.call(&Node::where).get(20s));
+  ASSERT_EQ(v.size(), 12u);
+  auto base = sub.region().base_ranks();
+  for (size_t r = 0; r < 12; ++r) {
+    EXPECT_EQ(v[r] / 1000000, static_cast<int64_t>(r));  // the rank within the slice
+    EXPECT_EQ(v[r] % 1000000, g_fx->procs->pid(base[r]) % 1000000) << "rank " << r;
+  }
+  // One host row: a single dimension with a stride of 1 after the cut.
+  auto row = ok(nodes().slice("hosts", 6));
+  auto w = ok(row.call(&Node::where).get(20s));
+  ASSERT_EQ(w.size(), 8u);
+  for (size_t r = 0; r < 8; ++r) {
+    EXPECT_EQ(w[r] % 1000000, g_fx->procs->pid(48 + r) % 1000000);
+  }
+}
+
+// Thousands of casts (through trees of fan-out 2, 3 and 4 levels deep) interleaved with direct
+// sends to single actors, from one sender: every actor sees the sender's values increasing.
+void interleave(const podium::ActorMesh<Node>& mesh, int n, uint32_t seed,
+                std::vector<int64_t>* expected) {
+  std::mt19937 rng(seed);
+  for (int i = 0; i < n; ++i) {
+    auto pick = rng() % 3;
+    if (pick == 0) {
+      if (!mesh.broadcast(&Node::seen, i)) throw std::runtime_error("broadcast failed");
+      for (auto& e : *expected) ++e;
+    } else {
+      size_t r = rng() % mesh.size();
+      auto one = mesh.slice("hosts", static_cast<int64_t>(r / 8));
+      if (!one) throw std::runtime_error(one.error().to_string());
+      auto cell = one->slice("gpus", static_cast<int64_t>(r % 8));
+      if (!cell) throw std::runtime_error(cell.error().to_string());
+      if (!cell->broadcast(&Node::seen, i)) throw std::runtime_error("send failed");
+      ++(*expected)[r];
+    }
+  }
+}
+
+TEST_F(CastTest, CastsAndDirectSendsKeepSenderOrder) {  // AC-11
+  podium::mesh::set_cast_fanout(2);
+  auto fresh = ok(g_fx->procs->spawn<Node>("order"));
+  ASSERT_TRUE(fresh.initialized().get(30s));
+  std::vector<int64_t> expected(64, 0);
+  interleave(fresh, 3000, 1, &expected);
+  auto v = ok(fresh.call(&Node::seen_count).get(60s));
+  for (size_t r = 0; r < 64; ++r) EXPECT_EQ(v[r], expected[r]) << "rank " << r;
+}
+
+// The same from an actor: a driver in the controller's proc sends; its stream is its own.
+class Driver : public podium::Actor {
+ public:
+  Driver() = default;
+  int64_t drive(int n) {
+    std::vector<int64_t> expected(64, 0);
+    interleave(*mesh_, n, 7, &expected);
+    int64_t total = 0;
+    for (auto e : expected) total += e;
+    return total;
+  }
+  PODIUM_ENDPOINTS(Driver, drive)
+  static inline std::optional<podium::ActorMesh<Node>> mesh_;
+};
+PODIUM_ACTOR(Driver)
+
+TEST_F(CastTest, CastsFromAnActorKeepSenderOrder) {  // AC-11
+  podium::mesh::set_cast_fanout(2);
+  auto fresh = ok(g_fx->procs->spawn<Node>("order_actor"));
+  ASSERT_TRUE(fresh.initialized().get(30s));
+  Driver::mesh_.emplace(fresh);
+  auto driver = ok(podium::this_proc().spawn<Driver>("driver"));
+  ASSERT_TRUE(driver.initialized().get(10s));
+  auto total = ok(driver.call_one(&Driver::drive, 2000).get(60s));
+  // The driver's one-way sends are not ordered with this thread's calls: wait for them all.
+  int64_t sum = 0;
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto v = ok(fresh.call(&Node::seen_count).get(60s));
+    sum = 0;
+    for (size_t r = 0; r < 64; ++r) {
+      ASSERT_GE(v[r], 0) << "rank " << r << " saw a call out of order";
+      sum += v[r];
+    }
+    if (sum == total) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(sum, total);
+  Driver::mesh_.reset();
+  EXPECT_TRUE(driver.stop().get(10s));
+}
+
+// Last: it kills procs. With fan-out 2, rank 1 relays ranks 2..16 (CT-2).
+TEST_F(CastTest, DeadRelaysDoNotStallTheCast) {  // CT-4, ME-2
+  podium::mesh::set_cast_fanout(2);
+  auto ms = podium::detail::pack(std::tuple<int>(400));
+  // Killed while the cast is in flight: its subtree is re-sent around it.
+  auto pending = nodes().call_raw("slow", {ms});
+  std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(::kill(g_fx->procs->pid(1), SIGKILL), 0);
+  auto replies = ok(pending.get(20s));
+  ASSERT_EQ(replies.size(), 64u);
+  for (size_t r = 0; r < 64; ++r) {
+    if (r == 1) {
+      ASSERT_FALSE(replies[r]);
+      EXPECT_NE(replies[r].error().message.find("SIGKILL"), std::string::npos)
+          << replies[r].error().message;
+    } else {
+      EXPECT_TRUE(replies[r]) << "rank " << r << ": " << replies[r].error().to_string();
+    }
+  }
+  // Known dead before the cast (and a second relay, rank 17, killed now): routed around.
+  ASSERT_EQ(::kill(g_fx->procs->pid(17), SIGKILL), 0);
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!g_fx->procs->exit_status(17) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  auto again = ok(nodes().call_raw("same", {podium::detail::pack(std::tuple<>())}).get(20s));
+  for (size_t r = 0; r < 64; ++r) {
+    EXPECT_EQ(static_cast<bool>(again[r]), r != 1 && r != 17) << "rank " << r;
+  }
+  // One-way casts go around the dead relays too, and later calls from the same sender are not
+  // held back waiting for them (AC-11).
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(nodes().broadcast(&Node::seen, 100 + i));
+  auto t0 = std::chrono::steady_clock::now();
+  auto counts = ok(nodes().call_raw("seen_count", {podium::detail::pack(std::tuple<>())}).get(20s));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  for (size_t r = 0; r < 64; ++r) {
+    if (r == 1 || r == 17) continue;
+    ASSERT_TRUE(counts[r]) << "rank " << r;
+    EXPECT_EQ(podium::detail::unpack<int64_t>(counts[r]->at(0), "count").value_or(-1), 3)
+        << "rank " << r;
+  }
+  // The typed call names the failed rank as supervision does.
+  auto typed = nodes().call(&Node::same).get(20s);
+  ASSERT_FALSE(typed);
+  EXPECT_NE(typed.error().message.find("actor node[1] of mesh 'node' (rank 1"), std::string::npos)
+      << typed.error().message;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Up to 256 procs share the cores: they sleep in epoll_wait instead of polling after each
+  // message (the procs read this when they start).
+  ::setenv("PODIUM_POLL_US", "0", 0);
+  podium::init(argc, argv);  // spawned procs serve here and never return
+  // Killed procs are failures of meshes this controller owns; the test expects them.
+  podium::set_unhandled_fault_handler([](podium::actor::MeshFailure) {});
+  ::testing::InitGoogleTest(&argc, argv);
+  int rc = RUN_ALL_TESTS();
+  podium::shutdown();
+  return rc;
+}

@@ -1,0 +1,295 @@
+// podium-bench-cast: call() on meshes of 1..256 C++ procs, through the cast tree and through
+// the naive star (the controller sends to every actor itself), in the same run.
+//
+//   podium bench cast [--json] [--fanout K] [--sizes 1,8,64,256] [--iters N]
+//
+// Per size: tree_us / star_us, the median latency of call() (every rank answers); and
+// controller_sends / controller_recvs, the envelopes the controller's proc sent to and received
+// from other procs per tree call (Proc::traffic, AC-12), the largest over the timed calls.
+// Each row also has the CPU time per call of the controller process and of all procs together
+// (getrusage, /proc/<pid>/task/*/schedstat), tree and star.
+// "calibration" holds the per-hop costs `podium sim cast` builds its model from (docs/cast.md):
+//   hop_us     half the round trip of a call to one actor in another proc (1 proc)
+//   send_us    the calling thread's CPU time per message sent in a star cast (largest size)
+//   recv_us    the rest of the controller's CPU time per rank of a star cast (a reply's
+//              arrival and handling; largest size)
+//   member_us  the calling thread's CPU time per rank of a tree cast beyond its k sends (the
+//              plan it builds and encodes; largest size)
+//   proc_us    one proc's CPU time per call (wake-up, handler, reply; 1 proc)
+//   contention how much more CPU a proc spent per call at the largest size (cores shared)
+//   relay_us   the procs' extra CPU time per rank in a tree over a star, at the largest size,
+//              divided by `contention`
+//
+// PODIUM_POLL_US defaults to 0 here (every proc sleeps in epoll_wait): 256 procs that poll
+// would share 2 cores; set it to measure with polling.
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "podium/actor/executor.h"
+#include "podium/actor/proc.h"
+#include "podium/mesh/actor_mesh.h"
+#include "podium/mesh/relay.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+class Echo : public podium::Actor {
+ public:
+  Echo() = default;
+  int ping(int x) { return x; }
+  PODIUM_ENDPOINTS(Echo, ping)
+};
+PODIUM_ACTOR(Echo)
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "podium-bench-cast: %s\n", what.c_str());
+  podium::shutdown();
+  std::exit(1);
+}
+
+template <class T>
+T must(podium::Result<T> r, const char* what) {
+  if (!r) die(std::string(what) + ": " + r.error().to_string());
+  return std::move(*r);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double us_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+struct Mode {
+  double call_us = 0;   // median call() latency
+  double send_us = 0;   // median CPU time of the calling thread inside call_raw
+  double self_cpu_us = 0;   // the controller process's CPU time per call
+  double procs_cpu_us = 0;  // every proc's CPU time per call, together
+  uint64_t sends = 0;   // most controller sends in one call
+  uint64_t recvs = 0;   // most controller receives in one call
+};
+
+double thread_cpu_us() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
+
+double self_cpu_us() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto us = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_usec);
+  };
+  return us(ru.ru_utime) + us(ru.ru_stime);
+}
+
+// CPU time of every thread of every proc of the mesh, from /proc/<pid>/task/*/schedstat
+// (nanoseconds on a CPU: the first field).
+double procs_cpu_us(const podium::ProcMesh& procs) {
+  double total = 0;
+  for (size_t r = 0; r < procs.size(); ++r) {
+    std::error_code ec;
+    std::filesystem::directory_iterator it("/proc/" + std::to_string(procs.pid(r)) + "/task", ec);
+    if (ec) continue;
+    for (const auto& task : it) {
+      FILE* f = std::fopen((task.path() / "schedstat").c_str(), "r");
+      if (!f) continue;
+      unsigned long long ns = 0;
+      if (std::fscanf(f, "%llu", &ns) == 1) total += static_cast<double>(ns) / 1e3;
+      std::fclose(f);
+    }
+  }
+  return total;
+}
+
+Mode measure(const podium::ProcMesh& procs, const podium::ActorMesh<Echo>& mesh, size_t fanout,
+             int iters) {
+  podium::mesh::set_cast_fanout(fanout);
+  auto& proc = podium::mesh::Runtime::get().proc();
+  auto arg = podium::detail::pack(std::tuple<int>(1));
+  std::vector<double> lat, send;
+  Mode m;
+  double self0 = 0, procs0 = 0;
+  for (int i = 0; i < iters + 3; ++i) {
+    if (i == 3) {
+      self0 = self_cpu_us();
+      procs0 = procs_cpu_us(procs);
+    }
+    auto before = proc.traffic();
+    auto t0 = Clock::now();
+    double c0 = thread_cpu_us();
+    auto f = mesh.call_raw("ping", {arg});
+    double s = thread_cpu_us() - c0;
+    auto r = f.get(30s);
+    double l = us_since(t0);
+    auto after = proc.traffic();
+    if (!r) die("call: " + r.error().to_string());
+    for (size_t k = 0; k < r->size(); ++k) {
+      if (!(*r)[k]) die("rank " + std::to_string(k) + ": " + (*r)[k].error().to_string());
+    }
+    if (i < 3) continue;  // warm-up: connections, first-touch
+    lat.push_back(l);
+    send.push_back(s);
+    m.sends = std::max(m.sends, after.sent - before.sent);
+    m.recvs = std::max(m.recvs, after.received - before.received);
+  }
+  m.self_cpu_us = (self_cpu_us() - self0) / iters;
+  m.procs_cpu_us = (procs_cpu_us(procs) - procs0) / iters;
+  m.call_us = median(lat);
+  m.send_us = median(send);
+  return m;
+}
+
+std::vector<size_t> parse_sizes(const std::string& s) {
+  std::vector<size_t> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string::npos) comma = s.size();
+    if (comma > start) {
+      out.push_back(std::strtoull(s.substr(start, comma - start).c_str(), nullptr, 10));
+    }
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool poll_set = std::getenv("PODIUM_POLL_US") != nullptr;
+  ::setenv("PODIUM_POLL_US", "0", 0);  // the procs read it when they start
+  podium::init(argc, argv);
+  // This process read it before main(): set the controller's own polling too.
+  if (!poll_set) {
+    podium::actor::Executor::set_poll(std::chrono::nanoseconds(0), std::chrono::nanoseconds(0));
+  }
+  bool json = false;
+  size_t fanout = podium::mesh::kDefaultCastFanout;
+  std::vector<size_t> sizes = {1, 8, 64, 256};
+  int iters = 30;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--fanout" && i + 1 < argc) {
+      fanout = std::max<size_t>(2, std::strtoull(argv[++i], nullptr, 10));
+    } else if (a == "--sizes" && i + 1 < argc) {
+      sizes = parse_sizes(argv[++i]);
+    } else if (a == "--iters" && i + 1 < argc) {
+      iters = std::max(5, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr,
+                   "usage: podium bench cast [--json] [--fanout K] [--sizes 1,8,64,256] "
+                   "[--iters N]\n");
+      return 2;
+    }
+  }
+  if (sizes.empty()) die("no sizes");
+
+  struct Row {
+    size_t procs;
+    Mode tree, star;
+  };
+  std::vector<Row> rows;
+  double hop_us = 0;
+  for (size_t n : sizes) {
+    auto t0 = Clock::now();
+    auto procs = must(podium::this_host().spawn_procs({{"procs", n}}), "spawn_procs");
+    if (auto st = procs.initialized().get(120s); !st) die("procs: " + st.error().to_string());
+    auto echo = must(procs.spawn<Echo>("echo"), "spawn");
+    if (auto st = echo.initialized().get(120s); !st) die("actors: " + st.error().to_string());
+    double spawn_ms = us_since(t0) / 1000;
+    Row row{n, {}, {}};
+    // Alternate so that drift on a shared machine hits both alike.
+    Mode t1 = measure(procs, echo, fanout, iters / 2);
+    Mode s1 = measure(procs, echo, 0, iters / 2);
+    Mode t2 = measure(procs, echo, fanout, iters - iters / 2);
+    Mode s2 = measure(procs, echo, 0, iters - iters / 2);
+    auto both = [](const Mode& a, const Mode& b) {
+      return Mode{(a.call_us + b.call_us) / 2,         (a.send_us + b.send_us) / 2,
+                  (a.self_cpu_us + b.self_cpu_us) / 2, (a.procs_cpu_us + b.procs_cpu_us) / 2,
+                  std::max(a.sends, b.sends),          std::max(a.recvs, b.recvs)};
+    };
+    row.tree = both(t1, t2);
+    row.star = both(s1, s2);
+    if (n == 1) hop_us = row.star.call_us / 2;
+    rows.push_back(row);
+    if (!json) {
+      std::fprintf(stderr, "procs %4zu: spawned in %.0f ms; tree %.1f us, star %.1f us\n", n,
+                   spawn_ms, row.tree.call_us, row.star.call_us);
+    }
+    if (!procs.stop(2s).get(60s)) die("stopping the procs timed out");
+  }
+  podium::mesh::set_cast_fanout(fanout);
+
+  // Calibration (docs/cast.md). Wall-clock and per-proc costs from the smallest size (one
+  // proc: no contention for the cores); the controller's CPU per message and the relays' extra
+  // CPU from the largest, the latter scaled by how much contention inflated a proc's CPU there.
+  const Row& big = rows.back();
+  const Row& small = rows.front();
+  double nb = static_cast<double>(big.procs);
+  double ns = static_cast<double>(small.procs);
+  double send_us = big.star.send_us / nb;
+  double recv_us = std::max(0.0, big.star.self_cpu_us / nb - send_us);
+  double proc_us = small.star.procs_cpu_us / ns;
+  double contention = std::max(1.0, big.star.procs_cpu_us / nb / std::max(proc_us, 1e-3));
+  double member_us = 0, relay_us = 0;
+  if (big.procs > fanout) {
+    member_us = std::max(0.0, (big.tree.send_us - static_cast<double>(fanout) * send_us) / nb);
+    relay_us = std::max(0.0, (big.tree.procs_cpu_us - big.star.procs_cpu_us) / nb) / contention;
+  }
+  if (hop_us == 0) hop_us = small.star.call_us / 2;
+
+  if (json) {
+    std::printf("{\"fanout\": %zu, \"sizes\": [", fanout);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::printf("%s{\"procs\": %zu, \"tree_us\": %.1f, \"star_us\": %.1f, "
+                  "\"controller_sends\": %llu, \"controller_recvs\": %llu, "
+                  "\"star_controller_sends\": %llu, \"star_controller_recvs\": %llu, "
+                  "\"tree_controller_cpu_us\": %.1f, \"star_controller_cpu_us\": %.1f, "
+                  "\"tree_procs_cpu_us\": %.1f, \"star_procs_cpu_us\": %.1f}",
+                  i ? ", " : "", r.procs, r.tree.call_us, r.star.call_us,
+                  static_cast<unsigned long long>(r.tree.sends),
+                  static_cast<unsigned long long>(r.tree.recvs),
+                  static_cast<unsigned long long>(r.star.sends),
+                  static_cast<unsigned long long>(r.star.recvs), r.tree.self_cpu_us,
+                  r.star.self_cpu_us, r.tree.procs_cpu_us, r.star.procs_cpu_us);
+    }
+    std::printf("], \"calibration\": {\"hop_us\": %.2f, \"send_us\": %.3f, \"recv_us\": %.3f, "
+                "\"member_us\": %.4f, \"proc_us\": %.2f, \"relay_us\": %.2f, "
+                "\"contention\": %.2f, \"from_procs\": %zu}, \"iters\": %d, \"cores\": %ld}\n",
+                hop_us, send_us, recv_us, member_us, proc_us, relay_us, contention, big.procs,
+                iters,
+                ::sysconf(_SC_NPROCESSORS_ONLN));
+  } else {
+    std::printf("fan-out %zu, %d calls per mode\n", fanout, iters);
+    std::printf("%8s %12s %12s %8s %8s\n", "procs", "tree_us", "star_us", "sends", "recvs");
+    for (const Row& r : rows) {
+      std::printf("%8zu %12.1f %12.1f %8llu %8llu\n", r.procs, r.tree.call_us, r.star.call_us,
+                  static_cast<unsigned long long>(r.tree.sends),
+                  static_cast<unsigned long long>(r.tree.recvs));
+    }
+    std::printf("calibration: hop %.2f us, send %.3f us, recv %.3f us, member %.4f us, "
+                "proc %.2f us, relay %.2f us\n",
+                hop_us, send_us, recv_us, member_us, proc_us, relay_us);
+  }
+  podium::shutdown();
+  return 0;
+}
