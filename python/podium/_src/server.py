@@ -403,13 +403,23 @@ class _ActorServer:
 
     # --- supervision ----------------------------------------------------------------------
 
-    def _supervise(self, d: Dict[str, Any]) -> None:
-        """A mesh this actor spawned failed: __supervise__ handles it (a true return), or this
-        actor fails too, which its own owner learns (SV-3)."""
+    def _supervisor_of(self, d: Dict[str, Any]) -> Optional[Tuple[Any, Callable[..., Any]]]:
+        """(failure, __supervise__) for a failure report, or None when this actor cannot
+        handle it (no __supervise__, or failed already): then it is unhandled here."""
         failure = supervision.MeshFailure(d)
         fn = getattr(self.instance, "__supervise__", None)
         if fn is None or self.inbox.failed:
-            return self._unhandled(failure, None)
+            self._unhandled(failure, None)
+            return None
+        return failure, fn
+
+    def _supervise(self, d: Dict[str, Any]) -> None:
+        """A mesh this actor spawned failed: __supervise__ handles it (a true return), or this
+        actor fails too, which its own owner learns (SV-3)."""
+        found = self._supervisor_of(d)
+        if found is None:
+            return
+        failure, fn = found
         token = set_context(Context(self.info, self.info.rank))
         try:
             result = fn(failure)
@@ -427,10 +437,10 @@ class _ActorServer:
             self._unhandled(failure, None)
 
     async def _supervise_async(self, d: Dict[str, Any]) -> None:
-        failure = supervision.MeshFailure(d)
-        fn = getattr(self.instance, "__supervise__", None)
-        if fn is None or self.inbox.failed:
-            return self._unhandled(failure, None)
+        found = self._supervisor_of(d)
+        if found is None:
+            return
+        failure, fn = found
         token = set_context(Context(self.info, self.info.rank))
         try:
             result = fn(failure)
