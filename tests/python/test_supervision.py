@@ -470,8 +470,16 @@ def test_stop_of_a_hung_actor_kills_its_proc_and_says_so(new_procs, faults, capf
     t0 = time.monotonic()
     mesh.stop().get(timeout=T)
     assert time.monotonic() - t0 < 10
-    out, err = capfd.readouterr()
-    err = out + err
+    # The C++ log line may reach the captured stream in more than one write: read until it
+    # is whole (bounded).
+    err = ""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        out, more = capfd.readouterr()
+        err += out + more
+        if "#hung[1] did not stop within 500 ms; killing its proc" in err:
+            break
+        time.sleep(0.05)
     assert "actor " in err and "#hung[1] did not stop within 500 ms; killing its proc" in err
     deadline = time.monotonic() + 5
     while _alive(pid) and time.monotonic() < deadline:
