@@ -131,6 +131,14 @@ Result<ReplyHeader> decode_reply_header(const Buffer& b) {
   }
 }
 
+wire::Envelope system_message(const ProcId& to, const SystemHeader& h) {
+  wire::Envelope env;
+  env.kind = static_cast<uint8_t>(MessageKind::kSystem);
+  env.dest = PortId{ActorId{to, std::string(kSystemActorName), 0}, kMailboxPort}.to_string();
+  env.parts.push_back(encode_system_header(h));
+  return env;
+}
+
 Buffer encode_system_header(const SystemHeader& h) {
   msgpack::sbuffer& sb = scratch();
   msgpack::packer<msgpack::sbuffer> pk(sb);

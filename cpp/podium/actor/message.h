@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "podium/actor/ids.h"
 #include "podium/base/buffer.h"
 #include "podium/base/error.h"
 #include "podium/wire/envelope.h"
@@ -58,6 +59,8 @@ struct SystemHeader {
 [[nodiscard]] Buffer encode_reply_header(const ReplyHeader& h);
 [[nodiscard]] Result<ReplyHeader> decode_reply_header(const Buffer& b);
 [[nodiscard]] Buffer encode_system_header(const SystemHeader& h);
+// A one-way kSystem message `h` for the system actor of the proc `to`.
+[[nodiscard]] wire::Envelope system_message(const ProcId& to, const SystemHeader& h);
 [[nodiscard]] Result<SystemHeader> decode_system_header(const Buffer& b);
 
 // The value of the "reply" header, or empty.

@@ -273,19 +273,14 @@ struct Runtime::Impl {
     int32_t code = status.signaled ? -1 : status.code;
     if (!down) {
       for (const auto& addr : others) {
-        wire::Envelope env;
-        env.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
-        env.dest = actor::PortId{actor::ActorId{actor::ProcId{addr},
-                                                std::string(actor::kSystemActorName), 0},
-                                 actor::kMailboxPort}
-                       .to_string();
-        env.parts.push_back(actor::encode_system_header(actor::SystemHeader{
-            "proc_exit",
-            {key, cause},
-            {static_cast<uint64_t>(status.pid), expected ? 1u : 0u,
-             static_cast<uint64_t>(static_cast<uint32_t>(sig)),
-             static_cast<uint64_t>(static_cast<uint32_t>(code))}}));
-        proc->send(addr, std::move(env));
+        proc->send(addr, actor::system_message(
+                             actor::ProcId{addr},
+                             actor::SystemHeader{
+                                 "proc_exit",
+                                 {key, cause},
+                                 {static_cast<uint64_t>(status.pid), expected ? 1u : 0u,
+                                  static_cast<uint64_t>(static_cast<uint32_t>(sig)),
+                                  static_cast<uint64_t>(static_cast<uint32_t>(code))}}));
       }
     }
     proc_gone(key, status.pid, sig, code, cause, expected);
@@ -346,15 +341,8 @@ struct Runtime::Impl {
       auto it = by_key.find(key);
       if (it == by_key.end()) {
         if (parent) {  // not ours: the controller spawned it
-          wire::Envelope env;
-          env.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
-          env.dest = actor::PortId{actor::ActorId{actor::ProcId{*parent},
-                                                  std::string(actor::kSystemActorName), 0},
-                                   actor::kMailboxPort}
-                         .to_string();
-          env.parts.push_back(
-              actor::encode_system_header(actor::SystemHeader{"kill", {key}, {}}));
-          proc->send(*parent, std::move(env));
+          proc->send(*parent, actor::system_message(actor::ProcId{*parent},
+                                                    actor::SystemHeader{"kill", {key}, {}}));
         }
         return;
       }
@@ -507,13 +495,7 @@ actor::Future<void> Runtime::stop_procs(const std::shared_ptr<ProcMeshState>& me
   });
   track(exits, keys);
   for (auto& [id, pid] : alive) {
-    wire::Envelope env;
-    env.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
-    env.dest = actor::PortId{actor::ActorId{id, std::string(actor::kSystemActorName), 0},
-                             actor::kMailboxPort}
-                   .to_string();
-    env.parts.push_back(actor::encode_system_header(actor::SystemHeader{"exit", {}, {}}));
-    impl_->proc->send(id.addr, std::move(env));
+    impl_->proc->send(id.addr, actor::system_message(id, actor::SystemHeader{"exit", {}, {}}));
   }
   // Escalate: whoever has not exited after the grace period is killed.
   auto timer = std::make_shared<asio::steady_timer>(impl_->proc->io(), grace);
@@ -702,15 +684,10 @@ Status serve_proc() {
   }
   actor::Proc& proc = mesh::g_runtime->proc();
   proc.serve_held_system_ops();
-  wire::Envelope ready;
-  ready.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
-  ready.dest = actor::PortId{actor::ActorId{actor::ProcId{*parent},
-                                            std::string(actor::kSystemActorName), 0},
-                             actor::kMailboxPort}
-                   .to_string();
-  ready.parts.push_back(actor::encode_system_header(actor::SystemHeader{
-      "ready", {f[1]}, {mesh_id, rank, static_cast<uint64_t>(::getpid())}}));
-  proc.send(*parent, std::move(ready));
+  proc.send(*parent, actor::system_message(
+                         actor::ProcId{*parent},
+                         actor::SystemHeader{"ready", {f[1]},
+                                             {mesh_id, rank, static_cast<uint64_t>(::getpid())}}));
   // The controller's "exit" ends the loop; its death ends the process (PR_SET_PDEATHSIG).
   proc.wait_exit_requested(std::chrono::hours(24 * 365 * 100));
   mesh::g_runtime->shutdown();
