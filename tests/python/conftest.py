@@ -141,3 +141,33 @@ def spawn(procs, request):
             mesh.stop().get(timeout=WAIT_S)
         except Exception:  # a test that failed or killed its actors: they are gone already
             pass
+
+
+# --- multi-host fixtures: a SLURM cluster, network namespaces ---------------------------------
+# Both need root and Debian packages (`make setup` installs them). Where they are missing the
+# tests that use them skip with the reason, except in CI (CI=true), which has both: there a
+# missing part fails the test instead of hiding it.
+
+
+def skip_or_fail(reason: str) -> None:
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{reason} (CI=true: CI machines must have it)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A real one-node SLURM cluster (tests/python/slurm_cluster.py), shared by the session,
+    with this process's SLURM clients pointed at it; stopped (daemons and jobs) at the end."""
+    import slurm_cluster as sc
+
+    reason = sc.unavailable_reason()
+    if reason is not None:
+        skip_or_fail(reason)
+    cluster = sc.SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+        cluster.activate()
+        yield cluster
+    finally:
+        cluster.stop()
