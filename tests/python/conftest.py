@@ -171,3 +171,27 @@ def slurm_cluster(tmp_path_factory):
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def network():
+    """network(n) -> netns.Network of n hosts (tests/python/netns.py); every network made is
+    deleted after the test, also when it fails. What killed runs left behind is removed
+    first."""
+    import netns
+
+    reason = netns.unavailable_reason()
+    if reason is not None:
+        skip_or_fail(reason)
+    netns.remove_stale()
+    made = []
+
+    def make(n_hosts: int, subnet=None):
+        made.append(netns.Network(n_hosts, subnet=subnet))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for n in made:
+            n.close()
