@@ -1,0 +1,148 @@
+"""podium.job end to end with the worker daemon (`python -m podium worker`): LocalJob and
+SlurmJob (through the real one-node SLURM cluster) attach, spawn procs and an actor, call it,
+and kill the job with no process left; a second controller process re-attaches to a running
+LocalJob through the state file. Each controller is a program of its own (its own runtime,
+on TCP, with a job secret); sockets stay on loopback."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import podium.actor
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(podium.actor, "attach_to_workers"),
+    reason="needs the worker daemon and podium.actor.attach_to_workers (issue 6, lead's part)")
+
+CONTROLLER_TIMEOUT_S = 90
+
+# A controller: applies or re-attaches to JOB (an expression), spawns 2 procs per host and an
+# actor on them, calls it, prints the answers and the job's workers, then kills the job
+# unless told to leave it running.
+CONTROLLER = r"""
+import json, os, sys
+from podium.actor import Actor, endpoint, enable_transport, current_rank
+from podium.job import LocalJob, SlurmJob
+
+class Where(Actor):
+    @endpoint
+    def where(self) -> tuple:
+        return (current_rank().rank, os.getpid())
+
+enable_transport("tcp")
+job = {job}
+state = job.state(cached_path={path!r})
+hosts = getattr(state, {mesh!r})
+hosts.initialized.get(timeout=30)
+procs = hosts.spawn_procs(per_host={{"gpus": 2}})
+actors = procs.spawn("where", Where)
+answers = sorted(v for _, v in actors.where.call().get(timeout=30).items())
+print("RESULT", json.dumps({{"job_id": job.job_id, "answers": answers,
+                            "workers": job.workers}}), flush=True)
+if {kill!r}:
+    job.kill()
+"""
+
+
+def _controller(tmp_path, name: str, job: str, path: str, mesh: str = "hosts",
+                kill: bool = True, env: dict | None = None) -> dict:
+    import json
+
+    script = tmp_path / f"{name}.py"
+    script.write_text(CONTROLLER.format(job=job, path=path, mesh=mesh, kill=kill))
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=CONTROLLER_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                         env={**os.environ, **(env or {})})
+    lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+    assert out.returncode == 0 and lines, f"{name} failed:\n{out.stdout}\n{out.stderr}"
+    return json.loads(lines[0][len("RESULT "):])
+
+
+def _worker_pids(marker: str) -> list[int]:
+    """Live processes whose command line holds `marker` (a worker's listen address)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                cmd = open(f"/proc/{name}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+                state = open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if marker in cmd and "podium" in cmd and state != "Z":
+                pids.append(int(name))
+    return pids
+
+
+def _descendants_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [p for p in pids if os.path.exists(f"/proc/{p}")
+                and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return left
+
+
+@pytest.fixture
+def env():
+    """Controller and workers: loopback addresses and one job secret."""
+    return {"PODIUM_HOST_ADDR": "127.0.0.1", "PODIUM_SECRET": secrets.token_hex(16)}
+
+
+def test_local_job_runs_an_actor_on_two_hosts_and_kill_leaves_nothing(tmp_path, env):
+    path = str(tmp_path / "state.json")
+    r = _controller(tmp_path, "c1", 'LocalJob(hosts={"hosts": 2})', path, env=env)
+    assert len(r["workers"]["hosts"]) == 2
+    assert [a[0] for a in r["answers"]] == [0, 1, 2, 3]  # 2 hosts x 2 gpus
+    proc_pids = [a[1] for a in r["answers"]]
+    assert _descendants_gone(proc_pids) == []
+    for addr in r["workers"]["hosts"]:
+        assert _worker_pids(addr.split("//")[1]) == []
+    assert not os.path.exists(path)
+
+
+def test_a_new_controller_reattaches_to_a_running_local_job(tmp_path, env):
+    path = str(tmp_path / "state.json")
+    job = 'LocalJob(hosts={"hosts": 2}, persistent=True)'
+    first = _controller(tmp_path, "first", job, path, kill=False, env=env)
+    try:
+        assert os.path.exists(path)
+        second = _controller(tmp_path, "second", job, path, env=env)
+        assert second["job_id"] == first["job_id"] and second["workers"] == first["workers"]
+        assert [a[0] for a in second["answers"]] == [0, 1, 2, 3]
+        assert not os.path.exists(path)
+    finally:
+        # Whatever happened, end the workers the first controller left.
+        if os.path.exists(path):
+            from podium.job import job_load
+
+            job_load(path).kill()
+    for addr in first["workers"]["hosts"]:
+        assert _worker_pids(addr.split("//")[1]) == []
+
+
+def test_slurm_job_runs_an_actor_and_kill_cancels_it(slurm_cluster, tmp_path, env):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = str(tmp_path / "state.json")
+    job = (f'SlurmJob(meshes={{"trainers": 1}}, monarch_port={port}, bind_to="127.0.0.1", '
+           f'exclusive=False, log_dir={str(tmp_path)!r}, job_start_timeout=60)')
+    r = _controller(tmp_path, "slurm", job, path, mesh="trainers",
+                    env={**env, **{k: v for k, v in slurm_cluster.env().items()
+                                   if k in ("SLURM_CONF", "PATH")}})
+    assert r["workers"] == {"trainers": [f"tcp://127.0.0.1:{port}"]}
+    assert [a[0] for a in r["answers"]] == [0, 1]
+    from podium._src.job.slurm import job_info
+
+    assert job_info(r["job_id"]).get("JobState") in ("CANCELLED", None)
+    assert _descendants_gone([a[1] for a in r["answers"]]) == []
+    assert _worker_pids(f"127.0.0.1:{port}") == []
