@@ -4,6 +4,7 @@ connection neither fails nor delivers), restore heals it, and teardown leaves no
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
@@ -126,7 +127,13 @@ def test_close_removes_everything():
     names, bridge = [h.netns for h in n.hosts], n.bridge
     veths = [h.root_veth for h in n.hosts]
     assert set(names) <= set(netns._list_netns()) and netns._link_exists(bridge)
+    rules = lambda: subprocess.run(["iptables", "-S"], capture_output=True, text=True,
+                                   timeout=20).stdout
+    if shutil.which("iptables"):
+        assert rules().count(f"-i {bridge} ") == 2
     n.close()
+    if shutil.which("iptables"):
+        assert bridge not in rules()
     assert not set(names) & set(netns._list_netns())
     assert not any(netns._link_exists(d) for d in [bridge, *veths])
     n.close()  # idempotent
