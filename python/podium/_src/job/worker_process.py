@@ -33,6 +33,7 @@ from podium._src.job.base import JobError
 
 LISTENING = re.compile(r"^podium worker listening on (tcp://\S+)\s*$", re.MULTILINE)
 _POLL_S = 0.02
+_ORPHAN_GRACE_S = 0.5
 
 
 @dataclass
@@ -111,9 +112,13 @@ def stop_session(sid: int, grace: float, popen: "Optional[subprocess.Popen[bytes
         return
     if leader is not None and leader[0] != "Z":
         _signal_group(sid, signal.SIGTERM)
+        # The worker ends its procs on SIGTERM; procs left once it has gone (and had a moment
+        # to finish) are orphans, and get no more of the grace period.
         deadline = time.monotonic() + grace
-        while _session_members(sid) and time.monotonic() < deadline:
+        while (members := _session_members(sid)) and time.monotonic() < deadline:
             _reap(popen)
+            if sid not in members:
+                deadline = min(deadline, time.monotonic() + _ORPHAN_GRACE_S)
             time.sleep(_POLL_S)
     for pid in _session_members(sid):
         _kill(pid, signal.SIGKILL)
