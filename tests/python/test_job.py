@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import stat
 import subprocess
 import sys
@@ -268,3 +267,28 @@ def test_a_different_spec_does_not_adopt(fake_worker, tmp_path, caplog):
         assert not _alive(w.pid) and not _alive(child) and not path.exists()
     finally:
         worker_process.stop_session(w.pid, grace=1.0, popen=p, start_time=w.start_time)
+
+
+def test_timeouts_and_log_places_do_not_stop_a_reattach(fake_worker, tmp_path):
+    log = str(tmp_path / "w.log")
+    p = worker_process.start(fake_worker, os.environ, log)
+    [w] = worker_process.wait_listening([p], [log], time.monotonic() + 30, "job-t")
+    path = tmp_path / "state.json"
+    _running_local_job([w]).dump(str(path))
+    try:
+        job = LocalJob(start_timeout=5, log_dir=str(tmp_path / "logs"))
+        assert job._adopt(str(path)) and job.job_id == "local-test"
+    finally:
+        worker_process.stop_session(w.pid, grace=1.0, popen=p, start_time=w.start_time)
+    # A job loaded from its file removes that file when killed.
+    assert path.exists()
+    job_load(str(path)).kill()
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("key", ["PODIUM_SECRET", "PODIUM_SECRET_FILE"])
+def test_the_secret_is_never_part_of_a_job(key):
+    with pytest.raises(ValueError, match="controller's environment"):
+        LocalJob(env={key: "x"})
+    with pytest.raises(ValueError, match="controller's environment"):
+        SlurmJob(meshes={"a": 1}, env={key: "x"})

@@ -7,7 +7,6 @@ import os
 import time
 from pathlib import Path
 
-import pytest
 
 import slurm_cluster as sc
 

@@ -35,7 +35,7 @@ import logging
 import os
 import tempfile
 from abc import ABC, abstractmethod
-from typing import Any, Dict, List, Optional, Type
+from typing import Any, Dict, List, Mapping, Optional, Type
 
 logger = logging.getLogger("podium.job")
 
@@ -155,7 +155,8 @@ class JobTrait(ABC):
     def can_run(self, spec: "JobTrait") -> bool:
         """Whether this (running) job can serve `spec`: same kind, same specification, still
         running."""
-        return type(spec) is type(self) and spec._spec() == self._spec() and self._gone() is None
+        return (type(spec) is type(self) and spec._identity() == self._identity()
+                and self._gone() is None)
 
     # --- what a kind implements ----------------------------------------------------------
 
@@ -174,6 +175,13 @@ class JobTrait(ABC):
     @abstractmethod
     def _spec(self) -> Dict[str, Any]:
         """The constructor's arguments, JSON-able; the class is rebuilt from them."""
+
+    # Spec entries that do not change the allocation (timeouts, log places): a job that
+    # differs only in them re-attaches.
+    _NOT_IDENTITY: frozenset = frozenset()
+
+    def _identity(self) -> Dict[str, Any]:
+        return {k: v for k, v in self._spec().items() if k not in self._NOT_IDENTITY}
 
     def _run_state(self) -> Dict[str, Any]:
         """What, beyond the job id and addresses, checks and ends the running allocation."""
@@ -205,9 +213,13 @@ class JobTrait(ABC):
         if gone is not None:
             logger.warning("job state file %s names %s job %s, which is gone (%s); "
                            "starting a new job", path, type(cached).__name__, cached.job_id, gone)
+            try:  # what is left of it: the workers still alive, a requeued SLURM job
+                cached._kill()
+            except JobError as e:
+                logger.warning("could not end what is left of job %s: %s", cached.job_id, e)
             _remove(path)
             return False
-        if type(cached) is not type(self) or cached._spec() != self._spec():
+        if type(cached) is not type(self) or cached._identity() != self._identity():
             logger.warning("job state file %s names running %s job %s with a different spec; "
                            "killing it and starting a new job", path, type(cached).__name__,
                            cached.job_id)
@@ -251,9 +263,11 @@ def job_load(filename: str = DEFAULT_JOB_PATH) -> JobTrait:
     with open(filename, "rb") as f:
         data = f.read()
     try:
-        return job_loads(data)
+        job = job_loads(data)
     except JobError as e:
         raise JobError(f"job state file {filename}: {e}") from None
+    job._state_path = filename  # kill() removes it
+    return job
 
 
 def _from_dict(d: Any) -> JobTrait:
@@ -272,6 +286,16 @@ def _from_dict(d: Any) -> JobTrait:
         raise JobError(f"malformed {d.get('kind')} job state ({type(e).__name__}: {e})",
                        job_id=d.get("job_id")) from None
     return job
+
+
+def _check_env(env: Optional[Mapping[str, str]]) -> None:
+    """The secret reaches workers through the controller's environment, never through a
+    job's `env`, which the state file (and a SLURM batch script) records."""
+    for key in env or {}:
+        if key in ("PODIUM_SECRET", "PODIUM_SECRET_FILE"):
+            raise ValueError(f"{key} is not passed in a job's env (the job state file records "
+                             "env): set it in the controller's environment, which the "
+                             "workers inherit")
 
 
 def _read_json(path: str) -> Dict[str, Any]:

@@ -14,7 +14,7 @@ import uuid
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from podium._src.job import worker_process
-from podium._src.job.base import JobError, JobTrait
+from podium._src.job.base import _check_env, JobError, JobTrait
 from podium._src.job.worker_process import WorkerProcess
 
 KILL_GRACE_S = 5.0
@@ -52,6 +52,7 @@ class LocalJob(JobTrait):
                 raise ValueError(f"each mesh needs a name and a host count >= 1, got {name!r}: {n!r}")
         if not counts:
             raise ValueError("a LocalJob needs at least one mesh")
+        _check_env(env)
         self._hosts = counts
         self._python_exe = python_exe or sys.executable
         self._listen_host = listen_host
@@ -62,6 +63,8 @@ class LocalJob(JobTrait):
         self._procs: List[WorkerProcess] = []
         self._run_dir: Optional[str] = None  # logs, when this job made the directory
         self._popens: Dict[int, Any] = {}  # pid -> Popen, for workers this process started
+
+    _NOT_IDENTITY = frozenset({"start_timeout", "log_dir"})
 
     def _spec(self) -> Dict[str, Any]:
         return {"hosts": self._hosts, "python_exe": self._python_exe,
@@ -88,10 +91,11 @@ class LocalJob(JobTrait):
             log_dir, self._run_dir = self._log_dir, None
         else:
             log_dir = self._run_dir = tempfile.mkdtemp(prefix=f"podium-{job_id}-")
-        env = {**os.environ, **self._env}
+        env = dict(os.environ)
         # A worker that listens on one address advertises its procs there too.
         if self._listen_host not in ("0.0.0.0", "::"):
-            env.setdefault("PODIUM_HOST_ADDR", self._listen_host)
+            env["PODIUM_HOST_ADDR"] = self._listen_host
+        env.update(self._env)
         popens, logs, names = [], [], []
         try:
             for name, n in self._hosts.items():

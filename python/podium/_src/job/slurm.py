@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from podium._src.job.base import JobError, JobTrait, logger
+from podium._src.job.base import _check_env, JobError, JobTrait, logger
 from podium._src.job.worker_process import LISTENING
 
 # Job states after which a job runs no more (JobState= of `scontrol show job`).
@@ -79,6 +79,7 @@ class SlurmJob(JobTrait):
         if ntasks_per_node != 1:
             raise ValueError("podium runs one worker per node: ntasks_per_node must be 1 "
                              "(the worker spawns the procs of that node)")
+        _check_env(env)
         self._meshes = meshes
         self._python_exe = python_exe or sys.executable
         self._slurm_args = list(slurm_args)
@@ -105,6 +106,8 @@ class SlurmJob(JobTrait):
         if self.active:
             raise JobError("add_mesh() on a running job: kill() it first", self.job_id)
         self._meshes[name] = num_nodes
+
+    _NOT_IDENTITY = frozenset({"log_dir", "job_start_timeout", "ready_timeout"})
 
     def _spec(self) -> Dict[str, Any]:
         return {"meshes": self._meshes, "python_exe": self._python_exe,
