@@ -572,17 +572,51 @@ void bind_mesh(nb::module_& m) {
       "How long idle runners and waiting callers poll the reactor before they sleep (µs).");
   m.def(
       "init_controller",
-      [](std::vector<std::string> proc_argv, std::vector<std::string> zygote_argv) {
+      [](std::vector<std::string> proc_argv, std::vector<std::string> zygote_argv,
+         std::optional<std::string> listen) {
+        InitOptions options{std::move(proc_argv), std::move(zygote_argv), std::nullopt};
+        if (listen) options.listen = unwrap(channel::Address::parse(*listen));
         Status st;
         {
           nb::gil_scoped_release unlocked;
-          st = init_controller(InitOptions{std::move(proc_argv), std::move(zygote_argv)});
+          st = init_controller(std::move(options));
         }
         unwrap(st);
       },
       nb::arg("proc_argv"), nb::arg("zygote_argv") = std::vector<std::string>{},
+      nb::arg("listen").none() = nb::none(),
       "Starts the controller runtime; procs are started with `proc_argv`, forked from a "
-      "zygote started with `zygote_argv` when it is given. A second call does nothing.");
+      "zygote started with `zygote_argv` when it is given. `listen`: this process's address "
+      "('tcp:HOST:0' puts the job on TCP); None: a private Unix socket. A second call does "
+      "nothing.");
+  m.def("default_host_address", &default_host_address,
+        "This machine's address as other hosts reach it (PODIUM_HOST_ADDR, else the default "
+        "route's source address).");
+  m.def(
+      "serve_worker",
+      [](const std::string& listen, std::vector<std::string> proc_argv,
+         std::vector<std::string> zygote_argv, bool persistent, nb::object on_listening) {
+        WorkerOptions options;
+        options.listen = unwrap(parse_worker_address(listen));
+        options.procs = InitOptions{std::move(proc_argv), std::move(zygote_argv), std::nullopt};
+        options.persistent = persistent;
+        if (!on_listening.is_none()) {
+          options.on_listening = [on_listening](const channel::Address& a) {
+            nb::gil_scoped_acquire locked;
+            on_listening(a.to_string());
+          };
+        }
+        Status st;
+        {
+          nb::gil_scoped_release unlocked;
+          st = serve_worker(std::move(options));
+        }
+        unwrap(st);
+      },
+      nb::arg("listen"), nb::arg("proc_argv"), nb::arg("zygote_argv"),
+      nb::arg("persistent") = false, nb::arg("on_listening").none() = nb::none(),
+      "Runs this process as a host agent listening on `listen` (tcp://HOST:PORT) until it is "
+      "killed; `on_listening(address)` runs once it listens.");
   m.def("is_proc", &is_proc, "True in a process that podium spawned as a proc, until it serves.");
   m.def(
       "serve_proc",
@@ -658,6 +692,48 @@ void bind_mesh(nb::module_& m) {
       .def("replies", &CoreFuture::replies)
       .def("rank", &CoreFuture::rank)
       .def("notify", &CoreFuture::notify, nb::arg("notifier"), nb::arg("token"));
+
+  nb::class_<HostMesh>(m, "HostMesh")
+      .def(nb::init<>(), "This host (no dimensions).")
+      .def_static(
+          "attach",
+          [](std::vector<std::string> workers) {
+            Result<HostMesh> r = std::unexpected(Error{});
+            {
+              nb::gil_scoped_release unlocked;
+              r = HostMesh::attach(workers);
+            }
+            return unwrap(std::move(r));
+          },
+          nb::arg("workers"),
+          "The workers (tcp://HOST:PORT) as a mesh {'hosts': N}; returns at once.")
+      .def_prop_ro("region", &HostMesh::region)
+      .def("with_region", &HostMesh::with_region, nb::arg("region"))
+      .def("initialized", [](const HostMesh& h) { return from_void(h.initialized()); })
+      .def(
+          "spawn_procs",
+          [](const HostMesh& h, std::vector<std::pair<std::string, size_t>> per_host) {
+            Result<ProcMesh> r = std::unexpected(Error{});
+            {
+              nb::gil_scoped_release unlocked;
+              r = h.spawn_procs(per_host);
+            }
+            return unwrap(std::move(r));
+          },
+          nb::arg("per_host"))
+      .def(
+          "hosts",
+          [](const HostMesh& h) {
+            std::vector<std::tuple<std::string, std::string, bool, std::optional<std::string>>> out;
+            if (!h.state()) return out;
+            std::lock_guard lock(h.state()->mu);
+            for (const auto& host : h.state()->hosts) {
+              out.emplace_back(host.worker.to_string(), host.hostname, host.attached,
+                               host.failure);
+            }
+            return out;
+          },
+          "Per host: (worker address, host name, attached, failure or None).");
 
   nb::class_<ProcMesh>(m, "ProcMesh")
       .def_static(

@@ -307,12 +307,20 @@ Result<std::shared_ptr<SocketListener>> SocketListener::listen(std::shared_ptr<C
     if (!eps) return std::unexpected(eps.error());
     ep = eps->front();
   }
+  bool reuse_port = core->config.reuse_port;
   std::shared_ptr<SocketListener> l(new SocketListener(std::move(core), addr));
   std::error_code ec;
   l->acceptor_.open(ep.protocol(), ec);
   if (ec) return fail("socket", ec);
   if (addr.transport == Transport::kTcp) {
     l->acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (reuse_port) {
+      int one = 1;
+      if (::setsockopt(l->acceptor_.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one,
+                       sizeof one) != 0) {
+        return fail("SO_REUSEPORT", std::error_code(errno, std::system_category()));
+      }
+    }
   }
   l->acceptor_.bind(ep, ec);
   if (ec) return fail("bind", ec);

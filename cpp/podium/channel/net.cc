@@ -1,9 +1,16 @@
 #include "podium/channel/net.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <utility>
+
 #include "podium/channel/core.h"
 #include "podium/channel/inbound.h"
 #include "podium/channel/inproc.h"
 #include "podium/channel/link.h"
+#include "podium/channel/socket_util.h"
 #include "podium/wire/message.h"
 
 namespace podium::channel {
@@ -141,5 +148,51 @@ void Net::reset_connections_for_test() {
 }
 
 void Net::on_batch_end(std::function<void()> fn) { impl_->core->batch_end = std::move(fn); }
+
+Result<PortReservation> PortReservation::make(const std::string& host) {
+  auto fail = [&](std::string_view step, int err) {
+    return std::unexpected(make_error(ChannelErrc::kListenFailed,
+                                      "reserve a TCP port on " + host + ": " + std::string(step) +
+                                          ": " + std::error_code(err, std::system_category()).message()));
+  };
+  auto eps = internal::resolve_tcp(host, 0);
+  if (!eps) return std::unexpected(eps.error());
+  const auto& ep = eps->front();
+  int fd = ::socket(ep.data()->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return fail("socket", errno);
+  PortReservation r(fd, 0);  // closes fd on every path out
+  int one = 1;
+  if (::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+    return fail("SO_REUSEPORT", errno);
+  }
+  if (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) {
+    return fail("SO_REUSEADDR", errno);
+  }
+  if (::bind(fd, ep.data(), static_cast<socklen_t>(ep.size())) != 0) return fail("bind", errno);
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    return fail("getsockname", errno);
+  }
+  r.port_ = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                     : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return r;
+}
+
+PortReservation::PortReservation(PortReservation&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), port_(other.port_) {}
+
+PortReservation& PortReservation::operator=(PortReservation&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    port_ = other.port_;
+  }
+  return *this;
+}
+
+PortReservation::~PortReservation() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
 }  // namespace podium::channel

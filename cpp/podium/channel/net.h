@@ -79,6 +79,33 @@ struct Config {
   // challenge-response on it before any frame is read (CH-8). Unix and in-process links
   // stay within this user's reach (0700 socket directory) and do not authenticate.
   std::string secret;
+  // TCP listeners set SO_REUSEPORT, so they can bind a port that a PortReservation (below)
+  // holds. Only for a proc whose host agent reserved its port; two listeners of one user on
+  // one port would otherwise share connections.
+  bool reuse_port = false;
+};
+
+// A TCP port held for a proc that will listen on it: a socket bound with SO_REUSEPORT and
+// never listening, so the kernel gives the port to nobody else (neither bind(0) nor an
+// outgoing connection's ephemeral port) until the reservation is dropped, while the proc,
+// listening with Config::reuse_port, binds it too. Lets a host agent name a proc's address
+// before the proc runs. Move-only; closes its socket when destroyed.
+class PortReservation {
+ public:
+  // Reserves a free port on `host` (an address of this machine, or a name that resolves to
+  // one).
+  [[nodiscard]] static Result<PortReservation> make(const std::string& host);
+  PortReservation(PortReservation&& other) noexcept;
+  PortReservation& operator=(PortReservation&& other) noexcept;
+  PortReservation(const PortReservation&) = delete;
+  PortReservation& operator=(const PortReservation&) = delete;
+  ~PortReservation();
+  uint16_t port() const { return port_; }
+
+ private:
+  PortReservation(int fd, uint16_t port) : fd_(fd), port_(port) {}
+  int fd_ = -1;
+  uint16_t port_ = 0;
 };
 
 // Sends made on this thread while a FlushLater lives may wait for the link's next write

@@ -55,7 +55,10 @@ Error rank_error(const ndslice::Extent& extent, size_t rank, const ActorTarget& 
   std::string mesh = key.substr(0, key.find('['));
   std::string msg = "actor " + key + " of mesh '" + mesh + "' (rank " + std::to_string(rank);
   if (auto p = extent.point_of_rank(rank)) msg += " " + p->to_string();
-  if (pid > 0) msg += ", host " + actor::host_name() + ", pid " + std::to_string(pid);
+  if (pid > 0) {
+    msg += ", host " + (t.host.empty() ? actor::host_name() : t.host) + ", pid " +
+           std::to_string(pid);
+  }
   msg += "): ";
   // The cause often names the actor already ("<actor id>: ..."): say it once.
   std::string_view why = cause.message;

@@ -34,6 +34,7 @@ struct ActorTarget {
   std::string dest;            // its mailbox PortId, text form
   std::string actor;           // its ActorId, text form (for error messages)
   std::string proc_key;        // addr.to_string(), for proc-exit matching
+  std::string host;            // its host's name; empty: this host
 };
 
 // Gathers one reply per rank; thread-safe.

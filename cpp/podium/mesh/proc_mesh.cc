@@ -179,6 +179,7 @@ Result<ActorMeshBase> ProcMesh::spawn_raw(std::string_view type, std::string nam
     t.dest = actor::PortId{aid, actor::kMailboxPort}.to_string();
     t.actor = aid.to_string();
     t.proc_key = pid.to_string();
+    t.host = st_->procs[b].host;
     keys.push_back(t.proc_key);
   }
   // SV-1: the actors report their failures to this process, which raises them to the owner.
@@ -196,6 +197,7 @@ Result<ActorMeshBase> ProcMesh::spawn_raw(std::string_view type, std::string nam
       s.proc_keys.push_back(state->targets[b].proc_key);
       s.actor_ids.push_back(state->targets[b].actor);
       s.pids.push_back(st_->procs[b].pid);
+      s.hosts.push_back(st_->procs[b].host);
     }
     state->supervision_id = rt.supervisor().add(std::move(s));
   }
@@ -271,15 +273,67 @@ Result<ProcMesh> HostMesh::spawn_procs(
     const std::vector<std::pair<std::string, size_t>>& per_host) const {
   std::vector<std::string> labels;
   std::vector<size_t> sizes;
+  if (st_) {
+    labels = region_.extent().labels();
+    sizes = region_.extent().sizes();
+  }
   for (const auto& [l, s] : per_host) {
     labels.push_back(l);
     sizes.push_back(s);
   }
   auto extent = ndslice::Extent::make(std::move(labels), std::move(sizes));
   if (!extent) return std::unexpected(extent.error());
-  auto st = mesh::Runtime::get().spawn_procs(*extent);
+  auto st = st_ ? mesh::Runtime::get().spawn_procs(st_, region_.base_ranks(), *extent)
+                : mesh::Runtime::get().spawn_procs(*extent);
   if (!st) return std::unexpected(st.error());
   return ProcMesh(std::move(*st), ndslice::Region(*extent));
+}
+
+Result<channel::Address> parse_worker_address(std::string_view text) {
+  std::string t(text);
+  if (t.starts_with("tcp://")) {
+    t = "tcp:" + t.substr(6);
+  } else if (!t.starts_with("tcp:")) {
+    t = "tcp:" + t;
+  }
+  auto a = channel::Address::parse(t);
+  if (!a) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument,
+                                      "worker address '" + std::string(text) +
+                                          "': expected tcp://HOST:PORT (" + a.error().message + ")"));
+  }
+  return a;
+}
+
+Result<HostMesh> HostMesh::attach(const std::vector<std::string>& workers) {
+  std::vector<channel::Address> addrs;
+  for (const auto& w : workers) {
+    auto a = parse_worker_address(w);
+    if (!a) return std::unexpected(a.error());
+    addrs.push_back(std::move(*a));
+  }
+  auto st = mesh::Runtime::get().attach(std::move(addrs));
+  if (!st) return std::unexpected(st.error());
+  auto extent = ndslice::Extent::make({"hosts"}, {workers.size()});
+  if (!extent) return std::unexpected(extent.error());
+  return HostMesh(std::move(*st), ndslice::Region(*extent));
+}
+
+actor::Future<void> HostMesh::initialized() const {
+  if (st_) return st_->initialized;
+  actor::Promise<void> p;
+  p.set({});
+  return p.future();
+}
+
+Result<HostMesh> HostMesh::slice(std::string_view label, int64_t index) const {
+  return sliced<HostMesh>(region_, label, index,
+                          [&](ndslice::Region r) { return HostMesh(st_, std::move(r)); });
+}
+
+Result<HostMesh> HostMesh::slice(std::string_view label, ndslice::Range range) const {
+  return sliced<HostMesh>(region_, label, range,
+                          [&](ndslice::Region r) { return HostMesh(st_, std::move(r)); });
 }
 
 HostMesh this_host() { return HostMesh{}; }

@@ -129,10 +129,35 @@ class ProcMesh {
 
 class HostMesh {
  public:
-  // Spawns one proc per point of `per_host` (e.g. {{"gpus", 8}}) on this host.
+  // This host, with no dimensions.
+  HostMesh() = default;
+  // The workers (host agents, "tcp://HOST:PORT") as a mesh {"hosts": N}; returns at once, and
+  // initialized() says whether every one accepted (mesh::Runtime::attach). Needs a runtime
+  // started on TCP (InitOptions::listen).
+  [[nodiscard]] static Result<HostMesh> attach(const std::vector<std::string>& workers);
+
+  // Spawns one proc per point of `per_host` (e.g. {{"gpus", 8}}) on each host of this mesh;
+  // the ProcMesh's dimensions are the host mesh's, then per_host's.
   [[nodiscard]] Result<ProcMesh> spawn_procs(
       const std::vector<std::pair<std::string, size_t>>& per_host) const;
+
+  // Attached hosts only (this_host() has nothing to wait for: ready at once).
+  actor::Future<void> initialized() const;
+  const ndslice::Region& region() const { return region_; }
+  [[nodiscard]] Result<HostMesh> slice(std::string_view label, int64_t index) const;
+  [[nodiscard]] Result<HostMesh> slice(std::string_view label, ndslice::Range range) const;
+  HostMesh with_region(ndslice::Region region) const { return HostMesh(st_, std::move(region)); }
+  const std::shared_ptr<mesh::HostMeshState>& state() const { return st_; }
+
+ private:
+  HostMesh(std::shared_ptr<mesh::HostMeshState> st, ndslice::Region region)
+      : st_(std::move(st)), region_(std::move(region)) {}
+  std::shared_ptr<mesh::HostMeshState> st_;  // null: this host
+  ndslice::Region region_;
 };
+
+// "tcp://HOST:PORT", "tcp:HOST:PORT" or "HOST:PORT" as a channel address.
+[[nodiscard]] Result<channel::Address> parse_worker_address(std::string_view text);
 
 // This host, as a mesh with no dimensions.
 HostMesh this_host();

@@ -1,10 +1,15 @@
 #include "podium/mesh/runtime.h"
 
 #include <spdlog/spdlog.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <atomic>
 #include <condition_variable>
@@ -18,6 +23,7 @@
 #include <unordered_map>
 
 #include "podium/actor/executor.h"
+#include "podium/channel/net.h"
 #include "podium/actor/message.h"
 #include "podium/host/child_watcher.h"
 #include "podium/host/zygote.h"
@@ -91,6 +97,8 @@ struct Runtime::Impl {
   struct ProcRef {
     std::weak_ptr<ProcMeshState> mesh;
     size_t rank;
+    std::shared_ptr<HostMeshState> host;  // set for a proc on an attached host
+    size_t host_index = 0;
   };
   std::unordered_map<std::string, ProcRef> by_key;   // proc addr text -> mesh, rank
   std::unordered_map<std::string, Error> dead;       // proc addr text -> why
@@ -98,6 +106,45 @@ struct Runtime::Impl {
   size_t tracks_since_prune = 0;
   std::shared_ptr<ProcMeshState> local_mesh;
   bool shut_down = false;
+  // TCP ports held for local procs until they exit (PortReservation), by proc key.
+  std::unordered_map<std::string, channel::PortReservation> reservations;
+
+  // ---- attached hosts (controller side; docs/host_agent.md) ----
+  struct HostRef {
+    std::shared_ptr<HostMeshState> mesh;
+    size_t index = 0;
+  };
+  std::unordered_map<uint64_t, std::shared_ptr<HostMeshState>> host_meshes;  // by id; mu
+  std::unordered_map<std::string, HostRef> by_worker;  // worker address text -> host; mu
+  uint64_t next_host_mesh = 1;                           // mu
+  // When each host was asked to attach, then last heard from; mu.
+  std::unordered_map<HostMeshState*, std::vector<std::chrono::steady_clock::time_point>> heard;
+  struct Spawned {
+    std::vector<std::string> keys;
+    std::vector<int64_t> pids;
+  };
+  std::unordered_map<uint64_t, std::shared_ptr<actor::Promise<Spawned>>> spawn_requests;  // mu
+  uint64_t next_request = 1;                                                              // mu
+  std::unique_ptr<asio::steady_timer> host_timer;  // started by the first attach; mu
+  std::chrono::milliseconds host_lost_after{3000};
+  std::chrono::milliseconds attach_timeout{10000};
+
+  // ---- host agent (worker side) ----
+  struct Worker {
+    std::optional<channel::Address> controller;  // the one served now
+    std::string controller_key;
+    uint64_t host_mesh = 0, host_index = 0;
+    std::string advertise;  // the host name procs listen on: the one the controller dialled
+    std::chrono::milliseconds lost_after{3000};
+    std::chrono::steady_clock::time_point last_heard;
+    struct Child {
+      pid_t pid = -1;
+      channel::PortReservation port;
+    };
+    std::unordered_map<std::string, Child> children;  // by proc key
+    std::unique_ptr<asio::steady_timer> timer;
+  };
+  std::unique_ptr<Worker> worker;  // set in a host agent; its fields guarded by mu
 
   // PR_SET_PDEATHSIG fires when the *thread* that spawned a child exits, so every child is
   // spawned from this thread, which lives as long as the runtime.
@@ -203,8 +250,14 @@ struct Runtime::Impl {
     bool expected = false;
     if (auto v = actor::split_port_id(env.dest)) {
       std::string key(v->addr);
+      if (worker_undeliverable(key, why)) {
+        spdlog::debug("podium: undeliverable to worker {}: {}", key, why.to_string());
+        return;
+      }
       std::lock_guard lock(mu);
-      if (dead.contains(key) || shut_down) {
+      if (worker && worker->controller_key != key) {
+        expected = true;  // a worker's answer to a controller it no longer serves
+      } else if (dead.contains(key) || shut_down) {
         expected = true;
       } else if (auto it = by_key.find(key); it != by_key.end()) {
         if (auto mesh = it->second.mesh.lock()) {
@@ -228,6 +281,18 @@ struct Runtime::Impl {
   }
 
   void on_exit(const std::string& key, const host::ExitStatus& status) {
+    {
+      std::lock_guard lock(mu);
+      reservations.erase(key);
+    }
+    proc_ended(key, status.pid, status.signaled ? status.code : 0,
+               status.signaled ? -1 : status.code, status.to_string(), exit_cause(status));
+  }
+
+  // The proc `key` is gone: it exited (`how`: "exited with status 3") or its host was lost.
+  // `cause` is what callers see ("its proc (pid 42) was killed by signal SIGKILL (9)").
+  void proc_ended(const std::string& key, int64_t pid, int32_t sig, int32_t code,
+                  const std::string& how, const std::string& cause) {
     std::shared_ptr<ProcMeshState> mesh;
     size_t rank = 0;
     std::string who;
@@ -241,11 +306,11 @@ struct Runtime::Impl {
         mesh = it->second.mesh.lock();
         rank = it->second.rank;
       }
-      who = "proc " + key + " (pid " + std::to_string(status.pid) + ")";
+      who = "proc " + key + " (pid " + std::to_string(pid) + ")";
       if (mesh) {
         who = "proc rank " + std::to_string(rank);
         if (auto p = mesh->extent.point_of_rank(rank)) who += " " + p->to_string();
-        who += " (pid " + std::to_string(status.pid) + ", " + key + ")";
+        who += " (pid " + std::to_string(pid) + ", " + key + ")";
       }
       // ME-7: every other live proc hears of it.
       for (const auto& [k, ref] : by_key) {
@@ -261,16 +326,12 @@ struct Runtime::Impl {
     bool expected = down;
     if (mesh) {
       std::lock_guard lock(mesh->mu);
-      mesh->procs[rank].exit = status.to_string();
+      if (mesh->procs[rank].exit) return;  // told twice (its host lost, then its exit)
+      mesh->procs[rank].exit = how;
       expected = expected || mesh->stopping;
     }
-    if (!expected) spdlog::warn("podium: {} {}", who, status.to_string());
-    if (mesh) {
-      mesh->initialized_promise.set(std::unexpected(runtime_error(who + " " + status.to_string())));
-    }
-    std::string cause = exit_cause(status);
-    int32_t sig = status.signaled ? status.code : 0;
-    int32_t code = status.signaled ? -1 : status.code;
+    if (!expected) spdlog::warn("podium: {} {}", who, how);
+    if (mesh) mesh->initialized_promise.set(std::unexpected(runtime_error(who + " " + how)));
     if (!down) {
       for (const auto& addr : others) {
         proc->send(addr, actor::system_message(
@@ -278,12 +339,12 @@ struct Runtime::Impl {
                              actor::SystemHeader{
                                  "proc_exit",
                                  {key, cause},
-                                 {static_cast<uint64_t>(status.pid), expected ? 1u : 0u,
+                                 {static_cast<uint64_t>(pid), expected ? 1u : 0u,
                                   static_cast<uint64_t>(static_cast<uint32_t>(sig)),
                                   static_cast<uint64_t>(static_cast<uint32_t>(code))}}));
       }
     }
-    proc_gone(key, status.pid, sig, code, cause, expected);
+    proc_gone(key, pid, sig, code, cause, expected);
   }
 
   // A proc ended (seen here, or told by the controller): calls waiting on it fail (ME-2), and
@@ -336,9 +397,16 @@ struct Runtime::Impl {
   void kill(const std::string& key) {
     int pid = -1;
     {
-      std::lock_guard lock(mu);
+      std::unique_lock lock(mu);
       if (dead.contains(key)) return;
       auto it = by_key.find(key);
+      if (it != by_key.end() && it->second.host) {
+        auto host = it->second.host;
+        size_t index = it->second.host_index;
+        lock.unlock();
+        kill_remote(host, index, key, SIGKILL);
+        return;
+      }
       if (it == by_key.end()) {
         if (parent) {  // not ours: the controller spawned it
           proc->send(*parent, actor::system_message(actor::ProcId{*parent},
@@ -352,6 +420,476 @@ struct Runtime::Impl {
       }
     }
     if (pid > 0) (void)kill_proc_group(pid, SIGKILL);
+  }
+
+  // SIGKILL (or `sig`) to the proc `key` (pid `pid`), here or through its host's agent.
+  bool kill_any(const std::string& key, pid_t pid, int sig) {
+    std::shared_ptr<HostMeshState> host;
+    size_t index = 0;
+    {
+      std::lock_guard lock(mu);
+      if (auto it = by_key.find(key); it != by_key.end() && it->second.host) {
+        host = it->second.host;
+        index = it->second.host_index;
+      }
+    }
+    if (host) {
+      kill_remote(host, index, key, sig);
+      return true;
+    }
+    return kill_proc_group(pid, sig);
+  }
+
+  // ---- attached hosts (controller side) ----
+
+  void send_to_worker(const channel::Address& worker, actor::SystemHeader h) {
+    proc->send(worker, actor::system_message(actor::ProcId{worker}, std::move(h)));
+  }
+
+  void kill_remote(const std::shared_ptr<HostMeshState>& host, size_t index,
+                   const std::string& key, int sig) {
+    send_to_worker(host->hosts[index].worker,
+                   actor::SystemHeader{"host_kill", {key}, {static_cast<uint64_t>(sig)}});
+  }
+
+  // The host (mesh, index) from a worker's message numbers [host mesh id, index, ...]; it was
+  // heard from now.
+  std::shared_ptr<HostMeshState> host_of(const actor::SystemHeader& h, size_t* index) {
+    if (h.numbers.size() < 2) return nullptr;
+    std::lock_guard lock(mu);
+    auto it = host_meshes.find(h.numbers[0]);
+    if (it == host_meshes.end() || h.numbers[1] >= it->second->hosts.size()) return nullptr;
+    *index = h.numbers[1];
+    auto& clock = heard[it->second.get()];
+    clock[*index] = std::chrono::steady_clock::now();
+    return it->second;
+  }
+
+  // "host_attached" [error, hostname] [host mesh id, index, worker pid].
+  void on_host_attached(const actor::SystemHeader& h) {
+    size_t index = 0;
+    auto hm = host_of(h, &index);
+    if (!hm || h.args.size() != 2) return;
+    if (!h.args[0].empty()) {
+      host_failed(hm, index, h.args[0]);
+      return;
+    }
+    bool all = false;
+    {
+      std::lock_guard lock(hm->mu);
+      auto& host = hm->hosts[index];
+      if (host.attached || host.failure) return;
+      host.attached = true;
+      host.hostname = h.args[1];
+      all = ++hm->attached_count == hm->hosts.size();
+    }
+    spdlog::debug("podium: attached host {} ({})", h.args[1], hm->hosts[index].worker.to_string());
+    if (all) hm->initialized_promise.set({});
+  }
+
+  // "host_spawned" [error, proc keys...] [request id, pids...].
+  void on_host_spawned(const actor::SystemHeader& h) {
+    if (h.numbers.empty() || h.args.empty()) return;
+    std::shared_ptr<actor::Promise<Spawned>> p;
+    {
+      std::lock_guard lock(mu);
+      auto it = spawn_requests.find(h.numbers[0]);
+      if (it == spawn_requests.end()) return;
+      p = std::move(it->second);
+      spawn_requests.erase(it);
+    }
+    if (!h.args[0].empty()) {
+      p->set(std::unexpected(runtime_error(h.args[0])));
+      return;
+    }
+    if (h.args.size() != h.numbers.size()) {
+      p->set(std::unexpected(runtime_error("malformed host_spawned answer")));
+      return;
+    }
+    Spawned s;
+    s.keys.assign(h.args.begin() + 1, h.args.end());
+    for (size_t i = 1; i < h.numbers.size(); ++i) s.pids.push_back(static_cast<int64_t>(h.numbers[i]));
+    p->set(std::move(s));
+  }
+
+  // "host_proc_exit" [proc key] [host mesh id, index, pid, signaled, code].
+  void on_host_proc_exit(const actor::SystemHeader& h) {
+    size_t index = 0;
+    auto hm = host_of(h, &index);
+    if (!hm || h.args.size() != 1 || h.numbers.size() != 5) return;
+    host::ExitStatus st;
+    st.pid = static_cast<pid_t>(h.numbers[2]);
+    st.signaled = h.numbers[3] != 0;
+    st.code = static_cast<int>(h.numbers[4]);
+    on_exit(h.args[0], st);
+  }
+
+  // The host cannot be used: it refused, did not answer, or was lost. Its procs fail (as if
+  // they had exited, naming the host), and `initialized` fails if it has not resolved.
+  void host_failed(const std::shared_ptr<HostMeshState>& hm, size_t index, const std::string& why) {
+    std::vector<std::string> keys;
+    std::string name, worker = hm->hosts[index].worker.to_string();
+    bool was_attached = false;
+    {
+      std::lock_guard lock(hm->mu);
+      auto& host = hm->hosts[index];
+      if (host.failure) return;
+      host.failure = why;
+      was_attached = host.attached;
+      name = host.hostname.empty() ? worker : host.hostname + " (" + worker + ")";
+      keys = host.proc_keys;
+    }
+    std::string what = was_attached ? "host " + name + " was lost: " + why
+                                    : "cannot attach host " + std::to_string(index) + " (" +
+                                          worker + "): " + why;
+    spdlog::error("podium: {}", what);
+    hm->initialized_promise.set(std::unexpected(runtime_error(what)));
+    for (const auto& key : keys) {
+      int64_t pid = -1;
+      {
+        std::lock_guard lock(mu);
+        if (dead.contains(key)) continue;
+        if (auto it = by_key.find(key); it != by_key.end()) {
+          if (auto m = it->second.mesh.lock()) {
+            std::lock_guard mlock(m->mu);
+            pid = m->procs[it->second.rank].pid;
+          }
+        }
+      }
+      proc_ended(key, pid, 0, -1, "was lost with its host: " + why,
+                 "its host " + name + " was lost: " + why);
+    }
+  }
+
+  // Every host_lost_after / 6: heartbeats to the attached workers, and the verdicts on those
+  // not heard from in time (lost) or that never answered the attach (unreachable).
+  void host_tick() {
+    using clock = std::chrono::steady_clock;
+    auto now = clock::now();
+    std::vector<std::pair<std::shared_ptr<HostMeshState>, size_t>> lost, unreachable;
+    std::vector<std::pair<channel::Address, actor::SystemHeader>> beats;
+    {
+      std::lock_guard lock(mu);
+      if (shut_down) return;
+      for (auto& [id, hm] : host_meshes) {
+        auto& clocks = heard[hm.get()];
+        std::lock_guard mlock(hm->mu);
+        for (size_t i = 0; i < hm->hosts.size(); ++i) {
+          auto& host = hm->hosts[i];
+          if (host.failure) continue;
+          auto silent = now - clocks[i];
+          if (!host.attached) {
+            if (silent > attach_timeout) unreachable.emplace_back(hm, i);
+          } else if (silent > host_lost_after) {
+            lost.emplace_back(hm, i);
+          } else {
+            beats.emplace_back(host.worker, actor::SystemHeader{"host_hb", {proc_key}, {id, i}});
+          }
+        }
+      }
+    }
+    for (auto& [addr, h] : beats) send_to_worker(addr, std::move(h));
+    auto secs = [](std::chrono::milliseconds ms) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.1f s", ms.count() / 1000.0);
+      return std::string(buf);
+    };
+    for (auto& [hm, i] : unreachable) {
+      host_failed(hm, i, "no answer within " + secs(attach_timeout) +
+                             " (unreachable, or not a podium worker)");
+    }
+    for (auto& [hm, i] : lost) {
+      host_failed(hm, i, "no heartbeat for " + secs(host_lost_after));
+    }
+    arm_host_timer();
+  }
+
+  void arm_host_timer() {
+    std::lock_guard lock(mu);
+    if (shut_down || !host_timer) return;
+    host_timer->expires_after(std::max(std::chrono::milliseconds(20), host_lost_after / 6));
+    host_timer->async_wait([this](std::error_code ec) {
+      if (!ec) host_tick();
+    });
+  }
+
+  // A message to a worker came back. Before it attached, that is its answer (e.g. the secret
+  // was refused); after, heartbeats decide.
+  bool worker_undeliverable(const std::string& addr, const Error& why) {
+    HostRef ref;
+    {
+      std::lock_guard lock(mu);
+      auto it = by_worker.find(addr);
+      if (it == by_worker.end()) return false;
+      ref = it->second;
+    }
+    bool attached = false;
+    {
+      std::lock_guard lock(ref.mesh->mu);
+      attached = ref.mesh->hosts[ref.index].attached;
+    }
+    if (!attached) host_failed(ref.mesh, ref.index, why.message);
+    return true;
+  }
+
+  // Tells every attached worker this controller is leaving, and waits (bounded) until each
+  // has stopped its procs, so that a next controller finds them free.
+  void detach_hosts() {
+    std::vector<std::shared_ptr<actor::Promise<Spawned>>> waits;
+    std::vector<actor::Future<Spawned>> futures;
+    {
+      std::lock_guard lock(mu);
+      for (auto& [id, hm] : host_meshes) {
+        std::lock_guard mlock(hm->mu);
+        for (size_t i = 0; i < hm->hosts.size(); ++i) {
+          if (!hm->hosts[i].attached || hm->hosts[i].failure) continue;
+          uint64_t req = next_request++;
+          auto p = std::make_shared<actor::Promise<Spawned>>();
+          futures.push_back(p->future());
+          spawn_requests[req] = p;
+          proc->send(hm->hosts[i].worker,
+                     actor::system_message(actor::ProcId{hm->hosts[i].worker},
+                                           actor::SystemHeader{"host_detach", {proc_key},
+                                                               {req}}));
+        }
+      }
+    }
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
+    for (auto& f : futures) {
+      auto left = until - std::chrono::steady_clock::now();
+      if (left <= std::chrono::nanoseconds(0)) break;
+      (void)f.get(left);
+    }
+  }
+
+  // ---- host agent (worker side) ----
+
+  void worker_reply(const channel::Address& to, actor::SystemHeader h) {
+    proc->send(to, actor::system_message(actor::ProcId{to}, std::move(h)));
+  }
+
+  // "host_attach" [controller key, advertised host] [host mesh id, index, lost after ms].
+  void on_host_attach(const actor::SystemHeader& h) {
+    if (h.args.size() != 2 || h.numbers.size() != 3) return;
+    auto controller = channel::Address::parse(h.args[0]);
+    if (!controller) {
+      spdlog::warn("podium worker: bad attach from {}: {}", h.args[0],
+                   controller.error().to_string());
+      return;
+    }
+    std::string refusal;
+    {
+      std::lock_guard lock(mu);
+      auto& w = *worker;
+      if (w.controller && w.controller_key != h.args[0]) {
+        refusal = "worker " + proc_key + " on host " + actor::host_name() +
+                  " serves another controller (" + w.controller_key + ")";
+      } else {
+        w.controller = *controller;
+        w.controller_key = h.args[0];
+        w.advertise = h.args[1];
+        w.host_mesh = h.numbers[0];
+        w.host_index = h.numbers[1];
+        w.lost_after = std::chrono::milliseconds(std::max<uint64_t>(h.numbers[2], 100));
+        w.last_heard = std::chrono::steady_clock::now();
+      }
+    }
+    if (refusal.empty()) {
+      spdlog::info("podium worker: serving controller {}", h.args[0]);
+    } else {
+      spdlog::warn("podium worker: refused controller {}: {}", h.args[0], refusal);
+    }
+    worker_reply(*controller,
+                 actor::SystemHeader{"host_attached", {refusal, actor::host_name()},
+                                     {h.numbers[0], h.numbers[1],
+                                      static_cast<uint64_t>(::getpid())}});
+  }
+
+  // Is `key` the controller served now? (Its heartbeat counts.)
+  bool from_controller(const std::string& key) {
+    std::lock_guard lock(mu);
+    if (!worker->controller || worker->controller_key != key) return false;
+    worker->last_heard = std::chrono::steady_clock::now();
+    return true;
+  }
+
+  // "host_spawn" [controller key] [request id, mesh id, first rank, count]: runs on a thread
+  // of its own (starting the zygote waits for the loop).
+  void on_host_spawn(const actor::SystemHeader& h) {
+    if (h.args.size() != 1 || h.numbers.size() != 4) return;
+    auto controller = channel::Address::parse(h.args[0]);
+    if (!controller) return;
+    if (!from_controller(h.args[0])) {
+      worker_reply(*controller, actor::SystemHeader{"host_spawned",
+                                                    {"worker " + proc_key +
+                                                     " does not serve this controller"},
+                                                    {h.numbers[0]}});
+      return;
+    }
+    std::thread([this, h, to = *controller] { worker_spawn(h, to); }).detach();
+  }
+
+  void worker_spawn(actor::SystemHeader h, channel::Address to) {
+    uint64_t req = h.numbers[0], mesh_id = h.numbers[1], first = h.numbers[2], count = h.numbers[3];
+    std::string advertise, controller_key = h.args[0];
+    uint64_t host_mesh = 0, host_index = 0;
+    {
+      std::lock_guard lock(mu);
+      advertise = worker->advertise;
+      host_mesh = worker->host_mesh;
+      host_index = worker->host_index;
+    }
+    actor::SystemHeader answer{"host_spawned", {""}, {req}};
+    std::vector<std::string> started;
+    auto fail = [&](const std::string& why) {
+      for (const auto& key : started) {
+        std::lock_guard lock(mu);
+        if (auto it = worker->children.find(key); it != worker->children.end()) {
+          (void)kill_proc_group(it->second.pid, SIGKILL);
+        }
+      }
+      worker_reply(to, actor::SystemHeader{"host_spawned",
+                                           {"host " + actor::host_name() + " (worker " +
+                                            proc_key + "): " + why},
+                                           {req}});
+    };
+    auto zygote = zygote_for_spawn();
+    std::string cwd;
+    if (zygote) {
+      std::error_code ec;
+      cwd = std::filesystem::current_path(ec).string();
+    }
+    std::string exe = g_options.proc_argv.empty() ? self_exe() : g_options.proc_argv[0];
+    for (uint64_t r = first; r < first + count; ++r) {
+      auto port = channel::PortReservation::make(advertise);
+      if (!port) return fail(port.error().to_string());
+      std::string key =
+          channel::Address{channel::Transport::kTcp, advertise, port->port()}.to_string();
+      host::ChildSpec spec;
+      spec.path = exe;
+      spec.argv = g_options.proc_argv.empty() ? std::vector<std::string>{exe} : g_options.proc_argv;
+      spec.env.emplace_back(kBootEnv, controller_key + ";" + key + ";" + std::to_string(mesh_id) +
+                                          ";" + std::to_string(r) + ";reuse_port");
+      auto on_exit = [this, key, to, host_mesh, host_index](const host::ExitStatus& s) {
+        worker_child_exited(key, s, to, host_mesh, host_index);
+      };
+      Result<pid_t> pid = std::unexpected(Error{});
+      {
+        // The exit callback looks the child up: register it under the lock it takes.
+        std::lock_guard lock(mu);
+        worker->children.insert_or_assign(key, Worker::Child{-1, std::move(*port)});
+      }
+      if (zygote) {
+        pid = zygote->spawn(host::ZygoteChild{spec.argv, host::current_environment(spec.env), cwd},
+                            on_exit);
+      } else {
+        pid = on_spawner([&] { return watcher->spawn(spec, on_exit); });
+      }
+      if (!pid) {
+        std::lock_guard lock(mu);
+        worker->children.erase(key);
+        return fail(pid.error().to_string());
+      }
+      {
+        std::lock_guard lock(mu);
+        if (auto it = worker->children.find(key); it != worker->children.end()) {
+          it->second.pid = *pid;
+        }
+      }
+      started.push_back(key);
+      answer.args.push_back(key);
+      answer.numbers.push_back(static_cast<uint64_t>(*pid));
+    }
+    worker_reply(to, std::move(answer));
+  }
+
+  void worker_child_exited(const std::string& key, const host::ExitStatus& s,
+                           const channel::Address& to, uint64_t host_mesh, uint64_t host_index) {
+    bool tell = false;
+    {
+      std::lock_guard lock(mu);
+      worker->children.erase(key);
+      tell = worker->controller && *worker->controller == to;
+    }
+    if (!tell) return;  // its controller is gone; nobody to tell
+    worker_reply(to, actor::SystemHeader{"host_proc_exit",
+                                         {key},
+                                         {host_mesh, host_index, static_cast<uint64_t>(s.pid),
+                                          s.signaled ? 1u : 0u,
+                                          static_cast<uint64_t>(static_cast<uint32_t>(s.code))}});
+  }
+
+  // Kills every proc of the controller served now, and serves none.
+  void worker_release(const std::string& why) {
+    std::vector<pid_t> pids;
+    {
+      std::lock_guard lock(mu);
+      if (!worker->controller) return;
+      spdlog::warn("podium worker: controller {} {}; killing its {} procs", worker->controller_key,
+                   why, worker->children.size());
+      for (auto& [key, child] : worker->children) {
+        if (child.pid > 0) pids.push_back(child.pid);
+      }
+      worker->controller.reset();
+      worker->controller_key.clear();
+    }
+    for (pid_t pid : pids) (void)kill_proc_group(pid, SIGKILL);
+  }
+
+  // "host_kill" [proc key] [signal].
+  void on_host_kill(const actor::SystemHeader& h, const std::string& sender) {
+    if (h.args.size() != 1 || h.numbers.size() != 1) return;
+    pid_t pid = -1;
+    {
+      std::lock_guard lock(mu);
+      if (!worker->controller || !sender.starts_with(worker->controller_key)) return;
+      if (auto it = worker->children.find(h.args[0]); it != worker->children.end()) {
+        pid = it->second.pid;
+      }
+    }
+    if (pid > 0) (void)kill_proc_group(pid, static_cast<int>(h.numbers[0]));
+  }
+
+  // "host_detach" [controller key] [request id]: the controller leaves.
+  void on_host_detach(const actor::SystemHeader& h) {
+    if (h.args.size() != 1 || h.numbers.size() != 1) return;
+    auto controller = channel::Address::parse(h.args[0]);
+    if (!controller || !from_controller(h.args[0])) return;
+    worker_release("detached");
+    worker_reply(*controller, actor::SystemHeader{"host_spawned", {"detached"}, {h.numbers[0]}});
+  }
+
+  void worker_tick() {
+    std::optional<channel::Address> to;
+    actor::SystemHeader beat{"host_hb", {}, {}};
+    bool lost = false;
+    std::chrono::milliseconds lost_after{3000};
+    {
+      std::lock_guard lock(mu);
+      if (shut_down) return;
+      auto& w = *worker;
+      lost_after = w.lost_after;
+      if (w.controller) {
+        if (std::chrono::steady_clock::now() - w.last_heard > w.lost_after) {
+          lost = true;
+        } else {
+          to = w.controller;
+          beat.numbers = {w.host_mesh, w.host_index};
+        }
+      }
+    }
+    if (lost) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "was not heard from for %.1f s", lost_after.count() / 1000.0);
+      worker_release(buf);
+    }
+    if (to) worker_reply(*to, std::move(beat));
+    std::lock_guard lock(mu);
+    if (shut_down) return;
+    worker->timer->expires_after(std::max(std::chrono::milliseconds(20), lost_after / 6));
+    worker->timer->async_wait([this](std::error_code ec) {
+      if (!ec) worker_tick();
+    });
   }
 };
 
@@ -400,7 +938,19 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Exten
   }
   size_t n = extent.num_ranks();
   mesh->procs.resize(n);
+  // A job on TCP puts its local procs on TCP too: procs on other hosts must reach them.
+  const auto& self = impl.proc->id().addr;
+  bool tcp = self.transport == channel::Transport::kTcp;
+  std::vector<channel::PortReservation> ports;
   for (size_t r = 0; r < n; ++r) {
+    if (tcp) {
+      auto port = channel::PortReservation::make(self.target);
+      if (!port) return std::unexpected(port.error());
+      mesh->procs[r].id =
+          actor::ProcId{channel::Address{channel::Transport::kTcp, self.target, port->port()}};
+      ports.push_back(std::move(*port));
+      continue;
+    }
     std::string path = impl.sock_dir + "/m" + std::to_string(mesh->mesh_id) + "-" +
                        std::to_string(r) + ".sock";
     mesh->procs[r].id = actor::ProcId{channel::Address{channel::Transport::kUnix, path, 0}};
@@ -417,13 +967,14 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Exten
     std::string key = mesh->procs[r].id.to_string();
     {
       std::lock_guard lock(impl.mu);
-      impl.by_key[key] = Impl::ProcRef{mesh, r};
+      impl.by_key[key] = Impl::ProcRef{mesh, r, nullptr, 0};
+      if (tcp) impl.reservations.emplace(key, std::move(ports[r]));
     }
     host::ChildSpec spec;
     spec.path = exe;
     spec.argv = g_options.proc_argv.empty() ? std::vector<std::string>{exe} : g_options.proc_argv;
     spec.env.emplace_back(kBootEnv, parent + ";" + key + ";" + std::to_string(mesh->mesh_id) +
-                                        ";" + std::to_string(r));
+                                        ";" + std::to_string(r) + (tcp ? ";reuse_port" : ""));
     auto on_exit = [&impl, key](const host::ExitStatus& s) { impl.on_exit(key, s); };
     Result<pid_t> pid = std::unexpected(Error{});
     if (zygote) {
@@ -441,6 +992,148 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Exten
     }
     std::lock_guard lock(mesh->mu);
     mesh->procs[r].pid = *pid;
+  }
+  return mesh;
+}
+
+Result<std::shared_ptr<HostMeshState>> Runtime::attach(std::vector<channel::Address> workers) {
+  auto& impl = *impl_;
+  auto refuse = [](std::string why) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument, std::move(why)));
+  };
+  if (impl.proc->id().addr.transport != channel::Transport::kTcp) {
+    return refuse("attaching workers needs TCP between procs: call enable_transport(\"tcp\") "
+                  "before anything starts podium in this process (this process listens on " +
+                  impl.proc_key + ")");
+  }
+  if (workers.empty()) return refuse("attach: no workers given");
+  for (const auto& w : workers) {
+    if (w.transport != channel::Transport::kTcp || w.port == 0) {
+      return refuse("attach: worker address " + w.to_string() +
+                    " is not tcp://HOST:PORT with a port");
+    }
+  }
+  auto hm = std::make_shared<HostMeshState>();
+  hm->initialized = hm->initialized_promise.future();
+  hm->hosts.resize(workers.size());
+  for (size_t i = 0; i < workers.size(); ++i) hm->hosts[i].worker = workers[i];
+  {
+    std::lock_guard lock(impl.mu);
+    if (impl.shut_down) {
+      return std::unexpected(make_error(BaseErrc::kCancelled, "podium runtime is shut down"));
+    }
+    for (size_t i = 0; i < workers.size(); ++i) {
+      std::string key = workers[i].to_string();
+      if (impl.by_worker.contains(key)) {
+        return refuse("attach: worker " + key + " is attached already");
+      }
+      for (size_t j = 0; j < i; ++j) {
+        if (workers[j] == workers[i]) return refuse("attach: worker " + key + " is named twice");
+      }
+    }
+    hm->id = impl.next_host_mesh++;
+    impl.host_meshes[hm->id] = hm;
+    for (size_t i = 0; i < workers.size(); ++i) {
+      impl.by_worker[workers[i].to_string()] = Impl::HostRef{hm, i};
+    }
+    impl.heard[hm.get()].assign(workers.size(), std::chrono::steady_clock::now());
+    if (!impl.host_timer) {
+      impl.host_timer = std::make_unique<asio::steady_timer>(impl.proc->io());
+      asio::post(impl.proc->io(), [raw = &impl] { raw->arm_host_timer(); });
+    }
+  }
+  for (size_t i = 0; i < workers.size(); ++i) {
+    impl.send_to_worker(workers[i],
+                        actor::SystemHeader{"host_attach",
+                                            {impl.proc_key, workers[i].target},
+                                            {hm->id, i,
+                                             static_cast<uint64_t>(impl.host_lost_after.count())}});
+  }
+  return hm;
+}
+
+Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
+    const std::shared_ptr<HostMeshState>& hosts, const std::vector<size_t>& host_ranks,
+    const ndslice::Extent& extent) {
+  auto& impl = *impl_;
+  size_t n = extent.num_ranks();
+  if (host_ranks.empty() || n % host_ranks.size() != 0) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument,
+                                      "spawn_procs: " + std::to_string(n) + " procs do not divide "
+                                      "among " + std::to_string(host_ranks.size()) + " hosts"));
+  }
+  for (size_t h : host_ranks) {
+    if (h >= hosts->hosts.size()) {
+      return std::unexpected(make_error(BaseErrc::kInvalidArgument,
+                                        "spawn_procs: no host " + std::to_string(h)));
+    }
+  }
+  size_t per_host = n / host_ranks.size();
+  // The hosts must have attached: their agents spawn.
+  if (auto ready = hosts->initialized.get(impl.attach_timeout + std::chrono::seconds(1)); !ready) {
+    return std::unexpected(ready.error());
+  }
+  auto mesh = std::make_shared<ProcMeshState>();
+  mesh->extent = extent;
+  mesh->initialized = mesh->initialized_promise.future();
+  mesh->procs.resize(n);
+  std::vector<actor::Future<Impl::Spawned>> answers;
+  {
+    std::lock_guard lock(impl.mu);
+    if (impl.shut_down) {
+      return std::unexpected(make_error(BaseErrc::kCancelled, "podium runtime is shut down"));
+    }
+    mesh->mesh_id = impl.next_mesh++;
+    impl.meshes[mesh->mesh_id] = mesh;
+    for (size_t i = 0; i < host_ranks.size(); ++i) {
+      uint64_t req = impl.next_request++;
+      auto p = std::make_shared<actor::Promise<Impl::Spawned>>();
+      answers.push_back(p->future());
+      impl.spawn_requests[req] = p;
+      impl.send_to_worker(hosts->hosts[host_ranks[i]].worker,
+                          actor::SystemHeader{"host_spawn",
+                                              {impl.proc_key},
+                                              {req, mesh->mesh_id, i * per_host, per_host}});
+    }
+  }
+  auto deadline = std::chrono::steady_clock::now() + impl.attach_timeout;
+  for (size_t i = 0; i < host_ranks.size(); ++i) {
+    size_t h = host_ranks[i];
+    std::string name;
+    {
+      std::lock_guard lock(hosts->mu);
+      name = hosts->hosts[h].hostname + " (" + hosts->hosts[h].worker.to_string() + ")";
+    }
+    auto left = std::max(std::chrono::nanoseconds(0), deadline - std::chrono::steady_clock::now());
+    auto got = answers[i].get(left);
+    Error why;
+    if (!got) {
+      why = got.error().code == static_cast<int>(actor::ActorErrc::kTimeout)
+                ? runtime_error("host " + name + " did not answer the spawn in time")
+                : got.error();
+    } else if (got->keys.size() != per_host) {
+      why = runtime_error("host " + name + " answered the spawn with " +
+                          std::to_string(got->keys.size()) + " procs, not " +
+                          std::to_string(per_host));
+    }
+    if (!why.message.empty()) {
+      mesh->initialized_promise.set(std::unexpected(why));
+      return std::unexpected(why);  // procs already started die with the controller's detach
+    }
+    std::lock_guard lock(impl.mu);
+    std::lock_guard hlock(hosts->mu);
+    std::lock_guard mlock(mesh->mu);
+    for (size_t j = 0; j < per_host; ++j) {
+      size_t r = i * per_host + j;
+      auto addr = channel::Address::parse(got->keys[j]);
+      if (!addr) return std::unexpected(addr.error());
+      mesh->procs[r].id = actor::ProcId{*addr};
+      mesh->procs[r].pid = static_cast<int>(got->pids[j]);
+      mesh->procs[r].host = hosts->hosts[h].hostname;
+      std::string key = mesh->procs[r].id.to_string();
+      impl.by_key[key] = Impl::ProcRef{mesh, r, hosts, h};
+      hosts->hosts[h].proc_keys.push_back(key);
+    }
   }
   return mesh;
 }
@@ -503,7 +1196,7 @@ actor::Future<void> Runtime::stop_procs(const std::shared_ptr<ProcMeshState>& me
   timer->async_wait([timer, alive, impl, exits](std::error_code ec) {
     if (ec || exits->future().ready()) return;
     for (auto& [id, pid] : alive) {
-      if (impl->kill_proc_group(pid, SIGKILL)) {
+      if (impl->kill_any(id.to_string(), pid, SIGKILL)) {
         spdlog::warn("podium: proc {} (pid {}) did not exit within the grace period; killed",
                      id.to_string(), pid);
       }
@@ -535,7 +1228,14 @@ void Runtime::shutdown() {
   {
     std::lock_guard lock(impl.mu);
     if (impl.shut_down) return;
+  }
+  impl.detach_hosts();  // while the loop still runs: the workers answer
+  {
+    std::lock_guard lock(impl.mu);
+    if (impl.shut_down) return;
     impl.shut_down = true;
+    if (impl.host_timer) impl.host_timer->cancel();
+    if (impl.worker && impl.worker->timer) impl.worker->timer->cancel();
   }
   actor::Executor::set_drivable(nullptr);
   {
@@ -591,13 +1291,15 @@ Result<std::string> job_secret() {
 }
 
 Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::string sock_dir,
-                                              std::optional<channel::Address> parent) {
+                                              std::optional<channel::Address> parent,
+                                              bool reuse_port = false, bool worker = false) {
   auto impl = std::make_unique<Runtime::Impl>();
   impl->sock_dir = std::move(sock_dir);
   auto secret = job_secret();
   if (!secret) return std::unexpected(secret.error());
   channel::Config net_config;
   net_config.secret = std::move(*secret);
+  net_config.reuse_port = reuse_port;
   // Peers may send "cast" (relay.h) as soon as this proc listens, before its handlers are
   // registered and before Runtime::get() works: those wait for serve_held_system_ops().
   auto proc = actor::Proc::make(actor::ProcConfig{std::move(listen), std::move(net_config), true});
@@ -631,6 +1333,54 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
   impl->proc->on_undeliverable([raw](const wire::Envelope& env, const Error& why) {
     raw->on_undeliverable(env, why);
   });
+  auto env_ms = [](const char* name, std::chrono::milliseconds fallback) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return fallback;
+    char* end = nullptr;
+    long long ms = std::strtoll(v, &end, 10);
+    if (*end || ms <= 0) {
+      spdlog::warn("podium: ignoring {}={}: not a positive number of milliseconds", name, v);
+      return fallback;
+    }
+    return std::chrono::milliseconds(ms);
+  };
+  impl->host_lost_after = env_ms("PODIUM_HOST_LOST_MS", impl->host_lost_after);
+  impl->attach_timeout = env_ms("PODIUM_ATTACH_TIMEOUT_MS", impl->attach_timeout);
+  // The controller side of attached hosts.
+  impl->proc->on_system("host_attached", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
+    raw->on_host_attached(h);
+  });
+  impl->proc->on_system("host_spawned", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
+    raw->on_host_spawned(h);
+  });
+  impl->proc->on_system("host_proc_exit", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
+    raw->on_host_proc_exit(h);
+  });
+  impl->proc->on_system("host_hb", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
+    if (raw->worker) {
+      if (!h.args.empty()) (void)raw->from_controller(h.args[0]);
+    } else {
+      size_t index = 0;
+      (void)raw->host_of(h, &index);
+    }
+  });
+  if (worker) {
+    impl->worker = std::make_unique<Runtime::Impl::Worker>();
+    impl->worker->timer = std::make_unique<asio::steady_timer>(impl->proc->io());
+    impl->proc->on_system("host_attach", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
+      raw->on_host_attach(h);
+    });
+    impl->proc->on_system("host_spawn", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
+      raw->on_host_spawn(h);
+    });
+    impl->proc->on_system("host_kill", [raw](const actor::SystemHeader& h, wire::Envelope&& env) {
+      raw->on_host_kill(h, env.sender);
+    });
+    impl->proc->on_system("host_detach", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
+      raw->on_host_detach(h);
+    });
+    asio::post(impl->proc->io(), [raw] { raw->worker_tick(); });
+  }
   impl->spawner = std::thread(&Runtime::Impl::spawner_main, raw);
   return std::make_unique<Runtime>(std::move(impl));
 }
@@ -661,7 +1411,8 @@ Status serve_proc() {
                                       "bad " + std::string(mesh::kBootEnv) + "='" + boot +
                                           "': " + why));
   };
-  if (f.size() != 4) return bad("expected 4 fields");
+  if (f.size() != 4 && f.size() != 5) return bad("expected 4 or 5 fields");
+  bool reuse_port = f.size() == 5 && f[4] == "reuse_port";
   auto parent = channel::Address::parse(f[0]);
   auto listen = channel::Address::parse(f[1]);
   if (!parent) return bad(parent.error().to_string());
@@ -677,7 +1428,7 @@ Status serve_proc() {
   {
     std::lock_guard lock(mesh::g_mu);
     if (mesh::g_runtime) return bad("the runtime is already running");
-    auto rt = mesh::make_runtime(*listen, "", *parent);
+    auto rt = mesh::make_runtime(*listen, "", *parent, reuse_port);
     if (!rt) return std::unexpected(rt.error());
     mesh::g_runtime = std::move(*rt);
     mesh::g_current.store(mesh::g_runtime.get(), std::memory_order_release);
@@ -700,14 +1451,76 @@ Status init_controller(InitOptions options) {
   mesh::g_options = std::move(options);
   auto dir = mesh::make_socket_dir();
   if (!dir) return std::unexpected(dir.error());
-  auto rt = mesh::make_runtime(
-      channel::Address{channel::Transport::kUnix, *dir + "/controller.sock", 0}, *dir,
-      std::nullopt);
+  channel::Address listen{channel::Transport::kUnix, *dir + "/controller.sock", 0};
+  if (mesh::g_options.listen) listen = *mesh::g_options.listen;
+  auto rt = mesh::make_runtime(std::move(listen), *dir, std::nullopt);
   if (!rt) return std::unexpected(rt.error());
   mesh::g_runtime = std::move(*rt);
   mesh::g_current.store(mesh::g_runtime.get(), std::memory_order_release);
   mesh::g_runtime->proc().serve_held_system_ops();
   std::atexit(shutdown);
+  return ok();
+}
+
+std::string default_host_address() {
+  if (const char* a = std::getenv("PODIUM_HOST_ADDR"); a && *a) return a;
+  // The source address of the route to a public address: connect() on a UDP socket sends
+  // nothing.
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(9);
+    ::inet_pton(AF_INET, "192.0.2.1", &to.sin_addr);  // TEST-NET-1: never answered
+    sockaddr_in me{};
+    socklen_t len = sizeof me;
+    char buf[INET_ADDRSTRLEN] = {};
+    bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
+              ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0 &&
+              me.sin_addr.s_addr != 0 && ::inet_ntop(AF_INET, &me.sin_addr, buf, sizeof buf);
+    ::close(fd);
+    if (ok) return buf;
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(actor::host_name().c_str(), nullptr, &hints, &res) == 0 && res) {
+    char buf[INET_ADDRSTRLEN] = {};
+    auto* in = reinterpret_cast<sockaddr_in*>(res->ai_addr);
+    bool ok = ::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf) != nullptr;
+    ::freeaddrinfo(res);
+    if (ok) return buf;
+  }
+  return "127.0.0.1";
+}
+
+Status serve_worker(WorkerOptions options) {
+  auto bad = [](std::string why) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument, std::move(why)));
+  };
+  if (options.listen.transport != channel::Transport::kTcp) {
+    return bad("a worker listens on TCP (tcp://HOST:PORT), not " + options.listen.to_string());
+  }
+  if (options.persistent) {
+    return std::unexpected(make_error(BaseErrc::kUnsupported,
+                                      "persistent workers (procs that outlive their controller "
+                                      "for re-attach) are not implemented"));
+  }
+  {
+    std::lock_guard lock(mesh::g_mu);
+    if (mesh::g_runtime) return bad("the podium runtime already runs in this process");
+    mesh::g_options = std::move(options.procs);
+    auto rt = mesh::make_runtime(options.listen, "", std::nullopt, false, true);
+    if (!rt) return std::unexpected(rt.error());
+    mesh::g_runtime = std::move(*rt);
+    mesh::g_current.store(mesh::g_runtime.get(), std::memory_order_release);
+  }
+  auto& rt = *mesh::g_runtime;
+  rt.proc().serve_held_system_ops();
+  spdlog::debug("podium worker: listening on {} (host {})", rt.proc_key(), actor::host_name());
+  if (options.on_listening) options.on_listening(rt.proc().id().addr);
+  rt.proc().wait_exit_requested(std::chrono::hours(24 * 365 * 100));
+  mesh::g_runtime->shutdown();
   return ok();
 }
 

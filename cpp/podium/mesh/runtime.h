@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <functional>
+#include <mutex>
 
 #include "podium/actor/future.h"
 #include "podium/actor/mesh_failure.h"
@@ -47,7 +48,30 @@ struct InitOptions {
   // must call host::zygote_serve on fd 3, then serve_proc() in each child), with proc_argv
   // as their argv. A zygote that cannot start is logged, and procs are exec'd as without.
   std::vector<std::string> zygote_argv;
+  // Where this process's root proc listens. Unset: a Unix socket in a private directory, and
+  // procs on Unix sockets too. A TCP address ("tcp:10.0.0.1:0"; port 0 picks one) makes the
+  // whole job use TCP: this process, the procs it spawns, and procs on attached hosts
+  // (enable_transport("tcp")). Needed to attach workers on other hosts.
+  std::optional<channel::Address> listen;
 };
+
+// The address of this machine that other hosts most likely reach it by: PODIUM_HOST_ADDR when
+// set, else the source address of the route to a public address (no packet is sent), else the
+// host name's address, else 127.0.0.1.
+std::string default_host_address();
+
+// A host agent (python -m podium worker): serves one controller at a time, spawning procs for
+// it on this host, reporting their exits, and exchanging heartbeats (docs/host_agent.md).
+struct WorkerOptions {
+  channel::Address listen;  // TCP; port 0 picks one
+  InitOptions procs;        // how procs are started (proc_argv, zygote_argv)
+  // Keep procs when the controller goes away (re-attach). Not implemented: refused.
+  bool persistent = false;
+  // Called once the worker listens, with the bound address.
+  std::function<void(const channel::Address&)> on_listening;
+};
+// Runs this process as a host agent until it is killed (or fails to start: the error).
+[[nodiscard]] Status serve_worker(WorkerOptions options);
 // Starts the controller runtime; a second call does nothing.
 [[nodiscard]] Status init_controller(InitOptions options);
 // True in a process that a podium runtime spawned as a proc (PODIUM_BOOT is set).
@@ -68,11 +92,14 @@ class Collector;
 class Relay;
 class Supervisor;
 
+struct HostMeshState;
+
 struct ProcInfo {
   actor::ProcId id;
   int pid = -1;
   bool ready = false;
   std::optional<std::string> exit;  // how it ended, once it has
+  std::string host;                 // the host name it runs on; empty: this host
 };
 
 // The procs of one spawn_procs() call, by base rank. Shared by every slice of the mesh.
@@ -88,6 +115,25 @@ struct ProcMeshState {
   bool local = false;                // the root proc itself (this_proc())
 };
 
+// One worker of an attached HostMesh (docs/host_agent.md).
+struct HostState {
+  channel::Address worker;              // as the controller dials it
+  std::string hostname;                 // once attached
+  bool attached = false;
+  std::optional<std::string> failure;   // why it is unusable: refused, unreachable or lost
+  std::vector<std::string> proc_keys;   // procs spawned on it
+};
+
+// The hosts of one attach() call, by rank ({"hosts": N}).
+struct HostMeshState {
+  uint64_t id = 0;
+  std::mutex mu;  // guards hosts[*] (but `worker`), attached_count
+  std::vector<HostState> hosts;
+  size_t attached_count = 0;
+  actor::Promise<void> initialized_promise;
+  actor::Future<void> initialized;  // every worker attached, or the first failure
+};
+
 class Runtime {
  public:
   static Runtime& get();  // after podium::init()
@@ -98,6 +144,20 @@ class Runtime {
 
   // Spawns one proc per rank of `extent` on this host; returns at once.
   [[nodiscard]] Result<std::shared_ptr<ProcMeshState>> spawn_procs(const ndslice::Extent& extent);
+  // Attaches the workers (host agents) at `workers`; returns at once. `initialized` resolves
+  // once every worker accepted this controller, or fails naming the first that refused or did
+  // not answer within the attach timeout (PODIUM_ATTACH_TIMEOUT_MS, default 10000). From
+  // then on heartbeats watch each host: one silent for PODIUM_HOST_LOST_MS (default 3000)
+  // is lost, and its procs fail as if they had exited. Needs a TCP listen address.
+  [[nodiscard]] Result<std::shared_ptr<HostMeshState>> attach(
+      std::vector<channel::Address> workers);
+  // Spawns `per_host` procs on each host of `hosts` named by `host_ranks`, in that order:
+  // the procs of host_ranks[i] are ranks [i * per_host, (i + 1) * per_host) of `extent`.
+  // Waits for the hosts to attach and to answer (bounded by the attach timeout); the procs
+  // start in the background, and `initialized` resolves when all have registered.
+  [[nodiscard]] Result<std::shared_ptr<ProcMeshState>> spawn_procs(
+      const std::shared_ptr<HostMeshState>& hosts, const std::vector<size_t>& host_ranks,
+      const ndslice::Extent& extent);
   // The root proc as a mesh with no dimensions.
   std::shared_ptr<ProcMeshState> this_proc();
   // Asks each proc to exit; kills those still alive after `grace`. Resolves when all are gone.

@@ -75,7 +75,8 @@ void Supervisor::proc_exited(const std::string& proc_key, int64_t pid, int32_t s
         f.actor_id = e.mesh.actor_ids[r];
         f.rank = e.mesh.base_ranks[r];
         if (auto p = e.mesh.extent.point_of_rank(f.rank)) f.point = p->to_string();
-        f.host = actor::host_name();
+        f.host = r < e.mesh.hosts.size() && !e.mesh.hosts[r].empty() ? e.mesh.hosts[r]
+                                                                      : actor::host_name();
         f.pid = pid > 0 ? pid : e.mesh.pids[r];
         f.signal = signal;
         f.exit_code = exit_code;

@@ -46,6 +46,7 @@ class Supervisor {
     std::vector<std::string> proc_keys;
     std::vector<std::string> actor_ids;
     std::vector<int64_t> pids;
+    std::vector<std::string> hosts;   // per actor: its host's name; empty: this host
   };
 
   explicit Supervisor(actor::Proc& proc) : proc_(proc) {}

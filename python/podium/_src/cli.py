@@ -118,10 +118,31 @@ def _register_sim(subparsers: argparse._SubParsersAction) -> None:
     sim_cast.register(subparsers)
 
 
+def _run_worker(args: argparse.Namespace) -> int:
+    from podium._src import worker
+
+    return worker.main(["--listen", args.listen] + (["--persistent"] if args.persistent else []))
+
+
+def _register_worker(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "worker",
+        help="run this host's agent for a controller on another host",
+        description="Serves a controller that attaches with attach_to_workers(); spawns and "
+        "watches its procs on this host (docs/multihost.md).",
+    )
+    p.add_argument("--listen", required=True, metavar="tcp://HOST:PORT",
+                   help="where to accept a controller (port 0 picks a free one)")
+    p.add_argument("--persistent", action="store_true",
+                   help="keep procs when the controller goes away (not implemented)")
+    p.set_defaults(run=_run_worker)
+
+
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_version,
     _register_bench,
     _register_sim,
+    _register_worker,
 ]
 
 

@@ -52,6 +52,9 @@ REGISTRY_NAME = "podium-controllers"
 
 _lock = threading.Lock()
 _running = False
+# Where this process listens (enable_transport): None for a private Unix socket, else a TCP
+# address such as "tcp:10.0.0.1:0".
+_listen: Optional[str] = None
 
 
 def ensure_runtime() -> None:
@@ -63,10 +66,84 @@ def ensure_runtime() -> None:
         if _running:
             return
         # Does nothing in a proc, whose runtime is serving.
-        _mesh.init_controller(PROC_ARGV, _zygote_argv())
+        _mesh.init_controller(PROC_ARGV, _zygote_argv(), _listen)
         server.start()
         atexit.register(_at_exit)
         _running = True
+
+
+def _tcp_address(host: str, port: int) -> str:
+    return f"tcp:[{host}]:{port}" if ":" in host else f"tcp:{host}:{port}"
+
+
+def enable_transport(transport: Any) -> None:
+    """Chooses how this job's processes talk, before anything starts podium in this process:
+    ``"tcp"`` (this machine's address, from ``PODIUM_HOST_ADDR`` or the default route, and a
+    free port), ``"tcp://HOST:PORT"`` (that address), or ``"ipc"``/``"unix"`` (Unix sockets,
+    the default; one host only). TCP is needed to attach workers on other hosts; every TCP
+    connection proves the job's secret (``PODIUM_SECRET``). Calling it again with the same
+    choice does nothing; a different one once podium runs raises RuntimeError."""
+    global _listen
+    name = getattr(transport, "name", transport)  # an enum member names its transport
+    if not isinstance(name, str):
+        raise TypeError(f"enable_transport: expected a str such as 'tcp', got {transport!r}")
+    t = name.strip()
+    if t.lower() in ("ipc", "unix"):
+        listen = None
+    elif t.lower() in ("tcp", "tcpwithhostname", "tcp_with_hostname"):
+        listen = _tcp_address(_mesh.default_host_address(), 0)
+    elif t.startswith("tcp://") or t.startswith("tcp:"):
+        rest = t[6:] if t.startswith("tcp://") else t[4:]
+        host, sep, port = rest.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"enable_transport({transport!r}): expected tcp://HOST:PORT")
+        listen = _tcp_address(host.strip("[]"), int(port))
+    else:
+        raise ValueError(f"enable_transport({transport!r}): podium supports 'tcp', "
+                         f"'tcp://HOST:PORT' and 'ipc'")
+    with _lock:
+        if _running or _mesh.is_proc():
+            same = (listen is None) == (_listen is None) and (
+                listen is None or t.lower() == "tcp" or listen == _listen)
+            if not same:
+                raise RuntimeError(
+                    f"enable_transport({transport!r}) must be called before podium starts in "
+                    f"this process; it already listens on {_mesh.this_proc_id()}")
+            return
+        _listen = listen
+
+
+def _uses_tcp() -> bool:
+    return _listen is not None
+
+
+def attach_to_workers(*, workers: Any, name: Optional[str] = None,
+                      private_key: Any = None, ca: Any = "trust_all_connections") -> "HostMesh":
+    """The workers (``python -m podium worker --listen tcp://0.0.0.0:PORT`` on each host) as a
+    HostMesh of extent ``{"hosts": N}``, at once; ``.initialized`` resolves once every worker
+    accepted this controller, or raises naming the first that refused (a wrong secret) or did
+    not answer in time (``PODIUM_ATTACH_TIMEOUT_MS``, default 10 s). Workers are
+    ``tcp://HOST:PORT`` strings, or Futures of them. Starts podium on TCP if nothing started it
+    yet (``enable_transport("tcp")``)."""
+    if private_key is not None or ca not in (None, "trust_all_connections"):
+        raise NotImplementedError(
+            "attach_to_workers: TLS certificates are not supported; podium authenticates every "
+            "TCP connection with the job's shared secret (PODIUM_SECRET or PODIUM_SECRET_FILE)")
+    addrs = []
+    for w in list(workers):
+        if isinstance(w, Future):
+            w = w.get()
+        if not isinstance(w, str):
+            raise TypeError(f"attach_to_workers: a worker is 'tcp://HOST:PORT', not {w!r}")
+        addrs.append(w)
+    if not addrs:
+        raise ValueError("attach_to_workers: no workers given")
+    if not _running and _listen is None and not _mesh.is_proc():
+        enable_transport("tcp")
+    ensure_runtime()
+    hm = HostMesh(None, _mesh.HostMesh.attach(addrs))
+    hm._name = name
+    return hm
 
 
 def _at_exit() -> None:
@@ -96,18 +173,38 @@ class HostMesh(MeshShape):
     """This host, as a mesh (no dimensions for this_host(); reshaping gives it dimensions of
     size 1, which spawn_procs keeps in front of ``per_host``)."""
 
-    def __init__(self, region: Optional["_nd.Region"] = None) -> None:
-        self._r = region if region is not None else _nd.Region(_nd.Extent([], []))
+    def __init__(self, region: Optional["_nd.Region"] = None, core: Any = None) -> None:
+        # core: the C++ HostMesh of attached workers (attach_to_workers); None: this host.
+        self._core = core
+        self._name: Optional[str] = None
+        if region is None:
+            region = core.region if core is not None else _nd.Region(_nd.Extent([], []))
+        self._r = region
 
     @property
     def _region(self) -> "_nd.Region":
         return self._r
 
     def _reshaped(self, op: Callable[[Any], Any]) -> "HostMesh":
-        return HostMesh(op(self._r))
+        return HostMesh(op(self._r), self._core)
 
     def slice(self, **kwargs: Any) -> "HostMesh":
-        return HostMesh(select(_RegionView(self._r), kwargs).region)
+        return HostMesh(select(_RegionView(self._r), kwargs).region, self._core)
+
+    @property
+    def initialized(self) -> "Future[None]":
+        """Resolves when every worker of this mesh accepted this controller (at once for
+        this_host()); raises SupervisionError naming a worker that refused or is unreachable."""
+        core = self._core if self._core is not None else _mesh.HostMesh()
+        return Future(core.initialized(), _decode_none)
+
+    def hosts(self) -> List[Dict[str, Any]]:
+        """Per worker of an attached mesh: its address, host name, whether it attached, and
+        why it failed (None while it serves)."""
+        if self._core is None:
+            return []
+        return [{"worker": w, "hostname": h, "attached": a, "failure": f}
+                for (w, h, a, f) in self._core.hosts()]
 
     def spawn_procs(
         self,
@@ -126,9 +223,13 @@ class HostMesh(MeshShape):
                 raise TypeError(f"per_host maps dimension names to sizes, got {label!r}: {size!r}")
         if bootstrap is not None and not callable(bootstrap):
             raise TypeError(f"bootstrap must be a function, not {type(bootstrap).__name__}")
-        host = self._r.extent
-        dims = list(zip(host.labels, host.sizes)) + list(per_host.items())
-        pm = ProcMesh(_mesh.ProcMesh.spawn_procs(dims), _ProcShared(True))
+        if self._core is not None:
+            pm = ProcMesh(self._core.with_region(self._r).spawn_procs(list(per_host.items())),
+                          _ProcShared(True))
+        else:
+            host = self._r.extent
+            dims = list(zip(host.labels, host.sizes)) + list(per_host.items())
+            pm = ProcMesh(_mesh.ProcMesh.spawn_procs(dims), _ProcShared(True))
         if bootstrap is not None:
             pm._shared.bootstrap = True
             pm._shared.bootstrap_mesh = pm._spawn(BOOTSTRAP_NAME, _Bootstrap, (bootstrap,), {},
@@ -136,6 +237,9 @@ class HostMesh(MeshShape):
         return pm
 
     def __reduce__(self):
+        if self._core is not None:
+            raise TypeError("an attached HostMesh stays in the controller that attached it; "
+                            "send the ProcMesh it spawned instead")
         return (HostMesh, (self._r,))
 
     def __repr__(self) -> str:

@@ -7,6 +7,8 @@ from podium._src.errors import ActorError, SupervisionError
 from podium._src.future import Future
 from podium._src.ports import Channel, Port, PortReceiver
 from podium._src.proc_mesh import (
+    attach_to_workers,
+    enable_transport,
     get_or_spawn_controller,
     HostMesh,
     ProcMesh,
@@ -15,6 +17,7 @@ from podium._src.proc_mesh import (
 )
 from podium._src.shape import Extent, Point, ValueMesh
 from podium._src.supervision import MeshFailure, unhandled_fault_hook
+from podium._src.worker import run_worker_loop_forever
 
 __all__ = [
     "Accumulator",
@@ -35,13 +38,16 @@ __all__ = [
     "SupervisionError",
     "ValueMesh",
     "as_endpoint",
+    "attach_to_workers",
     "concurrent_endpoint",
     "context",
     "current_actor_name",
     "current_rank",
     "current_size",
+    "enable_transport",
     "endpoint",
     "get_or_spawn_controller",
+    "run_worker_loop_forever",
     "send",
     "this_host",
     "this_proc",

@@ -1,0 +1,56 @@
+"""The host agent of a machine that a controller on another host attaches to.
+
+``python -m podium worker --listen tcp://0.0.0.0:PORT`` (or ``run_worker_loop_forever``) runs
+the C++ host agent (podium._core.mesh.serve_worker, docs/host_agent.md) in this process: it
+spawns procs for one controller at a time, reports their exits, and exchanges heartbeats with
+it; procs fork from a zygote as on the controller's host. This module only parses arguments
+and prints where the agent listens.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from podium._core import mesh as _mesh
+from podium._src.proc_mesh import PROC_ARGV, _zygote_argv
+
+READY_LINE = "podium worker listening on "
+
+
+def _announce(address: str) -> None:
+    # "tcp:0.0.0.0:7000" -> "tcp://0.0.0.0:7000": the form attach_to_workers takes.
+    url = "tcp://" + address[4:] if address.startswith("tcp:") else address
+    print(READY_LINE + url, flush=True)
+
+
+def run_worker_loop_forever(*, address: str, ca: Any = "trust_all_connections",
+                            private_key: Any = None, persistent: bool = False) -> None:
+    """Serves as this host's agent on ``address`` (``tcp://HOST:PORT``; port 0 picks one)
+    until the process is killed. Prints ``podium worker listening on tcp://HOST:PORT`` once it
+    accepts connections. Connections must prove the job's secret (``PODIUM_SECRET`` or
+    ``PODIUM_SECRET_FILE``) when one is set."""
+    if private_key is not None or ca not in (None, "trust_all_connections"):
+        raise NotImplementedError(
+            "run_worker_loop_forever: TLS certificates are not supported; podium authenticates "
+            "every TCP connection with the job's shared secret (PODIUM_SECRET)")
+    if not isinstance(address, str):
+        raise TypeError(f"run_worker_loop_forever: address is 'tcp://HOST:PORT', not {address!r}")
+    _mesh.serve_worker(address, PROC_ARGV, _zygote_argv(), persistent, _announce)
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="podium worker")
+    p.add_argument("--listen", required=True, metavar="tcp://HOST:PORT",
+                   help="where to accept a controller (port 0 picks a free one)")
+    p.add_argument("--persistent", action="store_true",
+                   help="keep procs when the controller goes away (not implemented)")
+    args = p.parse_args(argv)
+    try:
+        run_worker_loop_forever(address=args.listen, persistent=args.persistent)
+    except Exception as e:  # a bad address, a port in use: say so and fail
+        print(f"podium worker: {e}", file=sys.stderr, flush=True)
+        return 1
+    return 0
