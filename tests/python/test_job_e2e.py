@@ -45,7 +45,9 @@ procs = hosts.spawn_procs(per_host={{"gpus": 2}})
 actors = procs.spawn("where", Where)
 answers = sorted(v for _, v in actors.where.call().get(timeout=30).items())
 print("RESULT", json.dumps({{"job_id": job.job_id, "answers": answers,
-                            "workers": job.workers}}), flush=True)
+                            "workers": job.workers,
+                            "worker_pids": [w.pid for w in getattr(job, "_procs", [])]}}),
+      flush=True)
 if {kill!r}:
     job.kill()
 """
@@ -80,13 +82,31 @@ def _worker_pids(marker: str) -> list[int]:
     return pids
 
 
-def _descendants_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
+def _session(sid: int) -> list[int]:
+    """Live processes of the session `sid` (a local worker leads one; its procs are in it)."""
+    left = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                fields = open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[3]) == sid:
+                left.append(int(name))
+    return left
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _gone_within(pids: list[int], timeout: float = 10.0) -> list[int]:
+    """Waits until none of pids is alive; returns those still alive at the bound."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        left = [p for p in pids if os.path.exists(f"/proc/{p}")
-                and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
-        if not left:
-            return []
+    while (left := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
 
@@ -103,18 +123,25 @@ def test_local_job_runs_an_actor_on_two_hosts_and_kill_leaves_nothing(tmp_path, 
     assert len(r["workers"]["hosts"]) == 2
     assert [a[0] for a in r["answers"]] == [0, 1, 2, 3]  # 2 hosts x 2 gpus
     proc_pids = [a[1] for a in r["answers"]]
-    assert _descendants_gone(proc_pids) == []
-    for addr in r["workers"]["hosts"]:
-        assert _worker_pids(addr.split("//")[1]) == []
+    assert _gone_within(proc_pids) == []
+    assert len(r["worker_pids"]) == 2
+    for sid in r["worker_pids"]:
+        assert _session(sid) == []
     assert not os.path.exists(path)
 
 
 def test_a_new_controller_reattaches_to_a_running_local_job(tmp_path, env):
     path = str(tmp_path / "state.json")
-    job = 'LocalJob(hosts={"hosts": 2}, persistent=True)'
+    # Workers outlive their controller and serve the next one (its procs are new: keeping
+    # them too needs persistent workers).
+    job = 'LocalJob(hosts={"hosts": 2})'
     first = _controller(tmp_path, "first", job, path, kill=False, env=env)
+    second = None
     try:
         assert os.path.exists(path)
+        # The first controller has exited; its workers run on, its procs are gone.
+        assert all(_session(sid) for sid in first["worker_pids"])
+        assert _gone_within([a[1] for a in first["answers"]]) == []
         second = _controller(tmp_path, "second", job, path, env=env)
         assert second["job_id"] == first["job_id"] and second["workers"] == first["workers"]
         assert [a[0] for a in second["answers"]] == [0, 1, 2, 3]
@@ -125,8 +152,10 @@ def test_a_new_controller_reattaches_to_a_running_local_job(tmp_path, env):
             from podium.job import job_load
 
             job_load(path).kill()
-    for addr in first["workers"]["hosts"]:
-        assert _worker_pids(addr.split("//")[1]) == []
+    for sid in first["worker_pids"]:
+        assert _session(sid) == []
+    assert second is not None
+    assert _gone_within([a[1] for a in second["answers"]]) == []
 
 
 def test_slurm_job_runs_an_actor_and_kill_cancels_it(slurm_cluster, tmp_path, env):
@@ -144,5 +173,5 @@ def test_slurm_job_runs_an_actor_and_kill_cancels_it(slurm_cluster, tmp_path, en
     from podium._src.job.slurm import job_info
 
     assert job_info(r["job_id"]).get("JobState") in ("CANCELLED", None)
-    assert _descendants_gone([a[1] for a in r["answers"]]) == []
+    assert _gone_within([a[1] for a in r["answers"]]) == []
     assert _worker_pids(f"127.0.0.1:{port}") == []
