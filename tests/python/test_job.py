@@ -189,7 +189,8 @@ def test_local_job_whose_worker_fails_reports_it_and_leaves_nothing(tmp_path):
     output; no process and no state file is left."""
     job = LocalJob(hosts={"hosts": 2}, python_exe="/bin/false")
     path = tmp_path / "state.json"
-    with pytest.raises(JobError, match=r"job local-\w+: worker .*/bin/false.* exited with status 1"):
+    with pytest.raises(JobError,
+                       match=r"job local-\w+: worker .*/bin/false.* exited with status 1"):
         job.state(cached_path=str(path))
     assert not job.active and not path.exists()
 
@@ -202,7 +203,8 @@ def test_stale_state_file_is_reported_and_replaced(tmp_path, caplog):
     stale = _running_local_job([WorkerProcess(dead.pid, 1, "tcp://127.0.0.1:1", "/x")])
     path = tmp_path / "state.json"
     stale.dump(str(path))
-    assert job_load(str(path))._gone() == f"worker pid {dead.pid} (tcp://127.0.0.1:1) is no longer running"
+    assert (job_load(str(path))._gone()
+            == f"worker pid {dead.pid} (tcp://127.0.0.1:1) is no longer running")
     job = LocalJob(python_exe="/bin/false")
     with caplog.at_level(logging.WARNING, logger="podium.job"):
         with pytest.raises(JobError, match="exited with status 1"):

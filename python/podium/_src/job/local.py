@@ -49,7 +49,8 @@ class LocalJob(JobTrait):
         counts = dict(hosts) if isinstance(hosts, Mapping) else {name: 1 for name in hosts}
         for name, n in counts.items():
             if not isinstance(name, str) or not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise ValueError(f"each mesh needs a name and a host count >= 1, got {name!r}: {n!r}")
+                raise ValueError(
+                    f"each mesh needs a name and a host count >= 1, got {name!r}: {n!r}")
         if not counts:
             raise ValueError("a LocalJob needs at least one mesh")
         _check_env(env)

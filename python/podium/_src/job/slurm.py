@@ -73,7 +73,8 @@ class SlurmJob(JobTrait):
         meshes = dict(meshes)
         for name, n in meshes.items():
             if not isinstance(name, str) or not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise ValueError(f"each mesh needs a name and a node count >= 1, got {name!r}: {n!r}")
+                raise ValueError(
+                    f"each mesh needs a name and a node count >= 1, got {name!r}: {n!r}")
         if not meshes:
             raise ValueError("a SlurmJob needs at least one mesh")
         if ntasks_per_node != 1:
