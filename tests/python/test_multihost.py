@@ -331,3 +331,28 @@ def test_worker_cli_reports_a_port_in_use(tmp_path, workers):
                        capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
                        stdin=subprocess.DEVNULL)
     assert r.returncode == 1 and "podium worker:" in r.stderr, r.stdout + r.stderr
+
+
+def test_what_remote_actors_print_reaches_the_controller(tmp_path, workers):
+    ws = workers(2)
+    r = run_controller(tmp_path, """
+        class Talker(Actor):
+            @endpoint
+            def say(self, what):
+                print(what, flush=True)
+                print("to stderr", file=sys.stderr, flush=True)
+                return os.getpid()
+
+        hosts = attach_to_workers(workers=WORKERS)
+        procs = hosts.spawn_procs(per_host={"gpus": 1})
+        pids = procs.spawn("talker", Talker).say.call("hello from a worker").get(timeout=30)
+        time.sleep(0.5)  # output travels apart from the replies
+        print("PIDS", sorted(pids.values()), flush=True)
+        """, [w.address for w in ws])
+    assert r.returncode == 0, r.stdout + r.stderr
+    for h in range(2):
+        assert f"[talker {{'hosts': {h}/2, 'gpus': 0/1}}] hello from a worker" in r.stdout, r.stdout
+        assert f"[talker {{'hosts': {h}/2, 'gpus': 0/1}}] to stderr" in r.stderr, r.stderr
+    # Not through the workers' own output.
+    for w in ws:
+        assert "hello from a worker" not in w.output()
