@@ -165,9 +165,7 @@ Result<PortReservation> PortReservation::make(const std::string& host) {
   if (::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
     return fail("SO_REUSEPORT", errno);
   }
-  if (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) {
-    return fail("SO_REUSEADDR", errno);
-  }
+  // Not SO_REUSEADDR: with it, any listener that sets it (as podium's do) could take the port.
   if (::bind(fd, ep.data(), static_cast<socklen_t>(ep.size())) != 0) return fail("bind", errno);
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;

@@ -403,6 +403,43 @@ TEST(ChannelNet, UnixListenReplacesAStaleFileAndRefusesALiveOne) {
   EXPECT_TRUE(std::filesystem::exists(dir.path("file")));
 }
 
+TEST(PortReservation, HoldsThePortForAReusePortListenerOnly) {
+  auto r = PortReservation::make("127.0.0.1");
+  ASSERT_TRUE(r) << r.error().to_string();
+  ASSERT_NE(r->port(), 0);
+  Address addr{Transport::kTcp, "127.0.0.1", r->port()};
+  // Anyone else is refused the port while it is held ...
+  IoThreads io(1);
+  Receiver other_rx;
+  Returns other_returns;
+  Net other(io.io(), test_config(), other_rx.fn(), other_returns.fn());
+  auto refused = other.listen(addr);
+  EXPECT_FALSE(refused);
+  // ... and the proc it was reserved for (Config::reuse_port) listens on it and is reached.
+  Config c = test_config();
+  c.reuse_port = true;
+  Receiver receiver;
+  Returns rx_returns, returns;
+  Net rx(io.io(), c, receiver.fn(), rx_returns.fn());
+  auto bound = rx.listen(addr);
+  ASSERT_TRUE(bound) << bound.error().to_string();
+  EXPECT_EQ(*bound, addr);
+  IoThreads tx_io(1);
+  Net tx(tx_io.io(), test_config(), [](wire::Envelope&&) {}, returns.fn());
+  for (uint64_t i = 0; i < 100; ++i) tx.send(addr, numbered(i));
+  EXPECT_TRUE(receiver.wait_for(100, 10s)) << receiver.count();
+  EXPECT_EQ(receiver.error(), "");
+  // Moving the reservation keeps it; destroying it frees the port.
+  PortReservation moved = std::move(*r);
+  EXPECT_EQ(moved.port(), addr.port);
+}
+
+TEST(PortReservation, ReportsAHostItCannotBind) {
+  auto r = PortReservation::make("192.0.2.1");  // TEST-NET-1: not an address of this machine
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("192.0.2.1"), std::string::npos) << r.error().message;
+}
+
 TEST(ChannelNet, InprocNameIsExclusiveUntilStop) {
   IoThreads io;
   std::string name = "inproc:" + unique_name("x");

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -10,7 +11,9 @@
 
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
+#include <asio/posix/stream_descriptor.hpp>
 #include <asio/steady_timer.hpp>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -143,6 +146,11 @@ struct Runtime::Impl {
     };
     std::unordered_map<std::string, Child> children;  // by proc key
     std::unique_ptr<asio::steady_timer> timer;
+    // The procs' stdout and stderr (fds 1 and 2 of every proc and of the zygote) are these
+    // pipes' write ends; what the read ends yield goes to the controller ("host_output").
+    int out_fd[2] = {-1, -1};  // write ends, for children: stdout, stderr
+    std::unique_ptr<asio::posix::stream_descriptor> out_reader[2];
+    std::array<char, 16384> out_buf[2];
   };
   std::unique_ptr<Worker> worker;  // set in a host agent; its fields guarded by mu
 
@@ -200,6 +208,7 @@ struct Runtime::Impl {
       host::ChildSpec spec;
       spec.path = g_options.zygote_argv[0];
       spec.argv = g_options.zygote_argv;
+      add_output_fds(spec);
       return host::Zygote::start(proc->io(), *watcher, spec);
     });
     std::lock_guard lock(spawn_mu);
@@ -770,6 +779,7 @@ struct Runtime::Impl {
       spec.argv = g_options.proc_argv.empty() ? std::vector<std::string>{exe} : g_options.proc_argv;
       spec.env.emplace_back(kBootEnv, controller_key + ";" + key + ";" + std::to_string(mesh_id) +
                                           ";" + std::to_string(r) + ";reuse_port");
+      add_output_fds(spec);
       auto on_exit = [this, key, to, host_mesh, host_index](const host::ExitStatus& s) {
         worker_child_exited(key, s, to, host_mesh, host_index);
       };
@@ -817,6 +827,58 @@ struct Runtime::Impl {
                                          {host_mesh, host_index, static_cast<uint64_t>(s.pid),
                                           s.signaled ? 1u : 0u,
                                           static_cast<uint64_t>(static_cast<uint32_t>(s.code))}});
+  }
+
+  // In a host agent, a child's stdout and stderr are the forwarding pipes.
+  void add_output_fds(host::ChildSpec& spec) {
+    if (!worker || worker->out_fd[0] < 0) return;
+    spec.fds.push_back(host::PassFd{worker->out_fd[0], 1});
+    spec.fds.push_back(host::PassFd{worker->out_fd[1], 2});
+  }
+
+  // Creates the forwarding pipes and starts reading them (host agent).
+  Status start_output_forwarding() {
+    for (int i = 0; i < 2; ++i) {
+      int fds[2];
+      if (::pipe2(fds, O_CLOEXEC) != 0) return std::unexpected(errno_error("pipe2", errno));
+      worker->out_fd[i] = fds[1];
+      worker->out_reader[i] = std::make_unique<asio::posix::stream_descriptor>(proc->io(), fds[0]);
+      read_output(i);
+    }
+    return ok();
+  }
+
+  void read_output(int i) {
+    worker->out_reader[i]->async_read_some(
+        asio::buffer(worker->out_buf[i]), [this, i](std::error_code ec, size_t n) {
+          if (ec) return;  // the runtime stops
+          forward_output(i + 1, std::string(worker->out_buf[i].data(), n));
+          read_output(i);
+        });
+  }
+
+  // To the controller served now, or to this process's own fd when there is none.
+  void forward_output(int fd, std::string data) {
+    std::optional<channel::Address> to;
+    {
+      std::lock_guard lock(mu);
+      to = worker->controller;
+    }
+    if (to) {
+      worker_reply(*to, actor::SystemHeader{"host_output", {std::move(data)},
+                                            {static_cast<uint64_t>(fd)}});
+    } else {
+      write_all(fd, data);
+    }
+  }
+
+  static void write_all(int fd, std::string_view data) {
+    while (!data.empty()) {
+      ssize_t n = ::write(fd, data.data(), data.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      data.remove_prefix(static_cast<size_t>(n));
+    }
   }
 
   // Kills every proc of the controller served now, and serves none.
@@ -1356,6 +1418,12 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
   impl->proc->on_system("host_proc_exit", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
     raw->on_host_proc_exit(h);
   });
+  // What procs on attached hosts print (their lines carry the actor's prefix already).
+  impl->proc->on_system("host_output", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
+    if (raw->worker || h.args.size() != 1 || h.numbers.size() != 1) return;
+    int fd = h.numbers[0] == 2 ? 2 : 1;
+    Runtime::Impl::write_all(fd, h.args[0]);
+  });
   impl->proc->on_system("host_hb", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
     if (raw->worker) {
       if (!h.args.empty()) (void)raw->from_controller(h.args[0]);
@@ -1379,6 +1447,7 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
     impl->proc->on_system("host_detach", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
       raw->on_host_detach(h);
     });
+    if (auto st = raw->start_output_forwarding(); !st) return std::unexpected(st.error());
     asio::post(impl->proc->io(), [raw] { raw->worker_tick(); });
   }
   impl->spawner = std::thread(&Runtime::Impl::spawner_main, raw);

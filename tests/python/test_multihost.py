@@ -1,0 +1,358 @@
+"""Workers (host agents) and attach_to_workers over loopback: each worker is a real
+`python -m podium worker` process; each controller is a script of its own, since a process
+chooses its transport (enable_transport) before podium starts in it, and this test process
+runs podium on Unix sockets. The network-namespace tests (test_multihost_netns.py) cover
+hosts that are really apart, and a link that goes silent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import CHILD_TIMEOUT_S
+
+READY = "podium worker listening on "
+
+
+class Worker:
+    """A `python -m podium worker` on 127.0.0.1, killed (with its procs) when the test ends."""
+
+    def __init__(self, env: dict[str, str] | None = None, host: str = "127.0.0.1") -> None:
+        self.log = open(os.devnull, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "podium", "worker", "--listen", f"tcp://{host}:0"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **(env or {})}, start_new_session=True)
+        deadline = time.monotonic() + 30
+        line = ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line or line.startswith(READY):
+                break
+        if not line.startswith(READY):
+            self.kill()
+            raise RuntimeError(f"worker did not start: {line!r} {self.proc.stderr.read()!r}")
+        self.address = line[len(READY):].strip()
+
+    def children(self) -> list[int]:
+        """Pids of every process under the worker (zygote and procs)."""
+        out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True)
+        pairs = [tuple(map(int, l.split())) for l in out.stdout.strip().splitlines()]
+        parent = {p: pp for p, pp in pairs}
+        found, frontier = [], {self.proc.pid}
+        while frontier:
+            nxt = {p for p, pp in parent.items() if pp in frontier}
+            found += sorted(nxt)
+            frontier = nxt
+        return found
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=10)
+
+    def output(self) -> str:
+        """Everything it printed after its ready line (it is killed first)."""
+        self.kill()
+        return self.proc.stdout.read() + self.proc.stderr.read()
+
+
+@pytest.fixture
+def workers():
+    started: list[Worker] = []
+
+    def start(n: int = 1, env: dict[str, str] | None = None) -> list[Worker]:
+        ws = [Worker(env) for _ in range(n)]
+        started.extend(ws)
+        return ws
+
+    yield start
+    for w in started:
+        w.kill()
+
+
+PRELUDE = textwrap.dedent("""
+    import os, sys, time
+    from podium.actor import (Actor, endpoint, attach_to_workers, enable_transport,
+                              SupervisionError)
+    import podium.actor
+
+    class Who(Actor):
+        @endpoint
+        def who(self):
+            import socket
+            return (os.getpid(), os.getppid())
+
+        @endpoint
+        def pid(self):
+            return os.getpid()
+
+    WORKERS = sys.argv[1:]
+    """)
+
+
+def run_controller(tmp_path: Path, body: str, workers: list[str], env=None,
+                   timeout: float = CHILD_TIMEOUT_S) -> subprocess.CompletedProcess:
+    script = tmp_path / "controller.py"
+    script.write_text(PRELUDE + textwrap.dedent(body))
+    return subprocess.run([sys.executable, str(script), *workers], capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                          env={**os.environ, **(env or {})})
+
+
+def test_attach_spawn_cast_and_gather_across_two_workers(tmp_path, workers):
+    ws = workers(2)
+    r = run_controller(tmp_path, """
+        enable_transport("tcp://127.0.0.1:0")
+        hosts = attach_to_workers(workers=WORKERS)
+        assert hosts.extent == {"hosts": 2}, hosts.extent
+        hosts.initialized.get(timeout=30)
+        assert [h["attached"] for h in hosts.hosts()] == [True, True]
+        procs = hosts.spawn_procs(per_host={"gpus": 3})
+        assert procs.extent == {"hosts": 2, "gpus": 3}, procs.extent
+        procs.initialized.get(timeout=30)
+        am = procs.spawn("who", Who)
+        got = am.who.call().get(timeout=30)
+        parents = {}
+        for point, (pid, ppid) in got.items():
+            parents.setdefault(point["hosts"], set()).add(ppid)
+        # The procs of each host are children of that host's worker (or its zygote).
+        assert len(parents) == 2 and parents[0] != parents[1], parents
+        one = am.slice(hosts=1, gpus=2).who.call_one().get(timeout=30)
+        assert one == got.item(hosts=1, gpus=2)
+        assert hosts.slice(hosts=1).extent == {}
+        sub = hosts.slice(hosts=slice(1, 2)).spawn_procs(per_host={"gpus": 2})
+        assert sub.extent == {"hosts": 1, "gpus": 2}, sub.extent
+        assert len(sub.spawn("who2", Who).pid.call().get(timeout=30)) == 2
+        print("OK", sorted(p for p, _ in got.values()))
+        """, [w.address for w in ws])
+    assert r.returncode == 0, r.stdout + r.stderr
+    pids = [int(p) for p in re.findall(r"\d+", r.stdout.split("OK", 1)[1])]
+    assert len(pids) == 6
+    # The controller left: each worker killed its procs (no orphans).
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        time.sleep(0.05)
+    assert not [p for p in pids if Path(f"/proc/{p}").exists()]
+
+
+def test_an_unreachable_worker_fails_initialized_naming_it(tmp_path, workers):
+    # A port nobody listens on: bind it, do not listen, keep it while the test runs.
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    ws = workers(1)
+    try:
+        r = run_controller(tmp_path, """
+            hosts = attach_to_workers(workers=WORKERS)
+            t = time.monotonic()
+            try:
+                hosts.initialized.get(timeout=30)
+                print("attached?!")
+            except Exception as e:
+                print("FAILED after %.2f s: %s: %s" % (time.monotonic() - t, type(e).__name__, e))
+            """, [ws[0].address, dead], env={"PODIUM_ATTACH_TIMEOUT_MS": "1500"})
+    finally:
+        s.close()
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = re.search(r"FAILED after ([\d.]+) s: (\w+): (.*)", r.stdout)
+    assert m, r.stdout + r.stderr
+    assert float(m.group(1)) < 5.0
+    assert "cannot attach host 1" in m.group(3) and dead[len("tcp://"):] in m.group(3), m.group(3)
+
+
+def test_a_wrong_secret_is_refused_within_a_second(tmp_path, workers):
+    ws = workers(1, env={"PODIUM_SECRET": "the worker's secret"})
+    r = run_controller(tmp_path, """
+        hosts = attach_to_workers(workers=WORKERS)
+        t = time.monotonic()
+        try:
+            hosts.initialized.get(timeout=30)
+            print("attached?!")
+        except Exception as e:
+            print("REFUSED after %.3f s: %s" % (time.monotonic() - t, e))
+        """, [ws[0].address], env={"PODIUM_SECRET": "another secret"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = re.search(r"REFUSED after ([\d.]+) s: (.*)", r.stdout)
+    assert m, r.stdout + r.stderr
+    assert float(m.group(1)) < 1.0, m.group(0)
+    assert "secret" in m.group(2), m.group(2)
+    # The worker logged whom it refused, and serves on.
+    assert ws[0].proc.poll() is None
+    log = ws[0].output()
+    assert "secret" in log or "auth" in log, log
+
+
+def test_a_worker_with_no_secret_is_refused_by_a_controller_without_one(tmp_path, workers):
+    ws = workers(1, env={"PODIUM_SECRET": "s3cret"})
+    env = {k: v for k, v in os.environ.items() if k not in ("PODIUM_SECRET", "PODIUM_SECRET_FILE")}
+    script = tmp_path / "c.py"
+    script.write_text(PRELUDE + textwrap.dedent("""
+        hosts = attach_to_workers(workers=WORKERS)
+        try:
+            hosts.initialized.get(timeout=30)
+            print("attached?!")
+        except Exception as e:
+            print("REFUSED:", e)
+        """))
+    r = subprocess.run([sys.executable, str(script), ws[0].address], capture_output=True,
+                       text=True, timeout=CHILD_TIMEOUT_S, env=env, stdin=subprocess.DEVNULL)
+    assert "REFUSED:" in r.stdout and "PODIUM_SECRET" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_killed_worker_fails_its_ranks_naming_the_host_and_the_rest_answer(tmp_path, workers):
+    ws = workers(2)
+    # Run it interactively: the controller says when its actors answer, the test kills then.
+    script = tmp_path / "controller.py"
+    script.write_text(PRELUDE + textwrap.dedent("""
+        hits = []
+        podium.actor.unhandled_fault_hook = lambda failure: hits.append(failure)
+        hosts = attach_to_workers(workers=WORKERS)
+        procs = hosts.spawn_procs(per_host={"gpus": 2})
+        am = procs.spawn("who", Who)
+        am.pid.call().get(timeout=30)
+        print("KILL", flush=True)
+        sys.stdin.readline()
+        t = time.monotonic()
+        try:
+            am.pid.call().get(timeout=20)
+            print("answered?!")
+        except SupervisionError as e:
+            print("LOST after %.2f s: %s" % (time.monotonic() - t, e), flush=True)
+        print("REST", len(am.slice(hosts=0).pid.call().get(timeout=10)), flush=True)
+        print("HOOK", len(hits), flush=True)
+        """))
+    c = subprocess.Popen([sys.executable, str(script), ws[0].address, ws[1].address],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        assert c.stdout.readline().strip() == "KILL"
+        ws[1].kill()
+        c.stdin.write("\n")
+        c.stdin.flush()
+        out, err = c.communicate(timeout=CHILD_TIMEOUT_S)
+    finally:
+        if c.poll() is None:
+            c.kill()
+    m = re.search(r"LOST after ([\d.]+) s: (.*)", out)
+    assert m, out + err
+    assert float(m.group(1)) < 5.0
+    assert f"its host {os.uname().nodename}" in m.group(2), m.group(2)
+    assert ws[1].address[len("tcp://"):] in m.group(2), m.group(2)
+    assert "REST 2" in out, out + err
+    assert re.search(r"HOOK [1-9]", out), out + err
+
+
+def test_a_worker_serves_one_controller_at_a_time_then_the_next(tmp_path, workers):
+    ws = workers(1)
+    first = tmp_path / "first.py"
+    first.write_text(PRELUDE + textwrap.dedent("""
+        hosts = attach_to_workers(workers=WORKERS)
+        hosts.initialized.get(timeout=30)
+        print("ATTACHED", flush=True)
+        sys.stdin.readline()
+        """))
+    c1 = subprocess.Popen([sys.executable, str(first), ws[0].address], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert c1.stdout.readline().strip() == "ATTACHED"
+        r = run_controller(tmp_path, """
+            hosts = attach_to_workers(workers=WORKERS)
+            try:
+                hosts.initialized.get(timeout=30)
+                print("attached?!")
+            except Exception as e:
+                print("BUSY:", e)
+            """, [ws[0].address])
+        assert "BUSY:" in r.stdout and "serves another controller" in r.stdout, r.stdout + r.stderr
+        c1.stdin.write("\n")
+        c1.stdin.flush()
+        c1.wait(timeout=CHILD_TIMEOUT_S)
+    finally:
+        if c1.poll() is None:
+            c1.kill()
+    # The first controller detached on exit: the next one is served at once.
+    r = run_controller(tmp_path, """
+        hosts = attach_to_workers(workers=WORKERS)
+        hosts.initialized.get(timeout=30)
+        procs = hosts.spawn_procs(per_host={"gpus": 1})
+        print("PIDS", list(procs.spawn("w", Who).pid.call().get(timeout=30).values()))
+        """, [ws[0].address])
+    assert r.returncode == 0 and "PIDS [" in r.stdout, r.stdout + r.stderr
+
+
+def test_attach_needs_tcp_when_podium_already_runs_on_unix(tmp_path, workers):
+    ws = workers(1)
+    r = run_controller(tmp_path, """
+        from podium.actor import this_host
+        local = this_host().spawn_procs(per_host={"p": 1})
+        local.initialized.get(timeout=30)
+        try:
+            attach_to_workers(workers=WORKERS)
+        except Exception as e:
+            print("REFUSED:", e)
+        try:
+            enable_transport("tcp")
+        except RuntimeError as e:
+            print("LATE:", e)
+        """, [ws[0].address])
+    assert "REFUSED:" in r.stdout and "enable_transport" in r.stdout, r.stdout + r.stderr
+    assert "LATE:" in r.stdout, r.stdout + r.stderr
+
+
+def test_bad_worker_addresses_are_refused_with_a_message(tmp_path):
+    r = run_controller(tmp_path, """
+        for bad in (["tcp://nohostport"], ["tcp://127.0.0.1:0"], [], [42]):
+            try:
+                attach_to_workers(workers=bad)
+                print("accepted?!", bad)
+            except (ValueError, TypeError) as e:
+                print("REFUSED:", e)
+        """, [])
+    assert r.stdout.count("REFUSED:") == 4, r.stdout + r.stderr
+
+
+def test_worker_cli_reports_a_port_in_use(tmp_path, workers):
+    ws = workers(1)
+    r = subprocess.run([sys.executable, "-m", "podium", "worker", "--listen", ws[0].address],
+                       capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 1 and "podium worker:" in r.stderr, r.stdout + r.stderr
+
+
+def test_what_remote_actors_print_reaches_the_controller(tmp_path, workers):
+    ws = workers(2)
+    r = run_controller(tmp_path, """
+        class Talker(Actor):
+            @endpoint
+            def say(self, what):
+                print(what, flush=True)
+                print("to stderr", file=sys.stderr, flush=True)
+                return os.getpid()
+
+        hosts = attach_to_workers(workers=WORKERS)
+        procs = hosts.spawn_procs(per_host={"gpus": 1})
+        pids = procs.spawn("talker", Talker).say.call("hello from a worker").get(timeout=30)
+        time.sleep(0.5)  # output travels apart from the replies
+        print("PIDS", sorted(pids.values()), flush=True)
+        """, [w.address for w in ws])
+    assert r.returncode == 0, r.stdout + r.stderr
+    for h in range(2):
+        assert f"[talker {{'hosts': {h}/2, 'gpus': 0/1}}] hello from a worker" in r.stdout, r.stdout
+        assert f"[talker {{'hosts': {h}/2, 'gpus': 0/1}}] to stderr" in r.stderr, r.stderr
+    # Not through the workers' own output.
+    for w in ws:
+        assert "hello from a worker" not in w.output()

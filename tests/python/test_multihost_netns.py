@@ -1,0 +1,225 @@
+"""Multi-host over real network stacks: each host is a network namespace (tests/python/
+netns.py, the `network` fixture) running `python -m podium worker`; the controller runs in
+the root namespace. A cut link drops every frame silently (no RST, no ICMP), which only
+heartbeats can detect.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import CHILD_TIMEOUT_S
+
+READY = "podium worker listening on "
+PORT = 7000  # every host is its own network stack: the same port on each
+
+
+def start_workers(net, env=None) -> list[subprocess.Popen]:
+    procs = []
+    try:
+        for h in net.hosts:
+            procs.append(net.popen(h, [sys.executable, "-m", "podium", "worker", "--listen",
+                                       f"tcp://{h.addr}:{PORT}"],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True,
+                                   env={**os.environ, **(env or {})}, start_new_session=True))
+        for h, p in zip(net.hosts, procs):
+            deadline = time.monotonic() + 30
+            line = ""
+            while time.monotonic() < deadline:
+                line = p.stdout.readline()
+                if not line or line.startswith(READY):
+                    break
+            assert line.strip() == f"{READY}tcp://{h.addr}:{PORT}", line
+    except BaseException:
+        stop_workers(procs)
+        raise
+    return procs
+
+
+def stop_workers(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=10)
+
+
+CONTROLLER = textwrap.dedent("""
+    import os, sys, time
+    from podium.actor import (Actor, endpoint, attach_to_workers, enable_transport,
+                              SupervisionError)
+    import podium.actor
+    from podium._core import mesh as _mesh
+
+    class Where(Actor):
+        @endpoint
+        def addr(self):
+            return _mesh.this_proc_id()
+
+    controller_addr, workers = sys.argv[1], sys.argv[2:]
+    faults = []
+    podium.actor.unhandled_fault_hook = faults.append
+    enable_transport(f"tcp://{controller_addr}:0")
+    hosts = attach_to_workers(workers=workers)
+    hosts.initialized.get(timeout=30)
+    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    where = procs.spawn("where", Where)
+    got = where.addr.call().get(timeout=30)
+    for point, addr in got.items():
+        print("RANK", point["hosts"], point["gpus"], addr, flush=True)
+    print("CUT?", flush=True)
+    sys.stdin.readline()
+    t = time.monotonic()
+    try:
+        where.addr.call().get(timeout=30)
+        print("answered?!", flush=True)
+    except SupervisionError as e:
+        print("LOST %.3f %s" % (time.monotonic() - t, e), flush=True)
+    for h in range(len(workers)):
+        try:
+            n = len(where.slice(hosts=h).addr.call().get(timeout=10))
+            print("HOST", h, "answers", n, flush=True)
+        except SupervisionError as e:
+            print("HOST", h, "fails", e, flush=True)
+    print("FAULTS", len(faults), flush=True)
+    """)
+
+
+def test_three_hosts_cast_gather_and_a_silently_cut_host(network, tmp_path):
+    net = network(3)
+    workers = start_workers(net)
+    script = tmp_path / "controller.py"
+    script.write_text(CONTROLLER)
+    c = subprocess.Popen(
+        [sys.executable, str(script), net.controller_addr,
+         *[f"tcp://{h.addr}:{PORT}" for h in net.hosts]],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ranks = []
+        while True:
+            line = c.stdout.readline()
+            assert line, c.stderr.read()
+            if line.startswith("CUT?"):
+                break
+            ranks.append(line.split())
+        # Two procs on each host, each listening on its host's own address.
+        assert len(ranks) == 6, ranks
+        for _, h, g, addr in ranks:
+            assert addr.startswith(f"tcp:{net.hosts[int(h)].addr}:"), (h, addr)
+        net.cut(1)
+        cut_at = time.monotonic()
+        c.stdin.write("\n")
+        c.stdin.flush()
+        out, err = c.communicate(timeout=CHILD_TIMEOUT_S)
+        waited = time.monotonic() - cut_at
+    finally:
+        if c.poll() is None:
+            c.kill()
+        stop_workers(workers)
+    m = re.search(r"LOST ([\d.]+) (.*)", out)
+    assert m, out + err
+    detect = float(m.group(1))
+    print(f"silent host loss reported to the pending call after {detect:.3f} s")
+    assert detect < 5.0, m.group(0)
+    assert f"tcp:{net.hosts[1].addr}:{PORT}" in m.group(2) and "was lost" in m.group(2), m.group(2)
+    assert "HOST 0 answers 2" in out and "HOST 2 answers 2" in out, out + err
+    assert re.search(r"HOST 1 fails .*was lost", out), out
+    assert re.search(r"FAULTS [1-9]", out), out
+    assert waited < CHILD_TIMEOUT_S
+
+
+def test_a_cut_controller_makes_the_worker_kill_its_procs(network, tmp_path):
+    """The other direction: the worker stops hearing its controller (the host's link is cut),
+    kills its procs within the lost-after bound, and serves a new controller once the link is
+    back."""
+    net = network(1)
+    workers = start_workers(net)
+    h = net.hosts[0]
+    script = tmp_path / "controller.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time
+        from podium.actor import Actor, endpoint, attach_to_workers, enable_transport
+        import podium.actor
+        import os
+        podium.actor.unhandled_fault_hook = lambda f: None
+        class P(Actor):
+            @endpoint
+            def pid(self):
+                return os.getpid()
+        enable_transport(f"tcp://{sys.argv[1]}:0")
+        hosts = attach_to_workers(workers=[sys.argv[2]])
+        pm = hosts.spawn_procs(per_host={"gpus": 2})
+        print("PIDS", *pm.spawn("p", P).pid.call().get(timeout=30).values(), flush=True)
+        sys.stdin.readline()
+        """))
+    c = subprocess.Popen([sys.executable, str(script), net.controller_addr,
+                          f"tcp://{h.addr}:{PORT}"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        line = c.stdout.readline()
+        assert line.startswith("PIDS"), line + c.stderr.read()
+        pids = [int(p) for p in line.split()[1:]]
+        assert all(os.path.exists(f"/proc/{p}") for p in pids)
+        net.cut(0)
+        t = time.monotonic()
+        while time.monotonic() - t < 10 and any(os.path.exists(f"/proc/{p}") for p in pids):
+            time.sleep(0.05)
+        gone_after = time.monotonic() - t
+        assert not any(os.path.exists(f"/proc/{p}") for p in pids), "procs outlived the cut"
+        assert gone_after < 5.0, gone_after
+        print(f"worker killed its procs {gone_after:.3f} s after losing its controller")
+        c.kill()
+        c.wait(timeout=10)
+        net.restore(0)
+        # A new controller is served.
+        r = subprocess.run([sys.executable, str(script), net.controller_addr,
+                            f"tcp://{h.addr}:{PORT}"], input="\n", capture_output=True,
+                           text=True, timeout=CHILD_TIMEOUT_S)
+        assert r.stdout.startswith("PIDS"), r.stdout + r.stderr
+    finally:
+        if c.poll() is None:
+            c.kill()
+        stop_workers(workers)
+
+
+def test_a_wrong_secret_across_hosts_is_refused_within_a_second(network, tmp_path):
+    net = network(1)
+    workers = start_workers(net, env={"PODIUM_SECRET": "the job's secret"})
+    h = net.hosts[0]
+    script = tmp_path / "controller.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time
+        from podium.actor import attach_to_workers, enable_transport
+        enable_transport(f"tcp://{sys.argv[1]}:0")
+        hosts = attach_to_workers(workers=[sys.argv[2]])
+        t = time.monotonic()
+        try:
+            hosts.initialized.get(timeout=30)
+            print("attached?!")
+        except Exception as e:
+            print("REFUSED %.3f %s" % (time.monotonic() - t, e))
+        """))
+    try:
+        r = subprocess.run([sys.executable, str(script), net.controller_addr,
+                            f"tcp://{h.addr}:{PORT}"], capture_output=True, text=True,
+                           timeout=CHILD_TIMEOUT_S,
+                           env={**os.environ, "PODIUM_SECRET": "a guess"})
+    finally:
+        stop_workers(workers)
+    m = re.search(r"REFUSED ([\d.]+) (.*)", r.stdout)
+    assert m, r.stdout + r.stderr
+    assert float(m.group(1)) < 1.0 and "secret" in m.group(2), m.group(0)
+    log = workers[0].stdout.read()
+    assert net.controller_addr in log or "secret" in log, log
