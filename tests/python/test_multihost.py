@@ -233,6 +233,9 @@ def test_a_killed_worker_fails_its_ranks_naming_the_host_and_the_rest_answer(tmp
         except SupervisionError as e:
             print("LOST after %.2f s: %s" % (time.monotonic() - t, e), flush=True)
         print("REST", len(am.slice(hosts=0).pid.call().get(timeout=10)), flush=True)
+        deadline = time.monotonic() + 10  # the hook runs on a thread of its own
+        while not hits and time.monotonic() < deadline:
+            time.sleep(0.01)
         print("HOOK", len(hits), flush=True)
         """))
     c = subprocess.Popen([sys.executable, str(script), ws[0].address, ws[1].address],

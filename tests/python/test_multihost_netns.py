@@ -92,6 +92,10 @@ CONTROLLER = textwrap.dedent("""
             print("HOST", h, "answers", n, flush=True)
         except SupervisionError as e:
             print("HOST", h, "fails", e, flush=True)
+    # The owner hears of the failure on a thread of its own: wait for it, bounded.
+    deadline = time.monotonic() + 10
+    while not faults and time.monotonic() < deadline:
+        time.sleep(0.01)
     print("FAULTS", len(faults), flush=True)
     """)
 
