@@ -84,18 +84,18 @@ actor::Future<Replies> tree_cast(const std::vector<const ActorTarget*>& targets,
   plan->stream = proc.sender_stream();
   plan->labels = extent.labels();
   plan->sizes.assign(extent.sizes().begin(), extent.sizes().end());
-  plan->dests.reserve(targets.size());
   std::vector<const std::string*> dests;
   dests.reserve(targets.size());
   for (size_t r = 0; r < targets.size(); ++r) {
-    plan->dests.push_back(targets[r]->dest);
     dests.push_back(&targets[r]->dest);
     if (load && want_reply) {
       load->outstanding[base_ranks[r]].fetch_add(1, std::memory_order_relaxed);
     }
   }
-  plan->seqs.resize(targets.size());
-  proc.next_seqs(plan->stream, dests, {}, plan->seqs.data());
+  std::vector<uint64_t> seqs(targets.size());
+  proc.next_seqs(plan->stream, dests, {}, seqs.data());
+  plan->ports = PortRuns::build(dests);
+  plan->seqs = SeqRuns::build(seqs);
   plan->args = std::move(args);
   plan->want_reply = want_reply;
   start_tree_cast(rt.relay(), std::move(plan), std::move(sink), done);

@@ -31,6 +31,7 @@
 #include "podium/base/buffer.h"
 #include "podium/actor/message.h"
 #include "podium/mesh/cast.h"
+#include "podium/mesh/cast_plan.h"
 
 namespace podium::mesh {
 
@@ -56,8 +57,10 @@ struct CastPlan {
   uint64_t stream = 0;   // AC-11 stream of the sender
   std::vector<std::string> labels;  // the cast region's extent
   std::vector<size_t> sizes;
-  std::vector<std::string> dests;   // mailbox PortId text of each rank
-  std::vector<uint64_t> seqs;       // AC-11 number of each rank's call
+  // Of each rank of the plan (the whole cast at the root, a chunk at a relay), as runs
+  // (cast_plan.h): its mailbox PortId and the AC-11 number of its call.
+  PortRuns ports;
+  SeqRuns seqs;
   std::vector<Buffer> args;
   bool want_reply = true;
 };
