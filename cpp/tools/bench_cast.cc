@@ -13,9 +13,10 @@
 //   send_us    the calling thread's CPU time per message sent in a star cast (largest size)
 //   recv_us    the rest of the controller's CPU time per rank of a star cast (a reply's
 //              arrival and handling; largest size)
-//   member_us  the controller process's CPU time per rank of a tree cast beyond its k sends
-//              and k receives (the collector's slots, the rank tables, each rank's reply
-//              handed to the caller; largest size)
+//   member_us  the controller process's CPU time per rank of a tree cast (the collector's
+//              slots, the rank tables, each rank's reply handed to the caller): the difference
+//              between the two largest tree sizes per added rank (both send and receive k
+//              messages), or with one tree size, its CPU beyond k sends and k receives, per rank
 //   proc_us    one proc's CPU time per call (wake-up, handler, reply; 1 proc)
 //   contention how much more CPU a proc spent per call at the largest size (cores shared)
 //   relay_us   the procs' extra CPU time per rank in a tree over a star, at the largest size,
@@ -142,9 +143,9 @@ Mode measure(const podium::ProcMesh& procs, const podium::ActorMesh<Echo>& mesh,
   Mode m;
   double self0 = 0, procs0 = 0;
   for (int i = 0; i < iters + 3; ++i) {
-    if (i == 3) {
-      self0 = self_cpu_us();
+    if (i == 3) {  // reading every proc's schedstat costs this process ~1 ms at 256 procs
       procs0 = procs_cpu_us(procs);
+      self0 = self_cpu_us();
     }
     auto before = proc.traffic();
     auto t0 = Clock::now();
@@ -164,7 +165,7 @@ Mode measure(const podium::ProcMesh& procs, const podium::ActorMesh<Echo>& mesh,
     m.sends = std::max(m.sends, after.sent - before.sent);
     m.recvs = std::max(m.recvs, after.received - before.received);
   }
-  m.self_cpu_us = (self_cpu_us() - self0) / iters;
+  m.self_cpu_us = (self_cpu_us() - self0) / iters;  // before the schedstat reads, not after
   m.procs_cpu_us = (procs_cpu_us(procs) - procs0) / iters;
   m.call_us = median(lat);
   m.send_us = median(send);
@@ -402,8 +403,20 @@ int main(int argc, char** argv) {
   double contention = std::max(1.0, big.star.procs_cpu_us / nb / std::max(proc_us, 1e-3));
   double member_us = 0, relay_us = 0;
   if (big.procs > fanout) {
-    member_us = std::max(
-        0.0, (big.tree.self_cpu_us - static_cast<double>(fanout) * (send_us + recv_us)) / nb);
+    // Two tree sizes send and receive the same k messages and pay the same fixed costs per
+    // call, so their difference is the per-rank part alone; with one tree size, subtract the
+    // k messages at the star's rates instead.
+    const Row* mid = nullptr;
+    for (const Row& r : rows) {
+      if (r.procs > fanout && r.procs < big.procs) mid = &r;
+    }
+    if (mid) {
+      member_us = std::max(0.0, (big.tree.self_cpu_us - mid->tree.self_cpu_us) /
+                                    static_cast<double>(big.procs - mid->procs));
+    } else {
+      member_us = std::max(
+          0.0, (big.tree.self_cpu_us - static_cast<double>(fanout) * (send_us + recv_us)) / nb);
+    }
     relay_us = std::max(0.0, (big.tree.procs_cpu_us - big.star.procs_cpu_us) / nb) / contention;
   }
   if (hop_us == 0) hop_us = small.star.call_us / 2;

@@ -5,7 +5,9 @@
 // A cast to ranks [0, n) with fan-out k splits [0, n) into at most k contiguous chunks of
 // near-equal size and sends each chunk to the proc of its first rank. A node that receives
 // chunk [lo, hi) delivers the call to rank lo (an actor of its own proc), forwards [lo+1, hi)
-// split the same way, and gathers the replies of its chunk into one message to its parent.
+// split the same way, and gathers the replies of its chunk into one message to its parent. A
+// chunk names its ranks' PortIds and AC-11 numbers as runs (cast_plan.h) and a node keeps its
+// answered ranks as ranges, so a relay's work is O(runs), not O(ranks in its subtree).
 //
 // Threads: every member is thread-safe; handlers run on the delivering thread and never block.
 // Invariants:
