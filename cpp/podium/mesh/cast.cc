@@ -1,5 +1,7 @@
 #include "podium/mesh/cast.h"
 
+#include <algorithm>
+
 #include "podium/actor/mesh_failure.h"
 #include "podium/actor/message.h"
 #include "podium/mesh/relay.h"
@@ -19,6 +21,24 @@ void Collector::fill(size_t rank, Reply reply) {
     if (rank >= slots_.size() || slots_[rank]) return;  // late duplicate: the slot is final
     slots_[rank] = std::move(reply);
     if (--remaining_ != 0) return;
+    done.reserve(slots_.size());
+    for (auto& s : slots_) done.push_back(std::move(*s));
+  }
+  promise_.set(std::move(done));
+}
+
+void Collector::fill_range(size_t lo, size_t hi, const Reply& reply) {
+  Replies done;
+  {
+    std::lock_guard lock(mu_);
+    hi = std::min(hi, slots_.size());
+    size_t before = remaining_;
+    for (size_t r = lo; r < hi; ++r) {
+      if (slots_[r]) continue;  // late duplicate: the slot is final
+      slots_[r] = reply;
+      --remaining_;
+    }
+    if (remaining_ != 0 || before == 0) return;
     done.reserve(slots_.size());
     for (auto& s : slots_) done.push_back(std::move(*s));
   }
@@ -73,7 +93,7 @@ actor::Future<Replies> tree_cast(const std::vector<const ActorTarget*>& targets,
                                  const ndslice::Extent& extent, std::string_view endpoint,
                                  std::vector<Buffer> args, bool want_reply,
                                  const std::shared_ptr<LoadCounters>& load,
-                                 std::function<void(size_t, Reply)> sink,
+                                 RangeSink sink,
                                  actor::Future<Replies> done) {
   auto& rt = Runtime::get();
   auto& proc = rt.proc();
@@ -138,9 +158,17 @@ actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
       }
       collector->fill(rank, std::move(reply));
     };
-    if (tree) {  // the root of the tree hands each rank's reply to the collector (CT-3)
+    if (tree) {  // the root of the tree hands the replies to the collector by range (CT-3)
+      auto fill_range = [collector, load, base_ranks](size_t lo, size_t hi, const Reply& reply) {
+        if (load) {
+          for (size_t r = lo; r < hi && r < base_ranks.size(); ++r) {
+            load->outstanding[base_ranks[r]].fetch_sub(1, std::memory_order_relaxed);
+          }
+        }
+        collector->fill_range(lo, hi, reply);
+      };
       return tree_cast(targets, base_ranks, extent, endpoint, std::move(args), true, load,
-                       std::move(fill), collector->future());
+                       std::move(fill_range), collector->future());
     }
     // The port holds the collector until it completes; completion closes the port, whether
     // the last reply or a proc's exit (ME-2) completed it.

@@ -267,7 +267,7 @@ struct Node {
   Chunk chunk;  // the ranks this node answers for; the root: [0, n)
   bool root = false;
   uint64_t gather_port = 0;  // where the replies of this node's chunk arrive
-  std::function<void(size_t, Reply)> sink;  // root: hands each reply to the caller
+  RangeSink sink;  // root: hands the replies to the caller
 
   std::mutex mu;  // guards everything below
   // The ranks answered so far (the root keeps no values: they went to the sink).
@@ -298,7 +298,7 @@ struct Relay::Impl {
   static actor::Proc& proc() { return Runtime::get().proc(); }
 
   // Ranks [lo, hi) answered `reply`; ranks answered before keep their first answer (CT-4).
-  // O(ranges) at a relay; the root hands each new rank to the sink.
+  // O(ranges) at a relay; the root hands each new range to the sink.
   void fill(const std::shared_ptr<Node>& n, size_t lo, size_t hi, Reply reply) {
     if (lo < n->chunk.lo || hi > n->chunk.hi || lo >= hi) {
       spdlog::warn("podium: cast {}: reply for ranks [{}, {}) outside chunk [{}, {})",
@@ -334,7 +334,7 @@ struct Relay::Impl {
     if (n->root) {
       if (n->plan->want_reply) {
         for (const Chunk& g : fresh) {
-          for (size_t r = g.lo; r < g.hi; ++r) n->sink(r, reply);
+          n->sink(g.lo, g.hi, reply);
         }
       } else if (!reply) {
         // One-way: the ranks' proc is gone, which its supervisor reports (SV-2).
@@ -495,7 +495,7 @@ Relay::Relay() : impl_(std::make_unique<Impl>()) {
 Relay::~Relay() = default;
 
 void start_tree_cast(Relay& relay, std::shared_ptr<CastPlan> plan,
-                     std::function<void(size_t, Reply)> sink, actor::Future<Replies> done) {
+                     RangeSink sink, actor::Future<Replies> done) {
   auto& impl = relay.impl();
   plan->id = impl.new_cast_id();
   size_t n = plan->ports.size();

@@ -69,11 +69,15 @@ struct CastPlan {
 
 class Relay;
 
-// Starts a cast tree from this process (assigns plan->id). `sink` receives each rank's reply
-// (any order, at most once per rank); nothing when plan.want_reply is false. `done`, when
-// valid, is the future whose completion ends the cast here (the caller's collector).
-void start_tree_cast(Relay& relay, std::shared_ptr<CastPlan> plan,
-                     std::function<void(size_t, Reply)> sink, actor::Future<Replies> done);
+// Receives replies as ranges of ranks [lo, hi) that all answered `reply`.
+using RangeSink = std::function<void(size_t lo, size_t hi, const Reply& reply)>;
+
+// Starts a cast tree from this process (assigns plan->id). `sink` receives every rank's reply
+// (ranges in any order, each rank at most once); nothing when plan.want_reply is false.
+// `done`, when valid, is the future whose completion ends the cast here (the caller's
+// collector).
+void start_tree_cast(Relay& relay, std::shared_ptr<CastPlan> plan, RangeSink sink,
+                     actor::Future<Replies> done);
 
 class Relay {
  public:
