@@ -2,6 +2,8 @@
 // round trips in O(runs), CP-3 rejection of malformed tables.
 #include "podium/mesh/cast_plan.h"
 
+#include "podium/mesh/cast.h"
+
 #include <gtest/gtest.h>
 
 #include <msgpack.hpp>
@@ -153,6 +155,29 @@ TEST(CastPlan, MalformedTablesAreErrorsCP3) {
   pk2.pack(3);
   off = 0;
   EXPECT_FALSE(SeqRuns::decode(std::string_view(odd.data(), odd.size()), &off, 3).has_value());
+}
+
+// The tree's root hands the collector ranges of equal replies (relay.h, RangeSink): ranks
+// answered before keep their first answer (CT-4 duplicates), and the call completes once, when
+// the last rank is filled (ME-1).
+TEST(CastCollector, FillRangeKeepsFirstAnswersAndCompletesOnce) {
+  Collector c(std::vector<std::string>(6, "proc"));
+  auto one = Reply(std::vector<Buffer>{Buffer::copy_of(std::as_bytes(std::span("a", 1)))});
+  auto err = Reply(std::unexpected(Error{Subsystem::kBase, 1, "gone"}));
+  c.fill_range(0, 3, one);
+  c.fill(3, err);
+  EXPECT_FALSE(c.future().ready());
+  c.fill_range(2, 5, err);  // 2 and 3 keep their answers; 4 is new
+  EXPECT_FALSE(c.future().ready());
+  c.fill_range(5, 9, one);  // clipped to the collector's 6 ranks
+  ASSERT_TRUE(c.future().ready());
+  auto got = c.future().get();
+  ASSERT_TRUE(got);
+  ASSERT_EQ(got->size(), 6u);
+  EXPECT_TRUE((*got)[0] && (*got)[1] && (*got)[2] && (*got)[5]);
+  EXPECT_FALSE((*got)[3]);
+  EXPECT_FALSE((*got)[4]);
+  c.fill_range(0, 6, err);  // after completion: ignored
 }
 
 }  // namespace
