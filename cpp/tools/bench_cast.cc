@@ -7,7 +7,8 @@
 // controller_sends / controller_recvs, the envelopes the controller's proc sent to and received
 // from other procs per tree call (Proc::traffic, AC-12), the largest over the timed calls.
 // Each row also has the CPU time per call of the controller process and of all procs together
-// (getrusage, /proc/<pid>/task/*/schedstat), tree and star.
+// (getrusage, /proc/<pid>/task/*/schedstat), tree and star, and the calling thread's CPU time
+// inside call_raw (*_start_cpu_us: building and sending the cast, before any reply).
 // "calibration" holds the per-hop costs `podium sim cast` builds its model from (docs/cast.md):
 //   hop_us     half the round trip of a call to one actor in another proc (1 proc)
 //   send_us    the calling thread's CPU time per message sent in a star cast (largest size)
@@ -431,7 +432,8 @@ int main(int argc, char** argv) {
                   "\"tree_controller_cpu_us\": %.1f, \"star_controller_cpu_us\": %.1f, "
                   "\"tree_procs_cpu_us\": %.1f, \"star_procs_cpu_us\": %.1f, "
                   "\"depth\": %zu, \"raw_tree_us\": %.1f, \"raw_star_us\": %.1f, "
-                  "\"tree_over_raw_tree\": %.2f, \"star_over_raw_star\": %.2f}",
+                  "\"tree_over_raw_tree\": %.2f, \"star_over_raw_star\": %.2f, "
+                  "\"tree_start_cpu_us\": %.1f, \"star_start_cpu_us\": %.1f}",
                   i ? ", " : "", r.procs, r.tree.call_us, r.star.call_us,
                   static_cast<unsigned long long>(r.tree.sends),
                   static_cast<unsigned long long>(r.tree.recvs),
@@ -440,7 +442,8 @@ int main(int argc, char** argv) {
                   r.star.self_cpu_us, r.tree.procs_cpu_us, r.star.procs_cpu_us,
                   tree_depth(r.procs, fanout), r.floor.tree_us, r.floor.star_us,
                   r.tree.call_us / std::max(r.floor.tree_us, 1e-3),
-                  r.star.call_us / std::max(r.floor.star_us, 1e-3));
+                  r.star.call_us / std::max(r.floor.star_us, 1e-3), r.tree.send_us,
+                  r.star.send_us);
     }
     std::printf("], \"calibration\": {\"hop_us\": %.2f, \"send_us\": %.3f, \"recv_us\": %.3f, "
                 "\"member_us\": %.4f, \"proc_us\": %.2f, \"relay_us\": %.2f, "

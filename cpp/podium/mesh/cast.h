@@ -40,6 +40,7 @@ struct ActorTarget {
 class Collector {
  public:
   explicit Collector(std::vector<std::string> proc_key_per_rank);
+  explicit Collector(std::shared_ptr<const std::vector<std::string>> proc_key_per_rank);
   actor::Future<Replies> future() const { return promise_.future(); }
   void fill(size_t rank, Reply reply);
   // Ranks [lo, hi) that are not filled yet get `reply` (one lock for the range).
@@ -54,7 +55,7 @@ class Collector {
   std::mutex mu_;                             // guards slots_, remaining_
   std::vector<std::optional<Reply>> slots_;
   size_t remaining_;
-  std::vector<std::string> proc_keys_;        // immutable
+  std::shared_ptr<const std::vector<std::string>> proc_keys_;  // immutable
   actor::Promise<Replies> promise_;
 };
 
