@@ -17,7 +17,8 @@
 //   member_us  the controller process's CPU time per rank of a tree cast (the collector's
 //              slots, the rank tables, each rank's reply handed to the caller): the difference
 //              between the two largest tree sizes per added rank (both send and receive k
-//              messages), or with one tree size, its CPU beyond k sends and k receives, per rank
+//              messages), at least the calling thread's own difference; or with one tree size,
+//              its CPU beyond k sends and k receives, per rank
 //   proc_us    one proc's CPU time per call (wake-up, handler, reply; 1 proc)
 //   contention how much more CPU a proc spent per call at the largest size (cores shared)
 //   relay_us   the procs' extra CPU time per rank in a tree over a star, at the largest size,
@@ -412,8 +413,12 @@ int main(int argc, char** argv) {
       if (r.procs > fanout && r.procs < big.procs) mid = &r;
     }
     if (mid) {
-      member_us = std::max(0.0, (big.tree.self_cpu_us - mid->tree.self_cpu_us) /
-                                    static_cast<double>(big.procs - mid->procs));
+      // The process's CPU is noisy (other threads, acks); the calling thread's own CPU per
+      // added rank is a steadier lower bound, so member_us is never below it.
+      double added = static_cast<double>(big.procs - mid->procs);
+      double process = (big.tree.self_cpu_us - mid->tree.self_cpu_us) / added;
+      double caller = (big.tree.send_us - mid->tree.send_us) / added;
+      member_us = std::max({0.0, process, caller});
     } else {
       member_us = std::max(
           0.0, (big.tree.self_cpu_us - static_cast<double>(fanout) * (send_us + recv_us)) / nb);

@@ -126,7 +126,9 @@ def _calibrate(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     path = find_binary("podium-bench-cast")
     if path is None:
         raise SystemExit("podium sim cast: podium-bench-cast not found; pass --bench FILE")
-    cmd = [str(path), "--json", "--sizes", "1,64", "--iters", "20"]
+    # Two tree sizes (64 and 256 > the fan-out) let the bench take the root's per-rank CPU from
+    # their difference, free of the per-call and per-message costs (member_us).
+    cmd = [str(path), "--json", "--sizes", "1,64,256", "--iters", "20"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1]), "measured: " + " ".join(cmd[1:])
 
