@@ -7,26 +7,45 @@
 // controller_sends / controller_recvs, the envelopes the controller's proc sent to and received
 // from other procs per tree call (Proc::traffic, AC-12), the largest over the timed calls.
 // Each row also has the CPU time per call of the controller process and of all procs together
-// (getrusage, /proc/<pid>/task/*/schedstat), tree and star.
+// (getrusage, /proc/<pid>/task/*/schedstat), tree and star, and the calling thread's CPU time
+// inside call_raw (*_start_cpu_us: building and sending the cast, before any reply).
 // "calibration" holds the per-hop costs `podium sim cast` builds its model from (docs/cast.md):
 //   hop_us     half the round trip of a call to one actor in another proc (1 proc)
 //   send_us    the calling thread's CPU time per message sent in a star cast (largest size)
 //   recv_us    the rest of the controller's CPU time per rank of a star cast (a reply's
 //              arrival and handling; largest size)
-//   member_us  the calling thread's CPU time per rank of a tree cast beyond its k sends (the
-//              plan it builds and encodes; largest size)
+//   member_us  the controller process's CPU time per rank of a tree cast (the collector's
+//              slots, the rank tables, each rank's reply handed to the caller): the difference
+//              between the two largest tree sizes per added rank (both send and receive k
+//              messages), at least the calling thread's own difference; or with one tree size,
+//              its CPU beyond k sends and k receives, per rank
 //   proc_us    one proc's CPU time per call (wake-up, handler, reply; 1 proc)
 //   contention how much more CPU a proc spent per call at the largest size (cores shared)
 //   relay_us   the procs' extra CPU time per rank in a tree over a star, at the largest size,
 //              divided by `contention`
 //
+// The machine's own floor, measured in the same run (docs/cast.md, "Benchmark"): N plain
+// processes (forked, no podium in them) that each wait in read() on a Unix socket for one
+// byte and answer with one byte, wired as a star (the controller writes to and reads from all
+// N) and as a tree of the same fan-out and shape as the relay tree (a node writes to its
+// children, reads their bytes, then answers its parent):
+//   raw_star_us / raw_tree_us   median round trip of one byte through all N
+//   depth                       hops from the controller to the deepest rank of the tree
+// With N procs on C cores, waking N processes costs at least N wake-ups over C cores;
+// tree_us / raw_tree_us is what podium's cast adds on top of that.
+//
 // PODIUM_POLL_US defaults to 0 here (every proc sleeps in epoll_wait): 256 procs that poll
 // would share 2 cores; set it to measure with polling.
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -126,9 +145,9 @@ Mode measure(const podium::ProcMesh& procs, const podium::ActorMesh<Echo>& mesh,
   Mode m;
   double self0 = 0, procs0 = 0;
   for (int i = 0; i < iters + 3; ++i) {
-    if (i == 3) {
-      self0 = self_cpu_us();
+    if (i == 3) {  // reading every proc's schedstat costs this process ~1 ms at 256 procs
       procs0 = procs_cpu_us(procs);
+      self0 = self_cpu_us();
     }
     auto before = proc.traffic();
     auto t0 = Clock::now();
@@ -148,11 +167,143 @@ Mode measure(const podium::ProcMesh& procs, const podium::ActorMesh<Echo>& mesh,
     m.sends = std::max(m.sends, after.sent - before.sent);
     m.recvs = std::max(m.recvs, after.received - before.received);
   }
-  m.self_cpu_us = (self_cpu_us() - self0) / iters;
+  m.self_cpu_us = (self_cpu_us() - self0) / iters;  // before the schedstat reads, not after
   m.procs_cpu_us = (procs_cpu_us(procs) - procs0) / iters;
   m.call_us = median(lat);
   m.send_us = median(send);
   return m;
+}
+
+// --- the raw floor ---------------------------------------------------------------------------
+
+bool read_byte(int fd) {
+  char c;
+  for (;;) {
+    ssize_t n = ::read(fd, &c, 1);
+    if (n == 1) return true;
+    if (n < 0 && errno == EINTR) continue;
+    return false;
+  }
+}
+
+bool write_byte(int fd) {
+  char c = 1;
+  for (;;) {
+    ssize_t n = ::write(fd, &c, 1);
+    if (n == 1) return true;
+    if (n < 0 && errno == EINTR) continue;
+    return false;
+  }
+}
+
+// One raw node: a byte from `up` goes to every child, their bytes come back, one goes up.
+// Runs in a forked child of a threaded process: system calls only, no allocation.
+[[noreturn]] void raw_node(int up, const int* down, size_t ndown) {
+  while (read_byte(up)) {
+    for (size_t i = 0; i < ndown; ++i) write_byte(down[i]);
+    for (size_t i = 0; i < ndown; ++i) read_byte(down[i]);
+    write_byte(up);
+  }
+  ::_exit(0);
+}
+
+// N forked processes wired as the relay tree with fan-out k would be (k >= N: a star).
+class RawMesh {
+ public:
+  RawMesh(size_t n, size_t k) {
+    // pair[r]: [0] the parent's end, [1] rank r's end.
+    std::vector<std::array<int, 2>> pair(n);
+    for (auto& p : pair) {
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p.data()) != 0) {
+        die("socketpair failed (raw floor)");
+      }
+    }
+    std::vector<std::vector<int>> down(n);  // rank -> the parent ends of its children
+    auto wire = [&](auto&& self, podium::mesh::Chunk c) -> void {
+      for (auto sub : podium::mesh::split_chunks(c.lo + 1, c.hi, k)) {
+        down[c.lo].push_back(pair[sub.lo][0]);
+        self(self, sub);
+      }
+    };
+    for (auto c : podium::mesh::split_chunks(0, n, k)) {
+      top_.push_back(pair[c.lo][0]);
+      wire(wire, c);
+    }
+    for (size_t r = 0; r < n; ++r) {
+      pid_t pid = ::fork();
+      if (pid < 0) die("fork failed (raw floor)");
+      if (pid == 0) {
+        // Keep only this rank's fds.
+        for (size_t q = 0; q < n; ++q) {
+          if (q != r) ::close(pair[q][1]);
+          bool mine = std::find(down[r].begin(), down[r].end(), pair[q][0]) != down[r].end();
+          if (!mine) ::close(pair[q][0]);
+        }
+        raw_node(pair[r][1], down[r].data(), down[r].size());
+      }
+      pids_.push_back(pid);
+    }
+    for (size_t r = 0; r < n; ++r) {
+      ::close(pair[r][1]);
+      if (std::find(top_.begin(), top_.end(), pair[r][0]) == top_.end()) ::close(pair[r][0]);
+    }
+  }
+  ~RawMesh() {
+    for (int fd : top_) ::close(fd);  // EOF: every node exits, its children after it
+    for (pid_t p : pids_) ::waitpid(p, nullptr, 0);
+  }
+  RawMesh(const RawMesh&) = delete;
+  RawMesh& operator=(const RawMesh&) = delete;
+
+  double round_trip_us() {
+    auto t0 = Clock::now();
+    for (int fd : top_) write_byte(fd);
+    for (int fd : top_) {
+      if (!read_byte(fd)) die("raw floor: a node went away");
+    }
+    return us_since(t0);
+  }
+
+ private:
+  std::vector<int> top_;
+  std::vector<pid_t> pids_;
+};
+
+// Hops from the sender to the deepest rank of the relay tree (1: a star).
+size_t chunk_hops(size_t size, size_t k) {
+  size_t deepest = 0;
+  for (auto c : podium::mesh::split_chunks(1, size, k)) {
+    deepest = std::max(deepest, chunk_hops(c.hi - c.lo, k));
+  }
+  return 1 + deepest;
+}
+
+size_t tree_depth(size_t n, size_t k) {
+  if (n <= k) return 1;
+  size_t deepest = 0;
+  for (auto c : podium::mesh::split_chunks(0, n, k)) {
+    deepest = std::max(deepest, chunk_hops(c.hi - c.lo, k));
+  }
+  return deepest;
+}
+
+struct Floor {
+  double star_us = 0;
+  double tree_us = 0;
+};
+
+// Star and tree alternate, as podium's two modes do.
+Floor measure_floor(size_t n, size_t k, int iters) {
+  RawMesh star(n, n), tree(n, k);
+  std::vector<double> s, t;
+  for (int i = 0; i < iters + 3; ++i) {
+    double a = star.round_trip_us();
+    double b = tree.round_trip_us();
+    if (i < 3) continue;
+    s.push_back(a);
+    t.push_back(b);
+  }
+  return Floor{median(s), median(t)};
 }
 
 std::vector<size_t> parse_sizes(const std::string& s) {
@@ -205,6 +356,7 @@ int main(int argc, char** argv) {
   struct Row {
     size_t procs;
     Mode tree, star;
+    Floor floor;
   };
   std::vector<Row> rows;
   double hop_us = 0;
@@ -215,7 +367,7 @@ int main(int argc, char** argv) {
     auto echo = must(procs.spawn<Echo>("echo"), "spawn");
     if (auto st = echo.initialized().get(120s); !st) die("actors: " + st.error().to_string());
     double spawn_ms = us_since(t0) / 1000;
-    Row row{n, {}, {}};
+    Row row{n, {}, {}, {}};
     // Alternate so that drift on a shared machine hits both alike.
     Mode t1 = measure(procs, echo, fanout, iters / 2);
     Mode s1 = measure(procs, echo, 0, iters / 2);
@@ -235,6 +387,8 @@ int main(int argc, char** argv) {
                    spawn_ms, row.tree.call_us, row.star.call_us);
     }
     if (!procs.stop(2s).get(60s)) die("stopping the procs timed out");
+    row.floor = measure_floor(n, n > fanout ? fanout : n, iters);
+    rows.back().floor = row.floor;
   }
   podium::mesh::set_cast_fanout(fanout);
 
@@ -251,7 +405,24 @@ int main(int argc, char** argv) {
   double contention = std::max(1.0, big.star.procs_cpu_us / nb / std::max(proc_us, 1e-3));
   double member_us = 0, relay_us = 0;
   if (big.procs > fanout) {
-    member_us = std::max(0.0, (big.tree.send_us - static_cast<double>(fanout) * send_us) / nb);
+    // Two tree sizes send and receive the same k messages and pay the same fixed costs per
+    // call, so their difference is the per-rank part alone; with one tree size, subtract the
+    // k messages at the star's rates instead.
+    const Row* mid = nullptr;
+    for (const Row& r : rows) {
+      if (r.procs > fanout && r.procs < big.procs) mid = &r;
+    }
+    if (mid) {
+      // The process's CPU is noisy (other threads, acks); the calling thread's own CPU per
+      // added rank is a steadier lower bound, so member_us is never below it.
+      double added = static_cast<double>(big.procs - mid->procs);
+      double process = (big.tree.self_cpu_us - mid->tree.self_cpu_us) / added;
+      double caller = (big.tree.send_us - mid->tree.send_us) / added;
+      member_us = std::max({0.0, process, caller});
+    } else {
+      member_us = std::max(
+          0.0, (big.tree.self_cpu_us - static_cast<double>(fanout) * (send_us + recv_us)) / nb);
+    }
     relay_us = std::max(0.0, (big.tree.procs_cpu_us - big.star.procs_cpu_us) / nb) / contention;
   }
   if (hop_us == 0) hop_us = small.star.call_us / 2;
@@ -264,13 +435,20 @@ int main(int argc, char** argv) {
                   "\"controller_sends\": %llu, \"controller_recvs\": %llu, "
                   "\"star_controller_sends\": %llu, \"star_controller_recvs\": %llu, "
                   "\"tree_controller_cpu_us\": %.1f, \"star_controller_cpu_us\": %.1f, "
-                  "\"tree_procs_cpu_us\": %.1f, \"star_procs_cpu_us\": %.1f}",
+                  "\"tree_procs_cpu_us\": %.1f, \"star_procs_cpu_us\": %.1f, "
+                  "\"depth\": %zu, \"raw_tree_us\": %.1f, \"raw_star_us\": %.1f, "
+                  "\"tree_over_raw_tree\": %.2f, \"star_over_raw_star\": %.2f, "
+                  "\"tree_start_cpu_us\": %.1f, \"star_start_cpu_us\": %.1f}",
                   i ? ", " : "", r.procs, r.tree.call_us, r.star.call_us,
                   static_cast<unsigned long long>(r.tree.sends),
                   static_cast<unsigned long long>(r.tree.recvs),
                   static_cast<unsigned long long>(r.star.sends),
                   static_cast<unsigned long long>(r.star.recvs), r.tree.self_cpu_us,
-                  r.star.self_cpu_us, r.tree.procs_cpu_us, r.star.procs_cpu_us);
+                  r.star.self_cpu_us, r.tree.procs_cpu_us, r.star.procs_cpu_us,
+                  tree_depth(r.procs, fanout), r.floor.tree_us, r.floor.star_us,
+                  r.tree.call_us / std::max(r.floor.tree_us, 1e-3),
+                  r.star.call_us / std::max(r.floor.star_us, 1e-3), r.tree.send_us,
+                  r.star.send_us);
     }
     std::printf("], \"calibration\": {\"hop_us\": %.2f, \"send_us\": %.3f, \"recv_us\": %.3f, "
                 "\"member_us\": %.4f, \"proc_us\": %.2f, \"relay_us\": %.2f, "
@@ -280,10 +458,12 @@ int main(int argc, char** argv) {
                 ::sysconf(_SC_NPROCESSORS_ONLN));
   } else {
     std::printf("fan-out %zu, %d calls per mode\n", fanout, iters);
-    std::printf("%8s %12s %12s %8s %8s\n", "procs", "tree_us", "star_us", "sends", "recvs");
+    std::printf("%8s %6s %12s %12s %12s %12s %8s %8s\n", "procs", "depth", "tree_us",
+                "raw_tree_us", "star_us", "raw_star_us", "sends", "recvs");
     for (const Row& r : rows) {
-      std::printf("%8zu %12.1f %12.1f %8llu %8llu\n", r.procs, r.tree.call_us, r.star.call_us,
-                  static_cast<unsigned long long>(r.tree.sends),
+      std::printf("%8zu %6zu %12.1f %12.1f %12.1f %12.1f %8llu %8llu\n", r.procs,
+                  tree_depth(r.procs, fanout), r.tree.call_us, r.floor.tree_us, r.star.call_us,
+                  r.floor.star_us, static_cast<unsigned long long>(r.tree.sends),
                   static_cast<unsigned long long>(r.tree.recvs));
     }
     std::printf("calibration: hop %.2f us, send %.3f us, recv %.3f us, member %.4f us, "

@@ -96,6 +96,31 @@ def test_broadcasts_and_single_sends_keep_sender_order(grid, fanout2):  # AC-11
     assert list(mesh.seen_count.call().get(timeout=T).values()) == expected
 
 
+def test_strided_slice_casts_among_single_sends_keep_sender_order(grid, fanout2):  # AC-11
+    # Casts to gpus 0, 2, 4 of both hosts (a strided slice: its rank tables are cut into runs)
+    # interleaved with whole-mesh casts and single sends: each rank's AC-11 numbers differ, so
+    # every chunk carries several runs of them (docs/cast.md, "Compact rank tables").
+    mesh = grid.spawn("tree_order_slice", Node)
+    sub = mesh.slice(gpus=slice(0, 5, 2))
+    in_sub = [h * 5 + g for h in range(2) for g in (0, 2, 4)]
+    expected = [0] * 10
+    for i in range(600):
+        if i % 5 == 0:
+            mesh.seen.broadcast(i)
+            expected = [e + 1 for e in expected]
+        elif i % 5 in (1, 3):
+            sub.seen.broadcast(i)
+            for r in in_sub:
+                expected[r] += 1
+        else:
+            r = (i * 7) % 10
+            mesh.slice(hosts=r // 5, gpus=r % 5).seen.broadcast(i)
+            expected[r] += 1
+    assert list(mesh.seen_count.call().get(timeout=T).values()) == expected
+    got = sub.where.call().get(timeout=T)
+    assert [r for r, _ in got.values()] == list(range(6))
+
+
 class Driver(Actor):
     """Sends from an actor's own thread: a Python actor is a sender of its own (AC-11)."""
 

@@ -16,9 +16,16 @@ namespace podium::actor {
 namespace {
 
 constexpr auto kTick = std::chrono::milliseconds(2);
+// While no runner is occupied the watchdog has nothing to time, so it wakes less and less
+// often (doubling up to kIdleTickMax): a proc that handles one short call every few
+// milliseconds (one of hundreds sharing the cores) would otherwise pay a wake-up and two
+// futex calls every kTick for nothing, more than its calls cost. A handler that starts
+// running long is then seen within kIdleTickMax + kTick (AC-2).
+constexpr auto kIdleTickMax = std::chrono::milliseconds(32);
+// The watchdog parks when no handler has run for this long; the next handler wakes it.
+constexpr auto kQuietBeforePark = std::chrono::milliseconds(100);
 // A parked primary runner takes the loop back when no caller has driven it for this long.
 constexpr auto kReclaimAfter = std::chrono::milliseconds(1);
-constexpr int kQuietTicksBeforePark = 50;
 
 // Adaptive polling. A thread that finds no work polls the reactor without blocking (an
 // epoll_wait with a zero timeout) for a while before it sleeps in epoll_wait. A
@@ -215,18 +222,22 @@ struct Executor::Impl {
   }
 
   void watchdog_main() {
-    int quiet_ticks = 0;
+    using Clock = std::chrono::steady_clock;
+    auto last_activity = Clock::now();
+    std::chrono::milliseconds interval = kTick;
     std::unique_lock lock(mu);
     while (!stopping) {
-      if (quiet_ticks >= kQuietTicksBeforePark) {
+      if (Clock::now() - last_activity >= kQuietBeforePark) {
         watchdog_parked.store(true, std::memory_order_release);
         watchdog_cv.wait(lock, [&] { return stopping || !watchdog_parked.load(); });
-        quiet_ticks = 0;
+        last_activity = Clock::now();
+        interval = kTick;
         continue;
       }
-      watchdog_cv.wait_for(lock, kTick, [&] { return stopping; });
+      watchdog_cv.wait_for(lock, interval, [&] { return stopping; });
       if (stopping) break;
       bool any_activity = false;
+      bool any_occupied = false;
       bool all_stuck = true;
       bool any_live = false;
       bool drive = driving();
@@ -237,6 +248,7 @@ struct Executor::Impl {
         // A parked primary stands in for the driving caller, which is checked itself.
         if (r.parked.load(std::memory_order_relaxed)) stuck = drive;
         if (seq != r.seen_seq || in_handler) any_activity = true;
+        if (in_handler || r.blocked.load(std::memory_order_relaxed)) any_occupied = true;
         r.seen_seq = seq;
         if (!stuck) all_stuck = false;
       };
@@ -247,7 +259,8 @@ struct Executor::Impl {
       }
       if (drive) check(driver_slot);
       if (any_live && all_stuck) add_runner_locked();
-      quiet_ticks = any_activity ? 0 : quiet_ticks + 1;
+      if (any_activity) last_activity = Clock::now();
+      interval = any_occupied ? kTick : std::min(interval * 2, kIdleTickMax);
     }
   }
 };

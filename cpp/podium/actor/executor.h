@@ -5,7 +5,8 @@
 // A handler that runs long, or blocks (a Future wait inside a handler), must not stall the
 // proc's other actors or its I/O, so the executor adds runners when every runner is occupied:
 //   - at once, when a runner is about to block (BlockingScope);
-//   - from a watchdog, when every runner has been inside the same handler for a tick (2 ms).
+//   - from a watchdog, when every runner has been inside the same handler for a tick (2 ms);
+//     while no runner is occupied the watchdog's tick grows to 32 ms (executor.cc).
 // Surplus runners retire when they find nothing occupied, so the proc returns to one runner.
 // The watchdog parks after a quiet period and is woken by the next handler.
 //
@@ -13,7 +14,9 @@
 // BlockingScope are called on runner threads. current() from any thread.
 // Invariants:
 //   AC-2 While any actor has work queued, at least one runner is free to run it within one
-//        watchdog tick, however many handlers are long-running or blocked (up to max_runners).
+//        watchdog tick (2 ms) plus, when the handlers that hold the runners started after an
+//        idle spell, one idle tick (at most 32 ms), however many handlers are long-running or
+//        blocked (up to max_runners). A runner about to block hands off at once.
 //   AC-3 stop() returns only after every runner and the watchdog have exited.
 #pragma once
 

@@ -1,5 +1,9 @@
 #include "podium/mesh/cast.h"
 
+#include <algorithm>
+#include <list>
+#include <mutex>
+
 #include "podium/actor/mesh_failure.h"
 #include "podium/actor/message.h"
 #include "podium/mesh/relay.h"
@@ -8,8 +12,11 @@
 namespace podium::mesh {
 
 Collector::Collector(std::vector<std::string> proc_key_per_rank)
-    : slots_(proc_key_per_rank.size()),
-      remaining_(proc_key_per_rank.size()),
+    : Collector(std::make_shared<const std::vector<std::string>>(std::move(proc_key_per_rank))) {}
+
+Collector::Collector(std::shared_ptr<const std::vector<std::string>> proc_key_per_rank)
+    : slots_(proc_key_per_rank->size()),
+      remaining_(proc_key_per_rank->size()),
       proc_keys_(std::move(proc_key_per_rank)) {}
 
 void Collector::fill(size_t rank, Reply reply) {
@@ -25,14 +32,33 @@ void Collector::fill(size_t rank, Reply reply) {
   promise_.set(std::move(done));
 }
 
+void Collector::fill_range(size_t lo, size_t hi, const Reply& reply) {
+  Replies done;
+  {
+    std::lock_guard lock(mu_);
+    hi = std::min(hi, slots_.size());
+    size_t before = remaining_;
+    for (size_t r = lo; r < hi; ++r) {
+      if (slots_[r]) continue;  // late duplicate: the slot is final
+      slots_[r] = reply;
+      --remaining_;
+    }
+    if (remaining_ != 0 || before == 0) return;
+    done.reserve(slots_.size());
+    for (auto& s : slots_) done.push_back(std::move(*s));
+  }
+  promise_.set(std::move(done));
+}
+
 bool Collector::filled(size_t rank) {
   std::lock_guard lock(mu_);
   return rank < slots_.size() && slots_[rank].has_value();
 }
 
 void Collector::proc_failed(std::string_view proc_key, const Error& why) {
-  for (size_t r = 0; r < proc_keys_.size(); ++r) {
-    if (proc_keys_[r] == proc_key) fill(r, std::unexpected(why));
+  const auto& keys = *proc_keys_;
+  for (size_t r = 0; r < keys.size(); ++r) {
+    if (keys[r] == proc_key) fill(r, std::unexpected(why));
   }
 }
 
@@ -69,6 +95,88 @@ Error rank_error(const ndslice::Extent& extent, size_t rank, const ActorTarget& 
 
 namespace {
 
+// What a cast to n actors derives from their PortIds (the proc key of each rank, for ME-2; the
+// rank tables of a tree cast), kept for the last few sets of targets. A call is usually one of
+// many to the same actors, and rebuilding these costs the sender ~200 ns a rank (the keys'
+// copies) and ~300 more (tokenising the PortIds, CP-1), where checking that the PortIds are
+// the same costs ~10. Found by content, never by address: a mesh that went away and one that
+// took its memory cannot share an entry. A PortId determines its proc key (the address
+// before '#'), so the PortIds alone are compared.
+class TargetTables {
+ public:
+  struct Tables {
+    std::shared_ptr<const std::vector<std::string>> proc_keys;
+    std::shared_ptr<const PortRuns> ports;  // tree casts only
+  };
+
+  Tables get(const std::vector<const ActorTarget*>& targets, bool want_ports) {
+    if (targets.size() < kMinRanks) return build(targets, want_ports, nullptr);
+    std::lock_guard lock(mu_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (!same(*it, targets)) continue;
+      if (want_ports && !it->tables.ports) it->tables.ports = build_ports(targets);
+      Tables t = it->tables;
+      if (it != entries_.begin()) entries_.splice(entries_.begin(), entries_, it);
+      return t;
+    }
+    Entry e;
+    e.tables = build(targets, want_ports, &e.dests);
+    Tables t = e.tables;
+    entries_.push_front(std::move(e));
+    if (entries_.size() > kEntries) entries_.pop_back();
+    return t;
+  }
+
+ private:
+  // Smaller casts (call_one, a few ranks) cost little to rebuild and would push the large ones
+  // out of the cache.
+  static constexpr size_t kMinRanks = 32;
+  static constexpr size_t kEntries = 4;
+  struct Entry {
+    std::vector<std::string> dests;
+    Tables tables;
+  };
+
+  static Tables build(const std::vector<const ActorTarget*>& targets, bool want_ports,
+                      std::vector<std::string>* dests) {
+    auto keys = std::make_shared<std::vector<std::string>>();
+    keys->reserve(targets.size());
+    if (dests) dests->reserve(targets.size());
+    for (const auto* t : targets) {
+      keys->push_back(t->proc_key);
+      if (dests) dests->push_back(t->dest);
+    }
+    Tables out;
+    out.proc_keys = std::move(keys);
+    if (want_ports) out.ports = build_ports(targets);
+    return out;
+  }
+
+  static bool same(const Entry& e, const std::vector<const ActorTarget*>& targets) {
+    if (e.dests.size() != targets.size()) return false;
+    for (size_t r = 0; r < targets.size(); ++r) {
+      if (e.dests[r] != targets[r]->dest) return false;
+    }
+    return true;
+  }
+
+  static std::shared_ptr<const PortRuns> build_ports(
+      const std::vector<const ActorTarget*>& targets) {
+    std::vector<const std::string*> dests;
+    dests.reserve(targets.size());
+    for (const auto* t : targets) dests.push_back(&t->dest);
+    return std::make_shared<const PortRuns>(PortRuns::build(dests));
+  }
+
+  std::mutex mu_;              // guards entries_
+  std::list<Entry> entries_;   // most recently used first, at most kEntries
+};
+
+TargetTables& target_tables() {
+  static TargetTables* tables = new TargetTables;  // never destroyed: used until exit
+  return *tables;
+}
+
 // The cast through the relay tree (relay.h): the sender stamps every rank's AC-11 number now,
 // so the calls keep their order against direct sends whichever path they take.
 actor::Future<Replies> tree_cast(const std::vector<const ActorTarget*>& targets,
@@ -76,8 +184,8 @@ actor::Future<Replies> tree_cast(const std::vector<const ActorTarget*>& targets,
                                  const ndslice::Extent& extent, std::string_view endpoint,
                                  std::vector<Buffer> args, bool want_reply,
                                  const std::shared_ptr<LoadCounters>& load,
-                                 std::function<void(size_t, Reply)> sink,
-                                 actor::Future<Replies> done) {
+                                 RangeSink sink, actor::Future<Replies> done,
+                                 std::shared_ptr<const PortRuns> ports) {
   auto& rt = Runtime::get();
   auto& proc = rt.proc();
   auto plan = std::make_shared<CastPlan>();
@@ -87,18 +195,18 @@ actor::Future<Replies> tree_cast(const std::vector<const ActorTarget*>& targets,
   plan->stream = proc.sender_stream();
   plan->labels = extent.labels();
   plan->sizes.assign(extent.sizes().begin(), extent.sizes().end());
-  plan->dests.reserve(targets.size());
   std::vector<const std::string*> dests;
   dests.reserve(targets.size());
   for (size_t r = 0; r < targets.size(); ++r) {
-    plan->dests.push_back(targets[r]->dest);
     dests.push_back(&targets[r]->dest);
     if (load && want_reply) {
       load->outstanding[base_ranks[r]].fetch_add(1, std::memory_order_relaxed);
     }
   }
-  plan->seqs.resize(targets.size());
-  proc.next_seqs(plan->stream, dests, {}, plan->seqs.data());
+  std::vector<uint64_t> seqs(targets.size());
+  proc.next_seqs(plan->stream, dests, {}, seqs.data());
+  plan->ports = *ports;
+  plan->seqs = SeqRuns::build(seqs);
   plan->args = std::move(args);
   plan->want_reply = want_reply;
   start_tree_cast(rt.relay(), std::move(plan), std::move(sink), done);
@@ -120,30 +228,35 @@ actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
   std::string reply_port;
   if (!want_reply && tree) {
     (void)tree_cast(targets, base_ranks, extent, endpoint, std::move(args), false, nullptr,
-                    nullptr, {});
+                    nullptr, {}, target_tables().get(targets, true).ports);
     return {};
   }
   if (want_reply) {
-    std::vector<std::string> keys;
-    keys.reserve(targets.size());
+    auto tables = target_tables().get(targets, tree);
+    const auto& keys = tables.proc_keys;
     bool remote = false;
     const std::string& self = rt.proc_key();
-    for (const auto* t : targets) {
-      keys.push_back(t->proc_key);
-      remote |= t->proc_key != self;
-    }
+    for (const auto* t : targets) remote |= t->proc_key != self;
     collector = std::make_shared<Collector>(keys);
     // This process cannot outlive its own proc: only remote procs can fail a call (ME-2).
-    if (remote) rt.track(collector, keys);
+    if (remote) rt.track(collector, *keys);
     auto fill = [collector, load, base_ranks](size_t rank, Reply reply) {
       if (load && rank < base_ranks.size()) {
         load->outstanding[base_ranks[rank]].fetch_sub(1, std::memory_order_relaxed);
       }
       collector->fill(rank, std::move(reply));
     };
-    if (tree) {  // the root of the tree hands each rank's reply to the collector (CT-3)
+    if (tree) {  // the root of the tree hands the replies to the collector by range (CT-3)
+      auto fill_range = [collector, load, base_ranks](size_t lo, size_t hi, const Reply& reply) {
+        if (load) {
+          for (size_t r = lo; r < hi && r < base_ranks.size(); ++r) {
+            load->outstanding[base_ranks[r]].fetch_sub(1, std::memory_order_relaxed);
+          }
+        }
+        collector->fill_range(lo, hi, reply);
+      };
       return tree_cast(targets, base_ranks, extent, endpoint, std::move(args), true, load,
-                       std::move(fill), collector->future());
+                       std::move(fill_range), collector->future(), tables.ports);
     }
     // The port holds the collector until it completes; completion closes the port, whether
     // the last reply or a proc's exit (ME-2) completed it.

@@ -41,8 +41,11 @@ struct ActorTarget {
 class Collector {
  public:
   explicit Collector(std::vector<std::string> proc_key_per_rank);
+  explicit Collector(std::shared_ptr<const std::vector<std::string>> proc_key_per_rank);
   actor::Future<Replies> future() const { return promise_.future(); }
   void fill(size_t rank, Reply reply);
+  // Ranks [lo, hi) that are not filled yet get `reply` (one lock for the range).
+  void fill_range(size_t lo, size_t hi, const Reply& reply);
   // Fails every unanswered rank hosted by the proc `proc_key` (ME-2).
   void proc_failed(std::string_view proc_key, const Error& why);
   // Whether rank `rank` has its reply (or error) already.
@@ -53,7 +56,7 @@ class Collector {
   std::mutex mu_;                             // guards slots_, remaining_
   std::vector<std::optional<Reply>> slots_;
   size_t remaining_;
-  std::vector<std::string> proc_keys_;        // immutable
+  std::shared_ptr<const std::vector<std::string>> proc_keys_;  // immutable
   actor::Promise<Replies> promise_;
 };
 

@@ -222,6 +222,44 @@ TEST_F(CastTest, CastsAndDirectSendsKeepSenderOrder) {  // AC-11
   for (size_t r = 0; r < 64; ++r) EXPECT_EQ(v[r], expected[r]) << "rank " << r;
 }
 
+// Casts to a strided two-dimensional slice, to the whole mesh and to single actors, interleaved:
+// the slice's rank tables are a few port runs, and its AC-11 numbers differ from rank to rank
+// (several seq runs), so each chunk's tables are cut at run boundaries (CP-1, CP-2).
+TEST_F(CastTest, StridedSliceCastsAmongDirectSendsKeepOrder) {  // AC-11, CP-1, CP-2
+  podium::mesh::set_cast_fanout(2);
+  auto fresh = ok(g_fx->procs->spawn<Node>("order_slice"));
+  ASSERT_TRUE(fresh.initialized().get(30s));
+  auto sub = ok(fresh.slice("hosts", podium::ndslice::Range{1, std::nullopt, 2}));
+  sub = ok(sub.slice("gpus", podium::ndslice::Range{0, std::nullopt, 3}));
+  ASSERT_EQ(sub.size(), 12u);
+  auto base = sub.region().base_ranks();
+  std::vector<int64_t> expected(64, 0);
+  std::mt19937 rng(3);
+  for (int i = 0; i < 1500; ++i) {
+    auto pick = rng() % 4;
+    if (pick == 0) {
+      ASSERT_TRUE(fresh.broadcast(&Node::seen, i));
+      for (auto& e : expected) ++e;
+    } else if (pick == 1) {
+      ASSERT_TRUE(sub.broadcast(&Node::seen, i));
+      for (size_t b : base) ++expected[b];
+    } else {
+      size_t r = rng() % 64;
+      auto cell = ok(ok(fresh.slice("hosts", static_cast<int64_t>(r / 8)))
+                         .slice("gpus", static_cast<int64_t>(r % 8)));
+      ASSERT_TRUE(cell.broadcast(&Node::seen, i));
+      ++expected[r];
+    }
+  }
+  auto v = ok(fresh.call(&Node::seen_count).get(60s));
+  for (size_t r = 0; r < 64; ++r) EXPECT_EQ(v[r], expected[r]) << "rank " << r;
+  // A call on the slice answers for its ranks, in slice order, through the tree.
+  auto w = ok(sub.call(&Node::where).get(20s));
+  for (size_t r = 0; r < 12; ++r) {
+    EXPECT_EQ(w[r] % 1000000, g_fx->procs->pid(base[r]) % 1000000) << "rank " << r;
+  }
+}
+
 // The same from an actor: a driver in the controller's proc sends; its stream is its own.
 class Driver : public podium::Actor {
  public:

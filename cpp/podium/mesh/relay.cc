@@ -67,19 +67,29 @@ Buffer to_buffer(const msgpack::sbuffer& sb) {
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(sb.data()), sb.size()));
 }
 
+// The answered ranks of a node: disjoint [lo, hi) ranges, each with the one reply all its
+// ranks gave. O(ranges), not O(ranks): a child's reduced answer of one run is one range.
+struct Piece {
+  size_t hi = 0;
+  Reply value;
+};
+using Pieces = std::map<size_t, Piece>;
+
 // CT-3: part 0 = [lo, [[count, true, nparts] | [count, false, subsystem, code, message]...]],
-// then the parts of each ok run, once per run.
-std::vector<Buffer> encode_runs(size_t lo, const std::vector<std::optional<Reply>>& slots) {
+// then the parts of each ok run, once per run. `pieces` must cover a range without gaps;
+// neighbouring pieces with byte-equal replies become one run.
+std::vector<Buffer> encode_runs(size_t lo, const Pieces& pieces) {
   struct Run {
-    size_t first;
+    const Reply* value;
     size_t count;
   };
   std::vector<Run> runs;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    if (!runs.empty() && same_reply(*slots[runs.back().first], *slots[i])) {
-      ++runs.back().count;
+  for (const auto& [first, piece] : pieces) {
+    size_t count = piece.hi - first;
+    if (!runs.empty() && same_reply(*runs.back().value, piece.value)) {
+      runs.back().count += count;
     } else {
-      runs.push_back(Run{i, 1});
+      runs.push_back(Run{&piece.value, count});
     }
   }
   msgpack::sbuffer sb;
@@ -89,7 +99,7 @@ std::vector<Buffer> encode_runs(size_t lo, const std::vector<std::optional<Reply
   pk.pack_array(static_cast<uint32_t>(runs.size()));
   std::vector<Buffer> parts(1);
   for (const Run& r : runs) {
-    const Reply& v = *slots[r.first];
+    const Reply& v = *r.value;
     if (v) {
       pk.pack_array(3);
       pk.pack(static_cast<uint64_t>(r.count));
@@ -109,7 +119,25 @@ std::vector<Buffer> encode_runs(size_t lo, const std::vector<std::optional<Reply
   return parts;
 }
 
-// Calls fill(rank, reply) for every rank of a reduced reply.
+// The parts of [lo, hi) that `pieces` does not cover yet, in order.
+std::vector<Chunk> gaps_in(const Pieces& pieces, size_t lo, size_t hi) {
+  std::vector<Chunk> out;
+  size_t cur = lo;
+  auto it = pieces.upper_bound(lo);
+  if (it != pieces.begin()) cur = std::max(cur, std::prev(it)->second.hi);
+  while (cur < hi) {
+    if (it == pieces.end() || it->first >= hi) {
+      out.push_back(Chunk{cur, hi});
+      break;
+    }
+    if (it->first > cur) out.push_back(Chunk{cur, it->first});
+    cur = std::max(cur, it->second.hi);
+    ++it;
+  }
+  return out;
+}
+
+// Calls fill(lo, hi, reply) for every run of a reduced reply, in rank order.
 template <class Fill>
 Status decode_runs(const std::vector<Buffer>& parts, Fill&& fill) {
   try {
@@ -136,13 +164,15 @@ Status decode_runs(const std::vector<Buffer>& parts, Fill&& fill) {
         if (next_part + n > parts.size()) return std::unexpected(relay_error("run past parts"));
         std::vector<Buffer> value(parts.begin() + next_part, parts.begin() + next_part + n);
         next_part += n;
-        for (size_t k = 0; k < count; ++k) fill(rank++, Reply(value));
+        fill(rank, rank + count, Reply(std::move(value)));
+        rank += count;
       } else {
         if (r.via.array.size != 5) return std::unexpected(relay_error("bad error run"));
         Error e{static_cast<Subsystem>(r.via.array.ptr[2].as<uint64_t>()),
                 static_cast<uint16_t>(r.via.array.ptr[3].as<uint64_t>()),
                 r.via.array.ptr[4].as<std::string>()};
-        for (size_t k = 0; k < count; ++k) fill(rank++, Reply(std::unexpected(e)));
+        fill(rank, rank + count, Reply(std::unexpected(std::move(e))));
+        rank += count;
       }
     }
     return ok();
@@ -151,51 +181,45 @@ Status decode_runs(const std::vector<Buffer>& parts, Fill&& fill) {
   }
 }
 
-// Part 1 of a "cast" message: [labels, sizes, [[dest, seq]...]] for ranks lo..hi-1.
+// Part 1 of a "cast" message: three msgpack values back to back, [labels, sizes], then the
+// PortRuns and the SeqRuns of ranks c.lo..c.hi-1 (docs/cast.md). O(runs), not O(ranks).
 Buffer encode_plan_part(const CastPlan& p, size_t plan_lo, Chunk c) {
   msgpack::sbuffer sb;
   msgpack::packer<msgpack::sbuffer> pk(sb);
-  pk.pack_array(3);
+  pk.pack_array(2);
   pk.pack(p.labels);
   pk.pack_array(static_cast<uint32_t>(p.sizes.size()));
   for (size_t s : p.sizes) pk.pack(static_cast<uint64_t>(s));
-  pk.pack_array(static_cast<uint32_t>(c.hi - c.lo));
-  for (size_t r = c.lo; r < c.hi; ++r) {
-    pk.pack_array(2);
-    pk.pack(p.dests[r - plan_lo]);
-    pk.pack(p.seqs[r - plan_lo]);
-  }
+  std::string tables;
+  p.ports.slice(c.lo - plan_lo, c.hi - plan_lo).encode(tables);
+  p.seqs.slice(c.lo - plan_lo, c.hi - plan_lo).encode(tables);
+  sb.write(tables.data(), tables.size());
   return to_buffer(sb);
 }
 
-Status decode_plan_part(const Buffer& b, CastPlan& p) {
+Status decode_plan_part(const Buffer& b, size_t ranks, CastPlan& p) {
+  std::string_view data(reinterpret_cast<const char*>(b.data()), b.size());
+  size_t off = 0;
   try {
-    msgpack::object_handle oh =
-        msgpack::unpack(reinterpret_cast<const char*>(b.data()), b.size());
+    msgpack::object_handle oh = msgpack::unpack(data.data(), data.size(), off);
     const auto& o = oh.get();
-    if (o.type != msgpack::type::ARRAY || o.via.array.size != 3) {
-      return std::unexpected(relay_error("cast plan is not a 3-array"));
+    if (o.type != msgpack::type::ARRAY || o.via.array.size != 2) {
+      return std::unexpected(relay_error("cast plan: region is not a 2-array"));
     }
     o.via.array.ptr[0].convert(p.labels);
     std::vector<uint64_t> sizes;
     o.via.array.ptr[1].convert(sizes);
     p.sizes.assign(sizes.begin(), sizes.end());
-    const auto& m = o.via.array.ptr[2];
-    if (m.type != msgpack::type::ARRAY) return std::unexpected(relay_error("bad cast members"));
-    p.dests.reserve(m.via.array.size);
-    p.seqs.reserve(m.via.array.size);
-    for (uint32_t i = 0; i < m.via.array.size; ++i) {
-      const auto& e = m.via.array.ptr[i];
-      if (e.type != msgpack::type::ARRAY || e.via.array.size != 2) {
-        return std::unexpected(relay_error("bad cast member"));
-      }
-      p.dests.push_back(e.via.array.ptr[0].as<std::string>());
-      p.seqs.push_back(e.via.array.ptr[1].as<uint64_t>());
-    }
-    return ok();
   } catch (const std::exception& e) {
     return std::unexpected(relay_error(std::string("malformed cast plan: ") + e.what()));
   }
+  auto ports = PortRuns::decode(data, &off, ranks);
+  if (!ports) return std::unexpected(ports.error());
+  auto seqs = SeqRuns::decode(data, &off, ranks);
+  if (!seqs) return std::unexpected(seqs.error());
+  p.ports = std::move(*ports);
+  p.seqs = std::move(*seqs);
+  return ok();
 }
 
 }  // namespace
@@ -238,16 +262,16 @@ struct Node {
     bool adopted = false;  // its proc exited and this node took over its children (CT-4)
   };
 
-  std::shared_ptr<const CastPlan> plan;  // dests/seqs of ranks plan_lo..
+  std::shared_ptr<const CastPlan> plan;  // ports/seqs of ranks plan_lo..
   size_t plan_lo = 0;
   Chunk chunk;  // the ranks this node answers for; the root: [0, n)
   bool root = false;
   uint64_t gather_port = 0;  // where the replies of this node's chunk arrive
-  std::function<void(size_t, Reply)> sink;  // root: hands each reply to the caller
+  RangeSink sink;  // root: hands the replies to the caller
 
   std::mutex mu;  // guards everything below
-  std::vector<char> filled;                  // by rank - chunk.lo
-  std::vector<std::optional<Reply>> slots;   // non-root: the replies, by rank - chunk.lo
+  // The ranks answered so far (the root keeps no values: they went to the sink).
+  Pieces pieces;
   size_t remaining = 0;
   std::vector<Child> children;
   // Non-root: where the answer goes. A chunk sent again by an adopting node adds its port; the
@@ -273,27 +297,35 @@ struct Relay::Impl {
 
   static actor::Proc& proc() { return Runtime::get().proc(); }
 
-  void fill(const std::shared_ptr<Node>& n, size_t rank, Reply reply) {
-    if (rank < n->chunk.lo || rank >= n->chunk.hi) {
-      spdlog::warn("podium: cast {}: reply for rank {} outside chunk [{}, {})", n->plan->id,
-                   rank, n->chunk.lo, n->chunk.hi);
+  // Ranks [lo, hi) answered `reply`; ranks answered before keep their first answer (CT-4).
+  // O(ranges) at a relay; the root hands each new range to the sink.
+  void fill(const std::shared_ptr<Node>& n, size_t lo, size_t hi, Reply reply) {
+    if (lo < n->chunk.lo || hi > n->chunk.hi || lo >= hi) {
+      spdlog::warn("podium: cast {}: reply for ranks [{}, {}) outside chunk [{}, {})",
+                   n->plan->id, lo, hi, n->chunk.lo, n->chunk.hi);
       return;
     }
-    size_t i = rank - n->chunk.lo;
+    std::vector<Chunk> fresh;
     std::vector<Buffer> answer;
     std::vector<std::string> parents;
     bool root_done = false;
     {
       std::lock_guard lock(n->mu);
-      if (n->filled[i]) return;
-      n->filled[i] = 1;
-      --n->remaining;
-      root_done = n->root && n->remaining == 0;
-      if (!n->root) {
-        n->slots[i] = std::move(reply);
+      if (n->finished) return;
+      fresh = gaps_in(n->pieces, lo, hi);
+      if (fresh.empty()) return;
+      for (const Chunk& g : fresh) {
+        n->remaining -= g.hi - g.lo;
+        // The root keeps only which ranks are answered; its values go to the sink.
+        n->pieces.emplace(g.lo, Piece{g.hi, n->root ? Reply(std::vector<Buffer>{}) : reply});
+      }
+      if (n->root) {
+        root_done = n->remaining == 0;  // true for exactly one call: the gaps are disjoint
+        n->finished = root_done;
+      } else {
         if (n->remaining != 0) return;
-        n->reduced = encode_runs(n->chunk.lo, n->slots);
-        n->slots.clear();
+        n->reduced = encode_runs(n->chunk.lo, n->pieces);
+        n->pieces.clear();
         n->finished = true;
         answer = n->reduced;
         parents = n->parent_ports;
@@ -301,10 +333,12 @@ struct Relay::Impl {
     }
     if (n->root) {
       if (n->plan->want_reply) {
-        n->sink(rank, std::move(reply));
+        for (const Chunk& g : fresh) {
+          n->sink(g.lo, g.hi, reply);
+        }
       } else if (!reply) {
-        // One-way: the rank's proc is gone, which its supervisor reports (SV-2).
-        spdlog::debug("podium: cast {}: one-way rank {}: {}", n->plan->id, rank,
+        // One-way: the ranks' proc is gone, which its supervisor reports (SV-2).
+        spdlog::debug("podium: cast {}: one-way ranks [{}, {}): {}", n->plan->id, lo, hi,
                       reply.error().message);
       }
       if (root_done) finish_root(n);
@@ -342,10 +376,11 @@ struct Relay::Impl {
     for (const auto& [k, v] : env.headers) runs |= k == kRunsHeader;
     if (!runs) {
       auto [rank, reply] = decode_reply(std::move(env));
-      fill(n, rank, std::move(reply));
+      fill(n, rank, rank + 1, std::move(reply));
       return;
     }
-    auto st = decode_runs(env.parts, [&](size_t rank, Reply r) { fill(n, rank, std::move(r)); });
+    auto st = decode_runs(env.parts,
+                          [&](size_t lo, size_t hi, Reply r) { fill(n, lo, hi, std::move(r)); });
     if (!st) spdlog::error("podium: cast {}: {}", n->plan->id, st.error().to_string());
   }
 
@@ -362,7 +397,7 @@ struct Relay::Impl {
   // Sends chunk `c` to its head's proc, or adopts it at once if that proc is gone.
   void send_child(const std::shared_ptr<Node>& n, Chunk c) {
     const CastPlan& p = *n->plan;
-    std::string key(addr_of(p.dests[c.lo - n->plan_lo]));
+    std::string key(addr_of(p.ports.at(c.lo - n->plan_lo)));
     size_t index = 0;
     {
       std::lock_guard lock(n->mu);
@@ -410,7 +445,7 @@ struct Relay::Impl {
     if (!pending_in(n, c)) return;
     spdlog::debug("podium: cast {}: proc {} is gone ({}); ranks [{}, {}) are sent around it",
                   n->plan->id, key, why.message, c.lo + 1, c.hi);
-    fill(n, c.lo, std::unexpected(why));
+    fill(n, c.lo, c.lo + 1, std::unexpected(why));
     for (Chunk sub : split_chunks(c.lo + 1, c.hi, n->plan->fanout)) {
       if (pending_in(n, sub)) send_child(n, sub);  // a finished grandchild answered already
     }
@@ -418,10 +453,7 @@ struct Relay::Impl {
 
   static bool pending_in(const std::shared_ptr<Node>& n, Chunk c) {
     std::lock_guard lock(n->mu);
-    for (size_t r = c.lo; r < c.hi; ++r) {
-      if (!n->filled[r - n->chunk.lo]) return true;
-    }
-    return false;
+    return !n->finished && !gaps_in(n->pieces, c.lo, c.hi).empty();
   }
 
   // Delivers the call of rank `rank` (an actor of this proc) with its AC-11 number.
@@ -429,10 +461,10 @@ struct Relay::Impl {
     const CastPlan& p = *n->plan;
     wire::Envelope env;
     env.kind = static_cast<uint8_t>(actor::MessageKind::kCall);
-    env.dest = p.dests[rank - n->plan_lo];
+    env.dest = p.ports.at(rank - n->plan_lo);
     env.sender = p.sender;
     env.order_stream = p.stream;
-    env.order_seq = p.seqs[rank - n->plan_lo];
+    env.order_seq = p.seqs.at(rank - n->plan_lo);
     if (p.want_reply) {
       env.headers.emplace_back(actor::kReplyHeader, proc().port_text(n->gather_port));
     }
@@ -440,7 +472,7 @@ struct Relay::Impl {
     env.parts.push_back(actor::encode_call_header(p.endpoint, rank, p.labels, p.sizes));
     for (const auto& a : p.args) env.parts.push_back(a);
     proc().send(std::move(env));
-    if (!p.want_reply) fill(n, rank, std::vector<Buffer>{});  // one-way: queued is delivered
+    if (!p.want_reply) fill(n, rank, rank + 1, std::vector<Buffer>{});  // queued is delivered
   }
 
   std::shared_ptr<Node> make_node(std::shared_ptr<const CastPlan> plan, size_t plan_lo, Chunk c,
@@ -450,8 +482,6 @@ struct Relay::Impl {
     n->plan_lo = plan_lo;
     n->chunk = c;
     n->root = root;
-    n->filled.assign(c.hi - c.lo, 0);
-    if (!root) n->slots.resize(c.hi - c.lo);
     n->remaining = c.hi - c.lo;
     return n;
   }
@@ -465,10 +495,10 @@ Relay::Relay() : impl_(std::make_unique<Impl>()) {
 Relay::~Relay() = default;
 
 void start_tree_cast(Relay& relay, std::shared_ptr<CastPlan> plan,
-                     std::function<void(size_t, Reply)> sink, actor::Future<Replies> done) {
+                     RangeSink sink, actor::Future<Replies> done) {
   auto& impl = relay.impl();
   plan->id = impl.new_cast_id();
-  size_t n = plan->dests.size();
+  size_t n = plan->ports.size();
   auto node = impl.make_node(plan, 0, Chunk{0, n}, true);
   node->sink = std::move(sink);
   impl.open_gather(node);
@@ -525,14 +555,14 @@ void Relay::on_cast(const actor::SystemHeader& h, wire::Envelope&& env) {
       return;
     }
   }
-  if (auto st = decode_plan_part(env.parts[1], *plan); !st || plan->dests.size() != c.hi - c.lo) {
-    std::string why = st ? "member count does not match its chunk" : st.error().to_string();
+  if (auto st = decode_plan_part(env.parts[1], c.hi - c.lo, *plan); !st) {
+    std::string why = st.error().to_string();
     spdlog::error("podium: cast {} from {}: {}", plan->id, env.sender, why);
     {
       // The parent learns that every rank of the chunk failed, rather than waiting.
-      std::vector<std::optional<Reply>> slots(c.hi - c.lo,
-                                              Reply(std::unexpected(relay_error(why))));
-      Impl::send_runs(parent, encode_runs(c.lo, slots));
+      Pieces all;
+      all.emplace(c.lo, Piece{c.hi, Reply(std::unexpected(relay_error(why)))});
+      Impl::send_runs(parent, encode_runs(c.lo, all));
     }
     return;
   }

@@ -5,7 +5,9 @@
 // A cast to ranks [0, n) with fan-out k splits [0, n) into at most k contiguous chunks of
 // near-equal size and sends each chunk to the proc of its first rank. A node that receives
 // chunk [lo, hi) delivers the call to rank lo (an actor of its own proc), forwards [lo+1, hi)
-// split the same way, and gathers the replies of its chunk into one message to its parent.
+// split the same way, and gathers the replies of its chunk into one message to its parent. A
+// chunk names its ranks' PortIds and AC-11 numbers as runs (cast_plan.h) and a node keeps its
+// answered ranks as ranges, so a relay's work is O(runs), not O(ranks in its subtree).
 //
 // Threads: every member is thread-safe; handlers run on the delivering thread and never block.
 // Invariants:
@@ -31,6 +33,7 @@
 #include "podium/base/buffer.h"
 #include "podium/actor/message.h"
 #include "podium/mesh/cast.h"
+#include "podium/mesh/cast_plan.h"
 
 namespace podium::mesh {
 
@@ -56,19 +59,25 @@ struct CastPlan {
   uint64_t stream = 0;   // AC-11 stream of the sender
   std::vector<std::string> labels;  // the cast region's extent
   std::vector<size_t> sizes;
-  std::vector<std::string> dests;   // mailbox PortId text of each rank
-  std::vector<uint64_t> seqs;       // AC-11 number of each rank's call
+  // Of each rank of the plan (the whole cast at the root, a chunk at a relay), as runs
+  // (cast_plan.h): its mailbox PortId and the AC-11 number of its call.
+  PortRuns ports;
+  SeqRuns seqs;
   std::vector<Buffer> args;
   bool want_reply = true;
 };
 
 class Relay;
 
-// Starts a cast tree from this process (assigns plan->id). `sink` receives each rank's reply
-// (any order, at most once per rank); nothing when plan.want_reply is false. `done`, when
-// valid, is the future whose completion ends the cast here (the caller's collector).
-void start_tree_cast(Relay& relay, std::shared_ptr<CastPlan> plan,
-                     std::function<void(size_t, Reply)> sink, actor::Future<Replies> done);
+// Receives replies as ranges of ranks [lo, hi) that all answered `reply`.
+using RangeSink = std::function<void(size_t lo, size_t hi, const Reply& reply)>;
+
+// Starts a cast tree from this process (assigns plan->id). `sink` receives every rank's reply
+// (ranges in any order, each rank at most once); nothing when plan.want_reply is false.
+// `done`, when valid, is the future whose completion ends the cast here (the caller's
+// collector).
+void start_tree_cast(Relay& relay, std::shared_ptr<CastPlan> plan, RangeSink sink,
+                     actor::Future<Replies> done);
 
 class Relay {
  public:
