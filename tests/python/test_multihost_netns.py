@@ -76,6 +76,20 @@ CONTROLLER = textwrap.dedent("""
     procs = hosts.spawn_procs(per_host={"gpus": 2})
     where = procs.spawn("where", Where)
     got = where.addr.call().get(timeout=30)
+    # The same call through a relay tree (fan-out 2 over 6 procs): relays on one host forward
+    # to procs on the others, and the replies merge on the way back.
+    _mesh.set_cast_fanout(2)
+    # Heartbeats count too: the fewest messages of three calls is the call's own (a star
+    # would send and receive 6).
+    counts = []
+    for _ in range(3):
+        before = _mesh.traffic()
+        tree = where.addr.call().get(timeout=30)
+        after = _mesh.traffic()
+        assert list(tree.items()) == list(got.items()), (tree, got)
+        counts.append((after[0] - before[0], after[1] - before[1]))
+    assert any(sent <= 2 and got_ <= 2 for sent, got_ in counts), counts
+    _mesh.set_cast_fanout(16)
     for point, addr in got.items():
         print("RANK", point["hosts"], point["gpus"], addr, flush=True)
     print("CUT?", flush=True)
