@@ -27,7 +27,6 @@ class Worker:
     """A `python -m podium worker` on 127.0.0.1, killed (with its procs) when the test ends."""
 
     def __init__(self, env: dict[str, str] | None = None, host: str = "127.0.0.1") -> None:
-        self.log = open(os.devnull, "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "podium", "worker", "--listen", f"tcp://{host}:0"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -42,18 +41,6 @@ class Worker:
             self.kill()
             raise RuntimeError(f"worker did not start: {line!r} {self.proc.stderr.read()!r}")
         self.address = line[len(READY):].strip()
-
-    def children(self) -> list[int]:
-        """Pids of every process under the worker (zygote and procs)."""
-        out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True)
-        pairs = [tuple(map(int, l.split())) for l in out.stdout.strip().splitlines()]
-        parent = {p: pp for p, pp in pairs}
-        found, frontier = [], {self.proc.pid}
-        while frontier:
-            nxt = {p for p, pp in parent.items() if pp in frontier}
-            found += sorted(nxt)
-            frontier = nxt
-        return found
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -100,6 +87,16 @@ PRELUDE = textwrap.dedent("""
             return os.getpid()
 
     WORKERS = sys.argv[1:]
+
+    def try_attach(workers):
+        # (host mesh, the error of its initialized or None, seconds it took)
+        hosts = attach_to_workers(workers=workers)
+        t = time.monotonic()
+        try:
+            hosts.initialized.get(timeout=30)
+            return hosts, None, time.monotonic() - t
+        except Exception as e:
+            return hosts, e, time.monotonic() - t
     """)
 
 
@@ -157,13 +154,8 @@ def test_an_unreachable_worker_fails_initialized_naming_it(tmp_path, workers):
     ws = workers(1)
     try:
         r = run_controller(tmp_path, """
-            hosts = attach_to_workers(workers=WORKERS)
-            t = time.monotonic()
-            try:
-                hosts.initialized.get(timeout=30)
-                print("attached?!")
-            except Exception as e:
-                print("FAILED after %.2f s: %s: %s" % (time.monotonic() - t, type(e).__name__, e))
+            hosts, e, took = try_attach(WORKERS)
+            print("FAILED after %.2f s: %s: %s" % (took, type(e).__name__, e) if e else "attached?!")
             """, [ws[0].address, dead], env={"PODIUM_ATTACH_TIMEOUT_MS": "1500"})
     finally:
         s.close()
@@ -177,13 +169,8 @@ def test_an_unreachable_worker_fails_initialized_naming_it(tmp_path, workers):
 def test_a_wrong_secret_is_refused_within_a_second(tmp_path, workers):
     ws = workers(1, env={"PODIUM_SECRET": "the worker's secret"})
     r = run_controller(tmp_path, """
-        hosts = attach_to_workers(workers=WORKERS)
-        t = time.monotonic()
-        try:
-            hosts.initialized.get(timeout=30)
-            print("attached?!")
-        except Exception as e:
-            print("REFUSED after %.3f s: %s" % (time.monotonic() - t, e))
+        hosts, e, took = try_attach(WORKERS)
+        print("REFUSED after %.3f s: %s" % (took, e) if e else "attached?!")
         """, [ws[0].address], env={"PODIUM_SECRET": "another secret"})
     assert r.returncode == 0, r.stdout + r.stderr
     m = re.search(r"REFUSED after ([\d.]+) s: (.*)", r.stdout)
@@ -201,12 +188,8 @@ def test_a_worker_with_no_secret_is_refused_by_a_controller_without_one(tmp_path
     env = {k: v for k, v in os.environ.items() if k not in ("PODIUM_SECRET", "PODIUM_SECRET_FILE")}
     script = tmp_path / "c.py"
     script.write_text(PRELUDE + textwrap.dedent("""
-        hosts = attach_to_workers(workers=WORKERS)
-        try:
-            hosts.initialized.get(timeout=30)
-            print("attached?!")
-        except Exception as e:
-            print("REFUSED:", e)
+        hosts, e, _ = try_attach(WORKERS)
+        print("REFUSED: %s" % e if e else "attached?!")
         """))
     r = subprocess.run([sys.executable, str(script), ws[0].address], capture_output=True,
                        text=True, timeout=CHILD_TIMEOUT_S, env=env, stdin=subprocess.DEVNULL)
@@ -273,12 +256,8 @@ def test_a_worker_serves_one_controller_at_a_time_then_the_next(tmp_path, worker
     try:
         assert c1.stdout.readline().strip() == "ATTACHED"
         r = run_controller(tmp_path, """
-            hosts = attach_to_workers(workers=WORKERS)
-            try:
-                hosts.initialized.get(timeout=30)
-                print("attached?!")
-            except Exception as e:
-                print("BUSY:", e)
+            hosts, e, _ = try_attach(WORKERS)
+            print("BUSY: %s" % e if e else "attached?!")
             """, [ws[0].address])
         assert "BUSY:" in r.stdout and "serves another controller" in r.stdout, r.stdout + r.stderr
         c1.stdin.write("\n")

@@ -20,7 +20,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from podium._src.job.base import _check_env, JobError, JobTrait, logger
-from podium._src.job.worker_process import LISTENING
+from podium._src.job.worker_process import _read, LISTENING
 
 # Job states after which a job runs no more (JobState= of `scontrol show job`).
 _ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
@@ -325,9 +325,3 @@ def _completing(job_id: str) -> bool:
     return out.returncode == 0 and "COMPLETING" in out.stdout
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
