@@ -712,15 +712,28 @@ void bind_mesh(nb::module_& m) {
       .def("initialized", [](const HostMesh& h) { return from_void(h.initialized()); })
       .def(
           "spawn_procs",
-          [](const HostMesh& h, std::vector<std::pair<std::string, size_t>> per_host) {
+          [](const HostMesh& h, std::vector<std::pair<std::string, size_t>> per_host,
+             const std::string& name) {
             Result<ProcMesh> r = std::unexpected(Error{});
             {
               nb::gil_scoped_release unlocked;
-              r = h.spawn_procs(per_host);
+              r = h.spawn_procs(per_host, name);
             }
             return unwrap(std::move(r));
           },
-          nb::arg("per_host"))
+          nb::arg("per_host"), nb::arg("name") = std::string())
+      .def(
+          "find_procs",
+          [](const HostMesh& h, const std::string& name) {
+            Result<ProcMesh> r = std::unexpected(Error{});
+            {
+              nb::gil_scoped_release unlocked;
+              r = h.find_procs(name);
+            }
+            return unwrap(std::move(r));
+          },
+          nb::arg("name"),
+          "The proc mesh `name` that persistent workers kept; this process owns it now.")
       .def(
           "hosts",
           [](const HostMesh& h) {
@@ -772,6 +785,18 @@ void bind_mesh(nb::module_& m) {
           nb::arg("owner").none() = std::string(),
           "Spawns; `owner` (an actor id, '' for this process's root, None for nobody) is told "
           "when an actor of the mesh fails.")
+      .def(
+          "adopt",
+          [](const ProcMesh& p, std::string name, std::optional<std::string> owner) {
+            Result<ActorMeshBase> r = std::unexpected(Error{});
+            {
+              nb::gil_scoped_release unlocked;
+              r = p.adopt_raw(std::move(name), std::move(owner));
+            }
+            return unwrap(std::move(r));
+          },
+          nb::arg("name"), nb::arg("owner").none() = std::string(),
+          "The running actors `name` of these procs, now supervised by `owner` (as in spawn).")
       .def(
           "stop",
           [](const ProcMesh& p, int64_t grace_ms) {

@@ -26,9 +26,11 @@ READY = "podium worker listening on "
 class Worker:
     """A `python -m podium worker` on 127.0.0.1, killed (with its procs) when the test ends."""
 
-    def __init__(self, env: dict[str, str] | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(self, env: dict[str, str] | None = None, host: str = "127.0.0.1",
+                 persistent: bool = False) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "podium", "worker", "--listen", f"tcp://{host}:0"],
+            [sys.executable, "-m", "podium", "worker", "--listen", f"tcp://{host}:0"]
+            + (["--persistent"] if persistent else []),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, **(env or {})}, start_new_session=True)
         deadline = time.monotonic() + 30
@@ -206,8 +208,8 @@ def test_a_killed_worker_fails_its_ranks_naming_the_host_and_the_rest_answer(tmp
         hosts = attach_to_workers(workers=WORKERS)
         procs = hosts.spawn_procs(per_host={"gpus": 2})
         am = procs.spawn("who", Who)
-        am.pid.call().get(timeout=30)
-        print("KILL", flush=True)
+        doomed = sorted(am.slice(hosts=1).pid.call().get(timeout=30).values())
+        print("KILL", *doomed, flush=True)
         sys.stdin.readline()
         t = time.monotonic()
         try:
@@ -225,8 +227,15 @@ def test_a_killed_worker_fails_its_ranks_naming_the_host_and_the_rest_answer(tmp
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     try:
-        assert c.stdout.readline().strip() == "KILL"
+        line = c.stdout.readline().split()
+        assert line[:1] == ["KILL"], line
         ws[1].kill()
+        # Its procs die with it (PR_SET_PDEATHSIG); the call below must find them gone, not
+        # win the race and be answered.
+        doomed = [int(p) for p in line[1:]]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in doomed):
+            time.sleep(0.02)
         c.stdin.write("\n")
         c.stdin.flush()
         out, err = c.communicate(timeout=CHILD_TIMEOUT_S)
@@ -236,8 +245,8 @@ def test_a_killed_worker_fails_its_ranks_naming_the_host_and_the_rest_answer(tmp
     m = re.search(r"LOST after ([\d.]+) s: (.*)", out)
     assert m, out + err
     assert float(m.group(1)) < 5.0
-    assert f"its host {os.uname().nodename}" in m.group(2), m.group(2)
-    assert ws[1].address[len("tcp://"):] in m.group(2), m.group(2)
+    assert f"its host {os.uname().nodename}" in m.group(2), out + err
+    assert ws[1].address[len("tcp://"):] in m.group(2), out + err
     assert "REST 2" in out, out + err
     assert re.search(r"HOOK [1-9]", out), out + err
 

@@ -7,6 +7,8 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <atomic>
+#include <limits>
+#include <random>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -80,12 +82,11 @@ struct Proc::Impl {
     std::string id_text;               // id.to_string(), immutable
     ActorFactory factory;              // consumed by the kConstruct item (runner only)
     std::unique_ptr<ActorBase> actor;  // runner only: touched inside drain()
+    std::mutex mu;             // guards the fields below
     // Where its failure is reported (SV-1): the owner process's address and the mesh's id
-    // there; empty when nobody supervises it. Immutable after make_cell().
+    // there; empty when nobody supervises it. A new owner may take over (SV-2, "adopt").
     std::string supervisor;
     uint64_t supervision_id = 0;
-
-    std::mutex mu;             // guards the fields below
     std::deque<Item> queue;
     bool scheduled = false;    // a drain is posted (or the queue is being drained)
     bool running = false;      // a thread is inside drain() for this cell
@@ -168,15 +169,19 @@ struct Proc::Impl {
   // stream -> dest -> the last number given
   std::unordered_map<uint64_t, StringMap<uint64_t>> order_out;
   uint64_t proc_stream = 0;  // this proc's own stream, immutable after make()
+  // Mixed into every stream this process sends on, so that a process that reuses a dead
+  // one's address (a controller restarted on its port) starts fresh streams (AC-11).
+  uint64_t stream_salt = 0;  // immutable after make()
   std::atomic<uint64_t> sent_remote{0};
   std::atomic<uint64_t> received_remote{0};
 
-  static uint64_t stream_hash(std::string_view text) {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across processes
+  uint64_t stream_hash(std::string_view text) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
     for (unsigned char c : text) {
       h ^= c;
       h *= 1099511628211ull;
     }
+    h ^= stream_salt;
     return h == 0 ? 1 : h;
   }
 
@@ -530,11 +535,18 @@ struct Proc::Impl {
   }
 
   // SV-1: the owner's process learns of the failure, once (fail() runs once per actor).
-  void report_failure(const Cell& cell, const Error& cause) {
-    if (cell.supervisor.empty()) return;
-    auto addr = channel::Address::parse(cell.supervisor);
+  void report_failure(Cell& cell, const Error& cause) {
+    std::string supervisor;
+    uint64_t supervision_id = 0;
+    {
+      std::lock_guard lock(cell.mu);
+      supervisor = cell.supervisor;
+      supervision_id = cell.supervision_id;
+    }
+    if (supervisor.empty()) return;
+    auto addr = channel::Address::parse(supervisor);
     if (!addr) {
-      spdlog::error("podium: {}: bad supervisor address '{}'", cell.id_text, cell.supervisor);
+      spdlog::error("podium: {}: bad supervisor address '{}'", cell.id_text, supervisor);
       return;
     }
     MeshFailure f;
@@ -557,7 +569,7 @@ struct Proc::Impl {
                    .to_string();
     env.sender = cell.id_text;
     env.parts.push_back(encode_system_header(
-        SystemHeader{"actor_failed", {}, {cell.supervision_id, cell.id.index}}));
+        SystemHeader{"actor_failed", {}, {supervision_id, cell.id.index}}));
     env.parts.push_back(encode_mesh_failure(f));
     self->send(*addr, std::move(env));
   }
@@ -610,6 +622,7 @@ struct Proc::Impl {
     }
     std::string reply(reply_port_of(env));
     if (h->op == "spawn") return system_spawn(*h, std::move(env));
+    if (h->op == "adopt") return system_adopt(*h, reply);
     if (h->op == "stop" && h->args.size() == 1) {
       auto st = self->stop_actor(h->args[0], [this, reply](Status s) {
         if (reply.empty()) return;
@@ -674,6 +687,46 @@ struct Proc::Impl {
     }
     env.parts.clear();
     enqueue(*cell, Item{Item::Type::kConstruct, std::move(env), nullptr});
+  }
+
+  // "adopt" [name, supervisor address] [index, supervision id]: a new owner takes over the
+  // supervision of the running actor name[index] (SV-2). Answered on the reply port: ok, or
+  // why it cannot (no such actor, or it failed or stopped, with the cause).
+  void system_adopt(const SystemHeader& h, const std::string& reply) {
+    auto answer = [&](Result<std::vector<Buffer>> r) {
+      if (!reply.empty()) self->send_reply(reply, 0, std::move(r));
+    };
+    if (h.args.size() != 2 || h.numbers.size() != 2 ||
+        h.numbers[0] > std::numeric_limits<uint32_t>::max()) {
+      return answer(std::unexpected(make_error(
+          ActorErrc::kBadArguments, "adopt takes [name, supervisor] and [index, supervision id]")));
+    }
+    ActorId aid{id, h.args[0], static_cast<uint32_t>(h.numbers[0])};
+    std::string key = aid.local_key();
+    std::shared_ptr<Cell> cell;
+    std::optional<Error> gone_why;
+    {
+      std::shared_lock lock(cells_mu);
+      if (auto it = cells.find(key); it != cells.end()) {
+        cell = it->second;
+      } else if (auto g = gone.find(key); g != gone.end()) {
+        gone_why = g->second;
+      }
+    }
+    if (!cell) {
+      if (gone_why) return answer(std::unexpected(*gone_why));
+      return answer(std::unexpected(actor_error(ActorErrc::kNoSuchActor, aid.to_string(),
+                                                "does not exist on this proc")));
+    }
+    {
+      std::lock_guard lock(cell->mu);
+      if (cell->state == Cell::State::kFailed || cell->state == Cell::State::kStopped) {
+        return answer(std::unexpected(cell->cause));
+      }
+      cell->supervisor = h.args[1];
+      cell->supervision_id = h.numbers[1];
+    }
+    answer(std::vector<Buffer>{});
   }
 
   Result<std::shared_ptr<Cell>> make_cell(std::string name, uint32_t index, ActorFactory factory,
@@ -766,7 +819,9 @@ Result<std::unique_ptr<Proc>> Proc::make(ProcConfig config) {
   impl->id_text = impl->id.to_string();
   impl->system_id = ActorId{impl->id, std::string(kSystemActorName), 0};
   impl->port_prefix = impl->system_id.to_string() + ":";
-  impl->proc_stream = Impl::stream_hash(impl->id_text);
+  impl->stream_salt = (static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                      std::random_device{}() ^ static_cast<uint64_t>(::getpid());
+  impl->proc_stream = impl->stream_hash(impl->id_text);
   impl->executor.start();
   return proc;
 }
@@ -786,7 +841,7 @@ void Proc::send(const channel::Address& to, wire::Envelope env) {
 }
 
 uint64_t Proc::sender_stream() const {
-  if (const std::string* me = current_actor_text()) return Impl::stream_hash(*me);
+  if (const std::string* me = current_actor_text()) return impl_->stream_hash(*me);
   return impl_->proc_stream;
 }
 

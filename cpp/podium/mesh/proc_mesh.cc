@@ -161,6 +161,34 @@ Result<ProcMesh> ProcMesh::slice(std::string_view label, ndslice::Range range) c
 Result<ActorMeshBase> ProcMesh::spawn_raw(std::string_view type, std::string name,
                                           std::vector<Buffer> args,
                                           std::optional<std::string> owner) const {
+  return start_actors(name, std::move(owner), [&](size_t base, uint64_t supervision,
+                                                             const std::string& supervisor) {
+    actor::SystemHeader h{"spawn", {std::string(type), name}, {base}};
+    if (supervision != 0) {
+      h.args.push_back(supervisor);
+      h.numbers.push_back(supervision);
+    }
+    std::vector<Buffer> parts{actor::encode_system_header(h)};
+    parts.insert(parts.end(), args.begin(), args.end());
+    return parts;
+  });
+}
+
+Result<ActorMeshBase> ProcMesh::adopt_raw(std::string name,
+                                          std::optional<std::string> owner) const {
+  return start_actors(name, std::move(owner), [&](size_t base, uint64_t supervision,
+                                                             const std::string& supervisor) {
+    // SV-2: the actor's failures are reported here from now on (to nobody: not supervised).
+    actor::SystemHeader h{"adopt", {name, supervision != 0 ? supervisor : std::string()},
+                          {base, supervision}};
+    return std::vector<Buffer>{actor::encode_system_header(h)};
+  });
+}
+
+Result<ActorMeshBase> ProcMesh::start_actors(
+    std::string name, std::optional<std::string> owner,
+    const std::function<std::vector<Buffer>(size_t, uint64_t, const std::string&)>& message)
+    const {
   if (auto st = actor::ActorId::check_name(name); !st) return std::unexpected(st.error());
   auto& rt = mesh::Runtime::get();
   auto state = std::make_shared<mesh::ActorMeshState>();
@@ -237,13 +265,7 @@ Result<ActorMeshBase> ProcMesh::spawn_raw(std::string_view type, std::string nam
     env.dest = system_port(pid).to_string();
     ports.push_back(port.port);
     env.headers.emplace_back(actor::kReplyHeader, port.to_string());
-    actor::SystemHeader h{"spawn", {std::string(type), name}, {base[r]}};
-    if (state->supervision_id != 0) {
-      h.args.push_back(rt.proc_key());
-      h.numbers.push_back(state->supervision_id);
-    }
-    env.parts.push_back(actor::encode_system_header(h));
-    for (const auto& a : args) env.parts.push_back(a);
+    env.parts = message(base[r], state->supervision_id, rt.proc_key());
     rt.proc().send(pid.addr, std::move(env));
   }
   close_ports_when_done(rt.proc(), *collector, std::move(ports));
@@ -269,8 +291,20 @@ actor::Future<void> ProcMesh::stop(std::chrono::milliseconds grace) const {
   return mesh::Runtime::get().stop_procs(st_, grace);
 }
 
+Result<ProcMesh> HostMesh::find_procs(const std::string& name) const {
+  if (!st_) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument,
+                                      "find_procs('" + name + "'): proc meshes are found by name "
+                                      "on attached workers (attach_to_workers), not on this host"));
+  }
+  auto st = mesh::Runtime::get().find_procs(st_, region_.base_ranks(), name);
+  if (!st) return std::unexpected(st.error());
+  ndslice::Region region((*st)->extent);
+  return ProcMesh(std::move(*st), std::move(region));
+}
+
 Result<ProcMesh> HostMesh::spawn_procs(
-    const std::vector<std::pair<std::string, size_t>>& per_host) const {
+    const std::vector<std::pair<std::string, size_t>>& per_host, const std::string& name) const {
   std::vector<std::string> labels;
   std::vector<size_t> sizes;
   if (st_) {
@@ -283,7 +317,7 @@ Result<ProcMesh> HostMesh::spawn_procs(
   }
   auto extent = ndslice::Extent::make(std::move(labels), std::move(sizes));
   if (!extent) return std::unexpected(extent.error());
-  auto st = st_ ? mesh::Runtime::get().spawn_procs(st_, region_.base_ranks(), *extent)
+  auto st = st_ ? mesh::Runtime::get().spawn_procs(st_, region_.base_ranks(), *extent, name)
                 : mesh::Runtime::get().spawn_procs(*extent);
   if (!st) return std::unexpected(st.error());
   return ProcMesh(std::move(*st), ndslice::Region(*extent));

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -115,6 +116,14 @@ class ProcMesh {
   template <class A, class... Args>
   [[nodiscard]] Result<ActorMesh<A>> spawn(std::string name, Args&&... args) const;
 
+  // The actors `name[rank]` that run on every proc of this region already (procs taken over
+  // from a persistent worker: HostMesh::find_procs), now supervised by `owner` (as in
+  // spawn_raw) through the actor layer's "adopt" (SV-2); returns at once. `initialized`
+  // resolves once every proc confirmed its actor, or fails naming the first rank that has
+  // none (or whose actor failed or stopped, with the cause).
+  [[nodiscard]] Result<ActorMeshBase> adopt_raw(
+      std::string name, std::optional<std::string> owner = std::string()) const;
+
   // How the proc at `rank` of this region ended ("killed by signal SIGKILL (9)"), if it has.
   std::optional<std::string> exit_status(size_t rank) const;
   int pid(size_t rank) const;
@@ -123,6 +132,13 @@ class ProcMesh {
   actor::Future<void> stop(std::chrono::milliseconds grace = std::chrono::seconds(5)) const;
 
  private:
+  // A mesh of actors `name` on this region: sends message(base rank, supervision id, this
+  // process's key) to each proc's system actor; the answers complete `initialized`.
+  [[nodiscard]] Result<ActorMeshBase> start_actors(
+      std::string name, std::optional<std::string> owner,
+      const std::function<std::vector<Buffer>(size_t, uint64_t, const std::string&)>& message)
+      const;
+
   std::shared_ptr<mesh::ProcMeshState> st_;
   ndslice::Region region_;
 };
@@ -138,8 +154,14 @@ class HostMesh {
 
   // Spawns one proc per point of `per_host` (e.g. {{"gpus", 8}}) on each host of this mesh;
   // the ProcMesh's dimensions are the host mesh's, then per_host's.
+  // `name`, on attached hosts, is how a later controller finds these procs when the workers
+  // are persistent (find_procs).
   [[nodiscard]] Result<ProcMesh> spawn_procs(
-      const std::vector<std::pair<std::string, size_t>>& per_host) const;
+      const std::vector<std::pair<std::string, size_t>>& per_host,
+      const std::string& name = {}) const;
+  // The proc mesh `name` that this mesh's persistent workers kept after the controller that
+  // spawned it left (mesh::Runtime::find_procs); this process owns it from now on.
+  [[nodiscard]] Result<ProcMesh> find_procs(const std::string& name) const;
 
   // Attached hosts only (this_host() has nothing to wait for: ready at once).
   actor::Future<void> initialized() const;

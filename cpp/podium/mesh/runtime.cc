@@ -86,7 +86,9 @@ struct Runtime::Impl {
   std::unique_ptr<host::ChildWatcher> watcher;
   std::unique_ptr<Supervisor> supervisor;
   std::unique_ptr<Relay> relay;
-  std::optional<channel::Address> parent;  // the controller, in a proc; immutable
+  // The controller, in a proc: the one that spawned it, or the last to adopt it
+  // ("adopt_procs", a controller re-attached to a persistent worker); guarded by mu.
+  std::optional<channel::Address> parent;
   // The zygote procs fork from (InitOptions::zygote_argv), started by the first spawn;
   // guarded by spawn_mu. zygote_failed: it could not start, procs are exec'd.
   std::shared_ptr<host::Zygote> zygote;
@@ -122,9 +124,14 @@ struct Runtime::Impl {
   uint64_t next_host_mesh = 1;                           // mu
   // When each host was asked to attach, then last heard from; mu.
   std::unordered_map<HostMeshState*, std::vector<std::chrono::steady_clock::time_point>> heard;
+  // A worker's answer: the procs it spawned ("host_spawned"), or those of a proc mesh it
+  // keeps ("host_found": also the mesh's extent, its first rank here and how each ended).
   struct Spawned {
     std::vector<std::string> keys;
     std::vector<int64_t> pids;
+    std::string extent;               // host_found: "label=size,..."
+    uint64_t first = 0;               // host_found
+    std::vector<std::string> exits;   // host_found: "" while alive
   };
   std::unordered_map<uint64_t, std::shared_ptr<actor::Promise<Spawned>>> spawn_requests;  // mu
   uint64_t next_request = 1;                                                              // mu
@@ -145,6 +152,26 @@ struct Runtime::Impl {
       channel::PortReservation port;
     };
     std::unordered_map<std::string, Child> children;  // by proc key
+    // Keep procs when the controller leaves or goes silent (WorkerOptions::persistent).
+    bool persistent = false;
+    // The proc meshes spawned here, in spawn order (HA-7): what a controller that attaches
+    // later finds by name. A mesh leaves when all its procs have exited, unless named.
+    struct Mesh {
+      uint64_t serial = 0;     // this worker's own number for it
+      bool spawning = true;    // its procs are being started: it stays, even with all exited
+      std::string name;        // "" when spawned without one
+      std::string extent;      // the whole mesh's, "label=size,..."
+      uint64_t first = 0;      // its first rank on this host
+      std::string controller;  // the controller it belongs to: its spawner or its adopter
+      std::vector<std::string> keys;
+      std::vector<int64_t> pids;
+      std::vector<std::string> exits;  // "" while alive, else how it ended
+      bool all_exited() const {
+        return std::all_of(exits.begin(), exits.end(), [](const auto& e) { return !e.empty(); });
+      }
+    };
+    std::vector<Mesh> meshes;
+    uint64_t next_serial = 0;
     std::unique_ptr<asio::steady_timer> timer;
     // The procs' stdout and stderr (fds 1 and 2 of every proc and of the zygote) are these
     // pipes' write ends; what the read ends yield goes to the controller ("host_output").
@@ -521,6 +548,37 @@ struct Runtime::Impl {
     p->set(std::move(s));
   }
 
+  // "host_found" [error, extent, then key and exit per proc] [request id, first, pids...].
+  void on_host_found(const actor::SystemHeader& h) {
+    if (h.numbers.empty() || h.args.empty()) return;
+    std::shared_ptr<actor::Promise<Spawned>> p;
+    {
+      std::lock_guard lock(mu);
+      auto it = spawn_requests.find(h.numbers[0]);
+      if (it == spawn_requests.end()) return;
+      p = std::move(it->second);
+      spawn_requests.erase(it);
+    }
+    if (!h.args[0].empty()) {
+      p->set(std::unexpected(runtime_error(h.args[0])));
+      return;
+    }
+    if (h.args.size() < 2 || h.numbers.size() < 2 ||
+        h.args.size() - 2 != 2 * (h.numbers.size() - 2)) {
+      p->set(std::unexpected(runtime_error("malformed host_found answer")));
+      return;
+    }
+    Spawned s;
+    s.extent = h.args[1];
+    s.first = h.numbers[1];
+    for (size_t i = 2; i < h.args.size(); i += 2) {
+      s.keys.push_back(h.args[i]);
+      s.exits.push_back(h.args[i + 1]);
+    }
+    for (size_t i = 2; i < h.numbers.size(); ++i) s.pids.push_back(static_cast<int64_t>(h.numbers[i]));
+    p->set(std::move(s));
+  }
+
   // "host_proc_exit" [proc key] [host mesh id, index, pid, signaled, code].
   void on_host_proc_exit(const actor::SystemHeader& h) {
     size_t index = 0;
@@ -722,10 +780,10 @@ struct Runtime::Impl {
     return true;
   }
 
-  // "host_spawn" [controller key] [request id, mesh id, first rank, count]: runs on a thread
-  // of its own (starting the zygote waits for the loop).
+  // "host_spawn" [controller key, mesh name, extent] [request id, mesh id, first rank, count]:
+  // runs on a thread of its own (starting the zygote waits for the loop).
   void on_host_spawn(const actor::SystemHeader& h) {
-    if (h.args.size() != 1 || h.numbers.size() != 4) return;
+    if (h.args.size() != 3 || h.numbers.size() != 4) return;
     auto controller = channel::Address::parse(h.args[0]);
     if (!controller) return;
     if (!from_controller(h.args[0])) {
@@ -738,29 +796,74 @@ struct Runtime::Impl {
     std::thread([this, h, to = *controller] { worker_spawn(h, to); }).detach();
   }
 
+  // The mesh named `name` that this worker keeps with a proc alive, if any; mu held.
+  Worker::Mesh* live_mesh_named(const std::string& name) {
+    for (auto& m : worker->meshes) {
+      if (m.name == name && !m.all_exited()) return &m;
+    }
+    return nullptr;
+  }
+
+  Worker::Mesh* mesh_by_serial(uint64_t serial) {  // mu held
+    for (auto& m : worker->meshes) {
+      if (m.serial == serial) return &m;
+    }
+    return nullptr;
+  }
+
   void worker_spawn(actor::SystemHeader h, channel::Address to) {
     uint64_t req = h.numbers[0], mesh_id = h.numbers[1], first = h.numbers[2], count = h.numbers[3];
-    std::string advertise, controller_key = h.args[0];
-    uint64_t host_mesh = 0, host_index = 0;
-    {
-      std::lock_guard lock(mu);
-      advertise = worker->advertise;
-      host_mesh = worker->host_mesh;
-      host_index = worker->host_index;
-    }
-    actor::SystemHeader answer{"host_spawned", {""}, {req}};
-    std::vector<std::string> started;
-    auto fail = [&](const std::string& why) {
-      for (const auto& key : started) {
-        std::lock_guard lock(mu);
-        if (auto it = worker->children.find(key); it != worker->children.end()) {
-          (void)kill_proc_group(it->second.pid, SIGKILL);
-        }
-      }
+    std::string advertise, controller_key = h.args[0], name = h.args[1];
+    auto refuse = [&](const std::string& why) {
       worker_reply(to, actor::SystemHeader{"host_spawned",
                                            {"host " + actor::host_name() + " (worker " +
                                             proc_key + "): " + why},
                                            {req}});
+    };
+    uint64_t serial = 0;
+    {
+      // The mesh is recorded before its first child starts: an exit, however early, finds it.
+      std::lock_guard lock(mu);
+      advertise = worker->advertise;
+      if (!name.empty()) {
+        if (const auto* m = live_mesh_named(name)) {
+          std::string why = "a proc mesh named '" + name + "' runs here already (" +
+                            std::to_string(m->keys.size()) + " procs, controller " +
+                            m->controller + "); stop it, or choose another name";
+          return refuse(why);
+        }
+        // One whose procs all exited gives its name to the new one.
+        std::erase_if(worker->meshes, [&](const Worker::Mesh& old) { return old.name == name; });
+      }
+      Worker::Mesh m;
+      m.serial = serial = ++worker->next_serial;
+      m.name = name;
+      m.extent = h.args[2];
+      m.first = first;
+      m.controller = controller_key;
+      worker->meshes.push_back(std::move(m));
+    }
+    auto done_spawning = [&] {
+      std::lock_guard lock(mu);
+      std::erase_if(worker->meshes, [&](Worker::Mesh& m) {
+        if (m.serial != serial) return false;
+        m.spawning = false;
+        return m.name.empty() && m.all_exited();
+      });
+    };
+    actor::SystemHeader answer{"host_spawned", {""}, {req}};
+    std::vector<std::string> started;
+    auto fail = [&](const std::string& why) {
+      {
+        std::lock_guard lock(mu);
+        for (const auto& key : started) {
+          if (auto it = worker->children.find(key); it != worker->children.end()) {
+            (void)kill_proc_group(it->second.pid, SIGKILL);
+          }
+        }
+        std::erase_if(worker->meshes, [&](const Worker::Mesh& m) { return m.serial == serial; });
+      }
+      refuse(why);
     };
     auto zygote = zygote_for_spawn();
     std::string cwd;
@@ -780,14 +883,17 @@ struct Runtime::Impl {
       spec.env.emplace_back(kBootEnv, controller_key + ";" + key + ";" + std::to_string(mesh_id) +
                                           ";" + std::to_string(r) + ";reuse_port");
       add_output_fds(spec);
-      auto on_exit = [this, key, to, host_mesh, host_index](const host::ExitStatus& s) {
-        worker_child_exited(key, s, to, host_mesh, host_index);
-      };
+      auto on_exit = [this, key](const host::ExitStatus& s) { worker_child_exited(key, s); };
       Result<pid_t> pid = std::unexpected(Error{});
       {
-        // The exit callback looks the child up: register it under the lock it takes.
+        // The exit callback looks the child and its mesh up: register both under its lock.
         std::lock_guard lock(mu);
         worker->children.insert_or_assign(key, Worker::Child{-1, std::move(*port)});
+        if (auto* m = mesh_by_serial(serial)) {
+          m->keys.push_back(key);
+          m->pids.push_back(-1);
+          m->exits.emplace_back();
+        }
       }
       if (zygote) {
         pid = zygote->spawn(host::ZygoteChild{spec.argv, host::current_environment(spec.env), cwd},
@@ -805,24 +911,41 @@ struct Runtime::Impl {
         if (auto it = worker->children.find(key); it != worker->children.end()) {
           it->second.pid = *pid;
         }
+        if (auto* m = mesh_by_serial(serial)) m->pids.back() = *pid;
       }
       started.push_back(key);
       answer.args.push_back(key);
       answer.numbers.push_back(static_cast<uint64_t>(*pid));
     }
+    done_spawning();
     worker_reply(to, std::move(answer));
   }
 
-  void worker_child_exited(const std::string& key, const host::ExitStatus& s,
-                           const channel::Address& to, uint64_t host_mesh, uint64_t host_index) {
-    bool tell = false;
+  // A child of this worker exited: its mesh records how (a later controller that finds the
+  // mesh learns it), and the controller it belongs to is told, if this worker serves it.
+  void worker_child_exited(const std::string& key, const host::ExitStatus& s) {
+    std::optional<channel::Address> to;
+    uint64_t host_mesh = 0, host_index = 0;
     {
       std::lock_guard lock(mu);
       worker->children.erase(key);
-      tell = worker->controller && *worker->controller == to;
+      std::string owner;
+      for (auto it = worker->meshes.begin(); it != worker->meshes.end(); ++it) {
+        auto k = std::find(it->keys.begin(), it->keys.end(), key);
+        if (k == it->keys.end()) continue;
+        it->exits[k - it->keys.begin()] = s.to_string();
+        owner = it->controller;
+        if (it->name.empty() && !it->spawning && it->all_exited()) worker->meshes.erase(it);
+        break;
+      }
+      if (worker->controller && worker->controller_key == owner) {
+        to = worker->controller;
+        host_mesh = worker->host_mesh;
+        host_index = worker->host_index;
+      }
     }
-    if (!tell) return;  // its controller is gone; nobody to tell
-    worker_reply(to, actor::SystemHeader{"host_proc_exit",
+    if (!to) return;  // its controller is gone; the mesh record keeps the news
+    worker_reply(*to, actor::SystemHeader{"host_proc_exit",
                                          {key},
                                          {host_mesh, host_index, static_cast<uint64_t>(s.pid),
                                           s.signaled ? 1u : 0u,
@@ -881,12 +1004,20 @@ struct Runtime::Impl {
     }
   }
 
-  // Kills every proc of the controller served now, and serves none.
+  // Serves no controller from now on; a worker that is not persistent kills every proc.
   void worker_release(const std::string& why) {
     std::vector<pid_t> pids;
     {
       std::lock_guard lock(mu);
       if (!worker->controller) return;
+      if (worker->persistent) {
+        spdlog::warn("podium worker: controller {} {}; keeping its {} procs for the next one "
+                     "(persistent)",
+                     worker->controller_key, why, worker->children.size());
+        worker->controller.reset();
+        worker->controller_key.clear();
+        return;
+      }
       spdlog::warn("podium worker: controller {} {}; killing its {} procs", worker->controller_key,
                    why, worker->children.size());
       for (auto& [key, child] : worker->children) {
@@ -910,6 +1041,51 @@ struct Runtime::Impl {
       }
     }
     if (pid > 0) (void)kill_proc_group(pid, static_cast<int>(h.numbers[0]));
+  }
+
+  // "host_lookup" [controller key, mesh name] [request id]: the controller served now takes
+  // over the proc mesh of that name (HA-7). Answered by "host_found" [error, extent, then
+  // key and exit ("" while alive) per proc] [request id, first rank, then one pid per proc].
+  void on_host_lookup(const actor::SystemHeader& h) {
+    if (h.args.size() != 2 || h.numbers.size() != 1) return;
+    auto controller = channel::Address::parse(h.args[0]);
+    if (!controller) return;
+    actor::SystemHeader answer{"host_found", {""}, {h.numbers[0]}};
+    std::string where = "host " + actor::host_name() + " (worker " + proc_key + ")";
+    if (!from_controller(h.args[0])) {
+      answer.args[0] = where + " does not serve this controller";
+      return worker_reply(*controller, std::move(answer));
+    }
+    {
+      std::lock_guard lock(mu);
+      Worker::Mesh* found = nullptr;
+      std::string names;
+      for (auto& m : worker->meshes) {
+        if (m.name.empty()) continue;
+        if (m.name == h.args[1]) found = &m;
+        names += (names.empty() ? "'" : ", '") + m.name + "'";
+      }
+      if (!found) {
+        answer.args[0] = where + " keeps no proc mesh named '" + h.args[1] + "' (" +
+                         (names.empty() ? std::string("it keeps no named proc mesh")
+                                        : "it keeps " + names) +
+                         ")";
+      } else if (found->all_exited()) {
+        answer.args[0] = where + " keeps proc mesh '" + h.args[1] + "' no more: its " +
+                         std::to_string(found->keys.size()) + " procs have all ended (rank " +
+                         std::to_string(found->first) + " " + found->exits.front() + ")";
+      } else {
+        found->controller = h.args[0];
+        answer.args.push_back(found->extent);
+        answer.numbers.push_back(found->first);
+        for (size_t i = 0; i < found->keys.size(); ++i) {
+          answer.args.push_back(found->keys[i]);
+          answer.args.push_back(found->exits[i]);
+          answer.numbers.push_back(static_cast<uint64_t>(found->pids[i]));
+        }
+      }
+    }
+    worker_reply(*controller, std::move(answer));
   }
 
   // "host_detach" [controller key] [request id]: the controller leaves.
@@ -1114,9 +1290,44 @@ Result<std::shared_ptr<HostMeshState>> Runtime::attach(std::vector<channel::Addr
   return hm;
 }
 
+namespace {
+
+// "hosts=2,gpus=4": how a worker keeps a mesh's extent (HA-7).
+std::string extent_text(const ndslice::Extent& extent) {
+  std::string out;
+  for (size_t i = 0; i < extent.labels().size(); ++i) {
+    if (i) out += ',';
+    out += extent.labels()[i] + "=" + std::to_string(extent.sizes()[i]);
+  }
+  return out;
+}
+
+Result<ndslice::Extent> extent_from_text(const std::string& text) {
+  std::vector<std::string> labels;
+  std::vector<size_t> sizes;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(start, end - start);
+    size_t eq = item.rfind('=');
+    if (eq == std::string::npos) return std::unexpected(runtime_error("bad extent '" + text + "'"));
+    labels.push_back(item.substr(0, eq));
+    try {
+      sizes.push_back(std::stoull(item.substr(eq + 1)));
+    } catch (const std::exception&) {
+      return std::unexpected(runtime_error("bad extent '" + text + "'"));
+    }
+    start = end + 1;
+  }
+  return ndslice::Extent::make(std::move(labels), std::move(sizes));
+}
+
+}  // namespace
+
 Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
     const std::shared_ptr<HostMeshState>& hosts, const std::vector<size_t>& host_ranks,
-    const ndslice::Extent& extent) {
+    const ndslice::Extent& extent, const std::string& name) {
   auto& impl = *impl_;
   size_t n = extent.num_ranks();
   if (host_ranks.empty() || n % host_ranks.size() != 0) {
@@ -1154,7 +1365,7 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
       impl.spawn_requests[req] = p;
       impl.send_to_worker(hosts->hosts[host_ranks[i]].worker,
                           actor::SystemHeader{"host_spawn",
-                                              {impl.proc_key},
+                                              {impl.proc_key, name, extent_text(extent)},
                                               {req, mesh->mesh_id, i * per_host, per_host}});
     }
   }
@@ -1196,6 +1407,152 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
       impl.by_key[key] = Impl::ProcRef{mesh, r, hosts, h};
       hosts->hosts[h].proc_keys.push_back(key);
     }
+  }
+  return mesh;
+}
+
+Result<std::shared_ptr<ProcMeshState>> Runtime::find_procs(
+    const std::shared_ptr<HostMeshState>& hosts, const std::vector<size_t>& host_ranks,
+    const std::string& name) {
+  auto& impl = *impl_;
+  auto invalid = [](std::string why) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument, std::move(why)));
+  };
+  if (name.empty()) return invalid("find_procs: a proc mesh is found by its name");
+  if (host_ranks.empty()) return invalid("find_procs: no hosts to look on");
+  for (size_t h : host_ranks) {
+    if (h >= hosts->hosts.size()) return invalid("find_procs: no host " + std::to_string(h));
+  }
+  if (auto ready = hosts->initialized.get(impl.attach_timeout + std::chrono::seconds(1)); !ready) {
+    return std::unexpected(ready.error());
+  }
+  std::vector<actor::Future<Impl::Spawned>> answers;
+  {
+    std::lock_guard lock(impl.mu);
+    if (impl.shut_down) {
+      return std::unexpected(make_error(BaseErrc::kCancelled, "podium runtime is shut down"));
+    }
+    for (size_t h : host_ranks) {
+      uint64_t req = impl.next_request++;
+      auto p = std::make_shared<actor::Promise<Impl::Spawned>>();
+      answers.push_back(p->future());
+      impl.spawn_requests[req] = p;
+      impl.send_to_worker(hosts->hosts[h].worker,
+                          actor::SystemHeader{"host_lookup", {impl.proc_key, name}, {req}});
+    }
+  }
+  auto host_name_of = [&](size_t h) {
+    std::lock_guard lock(hosts->mu);
+    return hosts->hosts[h].hostname + " (" + hosts->hosts[h].worker.to_string() + ")";
+  };
+  // Every host's part of the mesh, checked to fit together: one extent, and ranks that cover
+  // it once (the hosts may be given in any order: each part says where it starts).
+  auto deadline = std::chrono::steady_clock::now() + impl.attach_timeout;
+  std::vector<Impl::Spawned> parts;
+  std::optional<ndslice::Extent> extent;
+  std::vector<int> owner;  // rank -> index into host_ranks, -1: not kept by any
+  for (size_t i = 0; i < host_ranks.size(); ++i) {
+    auto left = std::max(std::chrono::nanoseconds(0), deadline - std::chrono::steady_clock::now());
+    auto got = answers[i].get(left);
+    if (!got) {
+      if (got.error().code == static_cast<int>(actor::ActorErrc::kTimeout)) {
+        return std::unexpected(make_error(BaseErrc::kTimeout,
+                                          "host " + host_name_of(host_ranks[i]) +
+                                              " did not answer the lookup of '" + name +
+                                              "' in time"));
+      }
+      return invalid(got.error().message);
+    }
+    if (!extent) {
+      auto e = extent_from_text(got->extent);
+      if (!e) return std::unexpected(e.error());
+      extent = std::move(*e);
+      owner.assign(extent->num_ranks(), -1);
+    } else if (got->extent != parts.front().extent) {
+      return invalid(std::string(
+          "the hosts disagree on proc mesh '" + name + "': host " +
+          host_name_of(host_ranks[0]) + " keeps one of extent {" + parts.front().extent +
+          "}, host " + host_name_of(host_ranks[i]) + " one of extent {" + got->extent + "}"));
+    }
+    for (size_t j = 0; j < got->keys.size(); ++j) {
+      size_t r = got->first + j;
+      if (r >= owner.size() || owner[r] != -1) {
+        return invalid(std::string(
+            "proc mesh '" + name + "': host " + host_name_of(host_ranks[i]) + " keeps rank " +
+            std::to_string(r) + ", which " +
+            (r >= owner.size() ? std::string("is outside its extent")
+                               : "host " + host_name_of(host_ranks[owner[r]]) + " keeps too")));
+      }
+      owner[r] = static_cast<int>(i);
+    }
+    parts.push_back(std::move(*got));
+  }
+  if (auto gap = std::find(owner.begin(), owner.end(), -1); gap != owner.end()) {
+    return invalid(std::string(
+        "proc mesh '" + name + "' {" + parts.front().extent + "} has " +
+        std::to_string(owner.size()) + " procs, but these hosts keep only some of them (rank " +
+        std::to_string(gap - owner.begin()) + " is on none): attach to every host it was "
+        "spawned on"));
+  }
+  auto mesh = std::make_shared<ProcMeshState>();
+  mesh->extent = *extent;
+  mesh->initialized = mesh->initialized_promise.future();
+  mesh->procs.resize(extent->num_ranks());
+  std::optional<Error> first_dead;
+  std::vector<channel::Address> alive;
+  {
+    std::lock_guard lock(impl.mu);
+    if (impl.shut_down) {
+      return std::unexpected(make_error(BaseErrc::kCancelled, "podium runtime is shut down"));
+    }
+    mesh->mesh_id = impl.next_mesh++;
+    impl.meshes[mesh->mesh_id] = mesh;
+    std::lock_guard hlock(hosts->mu);
+    std::lock_guard mlock(mesh->mu);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      size_t h = host_ranks[i];
+      const auto& part = parts[i];
+      for (size_t j = 0; j < part.keys.size(); ++j) {
+        size_t r = part.first + j;
+        auto addr = channel::Address::parse(part.keys[j]);
+        if (!addr) return std::unexpected(addr.error());
+        auto& p = mesh->procs[r];
+        p.id = actor::ProcId{*addr};
+        p.pid = static_cast<int>(part.pids[j]);
+        p.host = hosts->hosts[h].hostname;
+        std::string key = p.id.to_string();
+        impl.by_key[key] = Impl::ProcRef{mesh, r, hosts, h};
+        if (part.exits[j].empty()) {
+          p.ready = true;
+          ++mesh->ready_count;
+          hosts->hosts[h].proc_keys.push_back(key);
+          alive.push_back(*addr);
+          continue;
+        }
+        // It ended while no controller served its host: calls to it fail at once (ME-2).
+        p.exit = part.exits[j];
+        std::string cause = "its proc (pid " + std::to_string(p.pid) + ") " +
+                            (part.exits[j].starts_with("killed") ? "was " : "") + part.exits[j];
+        impl.dead[key] = runtime_error(cause);
+        if (!first_dead) {
+          std::string who = "proc rank " + std::to_string(r);
+          if (auto pt = mesh->extent.point_of_rank(r)) who += " " + pt->to_string();
+          first_dead = runtime_error(who + " (pid " + std::to_string(p.pid) + ", " + key +
+                                     ") of proc mesh '" + name + "' " + part.exits[j] +
+                                     " before this controller attached");
+        }
+      }
+    }
+  }
+  if (first_dead) {
+    mesh->initialized_promise.set(std::unexpected(*first_dead));
+  } else {
+    mesh->initialized_promise.set({});
+  }
+  for (const auto& addr : alive) {
+    impl.proc->send(addr, actor::system_message(actor::ProcId{addr},
+                                                actor::SystemHeader{"adopt_procs",
+                                                                    {impl.proc_key}, {}}));
   }
   return mesh;
 }
@@ -1354,7 +1711,8 @@ Result<std::string> job_secret() {
 
 Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::string sock_dir,
                                               std::optional<channel::Address> parent,
-                                              bool reuse_port = false, bool worker = false) {
+                                              bool reuse_port = false, bool worker = false,
+                                              bool persistent = false) {
   auto impl = std::make_unique<Runtime::Impl>();
   impl->sock_dir = std::move(sock_dir);
   auto secret = job_secret();
@@ -1418,6 +1776,18 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
   impl->proc->on_system("host_proc_exit", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
     raw->on_host_proc_exit(h);
   });
+  impl->proc->on_system("host_found", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
+    raw->on_host_found(h);
+  });
+  // "adopt_procs" [controller]: a controller re-attached to this proc's persistent worker
+  // took it over (HA-7); requests for the controller (kills) go there from now on.
+  impl->proc->on_system("adopt_procs", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
+    if (h.args.size() != 1) return;
+    auto addr = channel::Address::parse(h.args[0]);
+    if (!addr) return;
+    std::lock_guard lock(raw->mu);
+    raw->parent = *addr;
+  });
   // What procs on attached hosts print (their lines carry the actor's prefix already).
   impl->proc->on_system("host_output", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
     if (raw->worker || h.args.size() != 1 || h.numbers.size() != 1) return;
@@ -1435,6 +1805,7 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
   if (worker) {
     impl->worker = std::make_unique<Runtime::Impl::Worker>();
     impl->worker->timer = std::make_unique<asio::steady_timer>(impl->proc->io());
+    impl->worker->persistent = persistent;
     impl->proc->on_system("host_attach", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
       raw->on_host_attach(h);
     });
@@ -1446,6 +1817,9 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
     });
     impl->proc->on_system("host_detach", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
       raw->on_host_detach(h);
+    });
+    impl->proc->on_system("host_lookup", [raw](const actor::SystemHeader& h, wire::Envelope&&) {
+      raw->on_host_lookup(h);
     });
     if (auto st = raw->start_output_forwarding(); !st) return std::unexpected(st.error());
     asio::post(impl->proc->io(), [raw] { raw->worker_tick(); });
@@ -1570,16 +1944,11 @@ Status serve_worker(WorkerOptions options) {
   if (options.listen.transport != channel::Transport::kTcp) {
     return bad("a worker listens on TCP (tcp://HOST:PORT), not " + options.listen.to_string());
   }
-  if (options.persistent) {
-    return std::unexpected(make_error(BaseErrc::kUnsupported,
-                                      "persistent workers (procs that outlive their controller "
-                                      "for re-attach) are not implemented"));
-  }
   {
     std::lock_guard lock(mesh::g_mu);
     if (mesh::g_runtime) return bad("the podium runtime already runs in this process");
     mesh::g_options = std::move(options.procs);
-    auto rt = mesh::make_runtime(options.listen, "", std::nullopt, false, true);
+    auto rt = mesh::make_runtime(options.listen, "", std::nullopt, false, true, options.persistent);
     if (!rt) return std::unexpected(rt.error());
     mesh::g_runtime = std::move(*rt);
     mesh::g_current.store(mesh::g_runtime.get(), std::memory_order_release);

@@ -65,7 +65,8 @@ std::string default_host_address();
 struct WorkerOptions {
   channel::Address listen;  // TCP; port 0 picks one
   InitOptions procs;        // how procs are started (proc_argv, zygote_argv)
-  // Keep procs when the controller goes away (re-attach). Not implemented: refused.
+  // Keep procs (and their actors) when the controller leaves or goes silent, for a later
+  // controller to take over by name (Runtime::find_procs; docs/host_agent.md HA-7).
   bool persistent = false;
   // Called once the worker listens, with the bound address.
   std::function<void(const channel::Address&)> on_listening;
@@ -155,9 +156,18 @@ class Runtime {
   // the procs of host_ranks[i] are ranks [i * per_host, (i + 1) * per_host) of `extent`.
   // Waits for the hosts to attach and to answer (bounded by the attach timeout); the procs
   // start in the background, and `initialized` resolves when all have registered.
+  // A `name` (may be empty) is how a later controller finds the procs on a persistent worker.
   [[nodiscard]] Result<std::shared_ptr<ProcMeshState>> spawn_procs(
       const std::shared_ptr<HostMeshState>& hosts, const std::vector<size_t>& host_ranks,
-      const ndslice::Extent& extent);
+      const ndslice::Extent& extent, const std::string& name = {});
+  // Takes over the proc mesh `name` that the workers of `hosts` named by `host_ranks` keep
+  // (a persistent worker keeps its procs after their controller left; docs/host_agent.md
+  // HA-7): their parts must fit one extent, and from now on this process watches those procs
+  // as if it had spawned them. Procs that ended meanwhile count as exited (`initialized`
+  // fails naming the first). Bounded by the attach timeout.
+  [[nodiscard]] Result<std::shared_ptr<ProcMeshState>> find_procs(
+      const std::shared_ptr<HostMeshState>& hosts, const std::vector<size_t>& host_ranks,
+      const std::string& name);
   // The root proc as a mesh with no dimensions.
   std::shared_ptr<ProcMeshState> this_proc();
   // Asks each proc to exit; kills those still alive after `grace`. Resolves when all are gone.

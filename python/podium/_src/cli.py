@@ -134,7 +134,8 @@ def _register_worker(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--listen", required=True, metavar="tcp://HOST:PORT",
                    help="where to accept a controller (port 0 picks a free one)")
     p.add_argument("--persistent", action="store_true",
-                   help="keep procs when the controller goes away (not implemented)")
+                   help="keep procs and their actors when the controller goes away, for the "
+                        "next controller to take over by name")
     p.set_defaults(run=_run_worker)
 
 

@@ -215,7 +215,9 @@ class HostMesh(MeshShape):
         """Starts one process per point of ``per_host`` (e.g. ``{"gpus": 8}``) on this host
         and returns their ProcMesh at once; ``.initialized`` resolves when all are up (and have
         run ``bootstrap``, when given: a function, sync or async, that runs in every proc
-        before any actor, e.g. to set environment variables)."""
+        before any actor, e.g. to set environment variables). On attached workers, ``name``
+        is how a later controller finds these procs again (``proc_mesh``) when the workers
+        are persistent; one name per live mesh per worker."""
         ensure_runtime()
         per_host = dict(per_host or {})
         for label, size in per_host.items():
@@ -223,8 +225,11 @@ class HostMesh(MeshShape):
                 raise TypeError(f"per_host maps dimension names to sizes, got {label!r}: {size!r}")
         if bootstrap is not None and not callable(bootstrap):
             raise TypeError(f"bootstrap must be a function, not {type(bootstrap).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"spawn_procs: name must be a str, not {name!r}")
         if self._core is not None:
-            pm = ProcMesh(self._core.with_region(self._r).spawn_procs(list(per_host.items())),
+            pm = ProcMesh(self._core.with_region(self._r).spawn_procs(list(per_host.items()),
+                                                                     name or ""),
                           _ProcShared(True))
         else:
             host = self._r.extent
@@ -235,6 +240,21 @@ class HostMesh(MeshShape):
             pm._shared.bootstrap_mesh = pm._spawn(BOOTSTRAP_NAME, _Bootstrap, (bootstrap,), {},
                                                   "run")
         return pm
+
+    def proc_mesh(self, name: str) -> "ProcMesh":
+        """The proc mesh ``name`` that this mesh's persistent workers kept after the controller
+        that spawned it (``spawn_procs(..., name=name)``) left. This process owns it from now
+        on: it watches its procs, is told when they fail, and can stop them. Blocks until
+        every worker answered (bounded by ``PODIUM_ATTACH_TIMEOUT_MS``); raises ValueError
+        when a worker keeps no such mesh or the workers' parts do not fit together.
+        ``.initialized`` fails naming a proc that ended while no controller was attached."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"proc_mesh(name): name must be a non-empty str, not {name!r}")
+        if self._core is None:
+            raise ValueError(f"proc_mesh({name!r}): proc meshes are found by name on workers "
+                             f"attached with attach_to_workers(), not on this host")
+        ensure_runtime()
+        return ProcMesh(self._core.with_region(self._r).find_procs(name), _ProcShared(True))
 
     def __reduce__(self):
         if self._core is not None:
@@ -334,6 +354,33 @@ class ProcMesh(MeshShape):
         supervision.register_mesh(mesh)
         if ctx is not None:
             ctx.actor_instance._add_child(mesh)  # stopped before the spawner's __cleanup__
+        if self._shared.owned:
+            with self._shared.lock:
+                self._shared.actor_meshes.append(core)
+        return mesh
+
+    def actor_mesh(self, name: str, Class: Type[T]) -> ActorMesh[T]:
+        """The actors ``name`` of class ``Class`` that run on these procs already (procs
+        found with ``HostMesh.proc_mesh``, whose actors outlived their controller). Returns at
+        once; their failures are reported to this process (or to the calling actor) from now
+        on, as for a mesh it spawned. ``.initialized`` resolves once every proc confirmed its
+        actor, and raises SupervisionError naming a rank whose actor does not exist, failed
+        or stopped."""
+        if not isinstance(name, str):
+            raise TypeError(f"actor_mesh(name, Class): name must be a str, not {name!r}")
+        check_actor_class(Class)
+        with self._shared.lock:
+            if self._shared.stopped:
+                raise SupervisionError(f"cannot reach '{name}': the proc mesh {self.extent} "
+                                       f"has been stopped")
+        ctx = actor_context()
+        owner = (str(ctx.actor_instance.actor_id)
+                 if ctx is not None and ctx.actor_instance.name != REGISTRY_NAME else "")
+        core = self._core.adopt(name, owner)
+        mesh = ActorMesh(Class, core, self)
+        supervision.register_mesh(mesh)
+        if ctx is not None:
+            ctx.actor_instance._add_child(mesh)
         if self._shared.owned:
             with self._shared.lock:
                 self._shared.actor_meshes.append(core)

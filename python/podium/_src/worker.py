@@ -29,7 +29,9 @@ def run_worker_loop_forever(*, address: str, ca: Any = "trust_all_connections",
     """Serves as this host's agent on ``address`` (``tcp://HOST:PORT``; port 0 picks one)
     until the process is killed. Prints ``podium worker listening on tcp://HOST:PORT`` once it
     accepts connections. Connections must prove the job's secret (``PODIUM_SECRET`` or
-    ``PODIUM_SECRET_FILE``) when one is set."""
+    ``PODIUM_SECRET_FILE``) when one is set. A ``persistent`` worker keeps its procs and their
+    actors when the controller leaves or goes silent; a later controller that attaches takes
+    them over by name (``HostMesh.proc_mesh``, ``ProcMesh.actor_mesh``)."""
     if private_key is not None or ca not in (None, "trust_all_connections"):
         raise NotImplementedError(
             "run_worker_loop_forever: TLS certificates are not supported; podium authenticates "
@@ -46,7 +48,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--listen", required=True, metavar="tcp://HOST:PORT",
                    help="where to accept a controller (port 0 picks a free one)")
     p.add_argument("--persistent", action="store_true",
-                   help="keep procs when the controller goes away (not implemented)")
+                   help="keep procs and their actors when the controller goes away, for the "
+                        "next controller to take over by name")
     args = p.parse_args(argv)
     try:
         run_worker_loop_forever(address=args.listen, persistent=args.persistent)

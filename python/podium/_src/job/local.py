@@ -29,8 +29,9 @@ class LocalJob(JobTrait):
         python_exe: the Python that runs the workers (this one by default).
         listen_host: the address workers listen on (loopback by default); each picks a free
             port and prints it.
-        persistent: start workers with `--persistent` (their procs and actors would outlive
-            a controller's exit; not built yet: the worker refuses it).
+        persistent: start workers with `--persistent`: their procs and actors outlive a
+            controller's exit, and the next controller takes them over by name
+            (`HostMesh.proc_mesh`, `ProcMesh.actor_mesh`).
         env: variables added to the workers' environment (which is this process's: the
             workers share its PODIUM_SECRET / PODIUM_SECRET_FILE).
         start_timeout: seconds for every worker to print its address.

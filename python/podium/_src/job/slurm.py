@@ -51,7 +51,8 @@ class SlurmJob(JobTrait):
         ntasks_per_node: must be 1 (one worker per node); kept for Monarch's signature.
         job_start_timeout: seconds to wait for SLURM to start the job (default 300).
         bind_to: the IP address workers listen on (default all of the node's addresses).
-        persistent: start workers with `--persistent` (not built yet: the worker refuses it).
+        persistent: start workers with `--persistent`: their procs and actors outlive a
+            controller's exit, for the next controller to take over by name.
         env: variables exported to the workers (sbatch passes the controller's environment
             too, PODIUM_SECRET included, unless slurm_args say otherwise).
         ready_timeout: seconds, once the job runs, for every worker to print its address in
