@@ -175,3 +175,72 @@ def test_slurm_job_runs_an_actor_and_kill_cancels_it(slurm_cluster, tmp_path, en
     assert job_info(r["job_id"]).get("JobState") in ("CANCELLED", None)
     assert _gone_within([a[1] for a in r["answers"]]) == []
     assert _worker_pids(f"127.0.0.1:{port}") == []
+
+
+# A controller of a persistent LocalJob: the first spawns named procs and an actor that counts
+# its calls, and leaves the job running; the next re-attaches through the state file and
+# takes both over by name, then kills the job.
+PERSISTENT_CONTROLLER = r"""
+import json, os
+from podium.actor import Actor, endpoint, enable_transport, current_rank
+from podium.job import LocalJob
+
+class Counted(Actor):
+    def __init__(self):
+        self.calls = 0
+
+    @endpoint
+    def where(self) -> tuple:
+        self.calls += 1
+        return (current_rank().rank, os.getpid(), self.calls)
+
+enable_transport("tcp")
+job = LocalJob(hosts={{"hosts": 2}}, persistent=True)
+hosts = job.state(cached_path={path!r}).hosts
+hosts.initialized.get(timeout=30)
+if {first!r}:
+    actors = hosts.spawn_procs(per_host={{"gpus": 2}}, name="trainers").spawn("counted", Counted)
+else:
+    actors = hosts.proc_mesh("trainers").actor_mesh("counted", Counted)
+answers = sorted(v for _, v in actors.where.call().get(timeout=30).items())
+print("RESULT", json.dumps({{"answers": answers,
+                            "worker_pids": [w.pid for w in getattr(job, "_procs", [])]}}),
+      flush=True)
+if not {first!r}:
+    job.kill()
+"""
+
+
+def test_a_persistent_local_job_keeps_procs_and_actors_for_the_next_controller(tmp_path, env):
+    path = str(tmp_path / "state.json")
+
+    def controller(name: str, first: bool) -> dict:
+        import json
+
+        script = tmp_path / f"{name}.py"
+        script.write_text(PERSISTENT_CONTROLLER.format(path=path, first=first))
+        out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=CONTROLLER_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                             env={**os.environ, **env})
+        lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+        assert out.returncode == 0 and lines, f"{name} failed:\n{out.stdout}\n{out.stderr}"
+        return json.loads(lines[0][len("RESULT "):])
+
+    first = controller("first", True)
+    second = None
+    try:
+        pids = [a[1] for a in first["answers"]]
+        assert [a[0] for a in first["answers"]] == [0, 1, 2, 3]
+        assert all(_alive(p) for p in pids)  # the persistent workers kept them
+        second = controller("second", False)
+        # The same processes, the same actors: each has answered twice now.
+        assert second["answers"] == [[r, p, 2] for r, p, _ in first["answers"]]
+        assert not os.path.exists(path)
+    finally:
+        if os.path.exists(path):
+            from podium.job import job_load
+
+            job_load(path).kill()
+    for sid in first["worker_pids"]:
+        assert _session(sid) == []
+    assert _gone_within(pids) == []

@@ -22,12 +22,13 @@ READY = "podium worker listening on "
 PORT = 7000  # every host is its own network stack: the same port on each
 
 
-def start_workers(net, env=None) -> list[subprocess.Popen]:
+def start_workers(net, env=None, persistent: bool = False) -> list[subprocess.Popen]:
     procs = []
     try:
         for h in net.hosts:
             procs.append(net.popen(h, [sys.executable, "-m", "podium", "worker", "--listen",
-                                       f"tcp://{h.addr}:{PORT}"],
+                                       f"tcp://{h.addr}:{PORT}"]
+                                   + (["--persistent"] if persistent else []),
                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True,
                                    env={**os.environ, **(env or {})}, start_new_session=True))
@@ -241,3 +242,118 @@ def test_a_wrong_secret_across_hosts_is_refused_within_a_second(network, tmp_pat
     assert float(m.group(1)) < 1.0 and "secret" in m.group(2), m.group(0)
     log = workers[0].stdout.read()
     assert net.controller_addr in log or "secret" in log, log
+
+
+RESTART_CONTROLLER = textwrap.dedent("""
+    import os, sys, time
+    from podium.actor import (Actor, endpoint, attach_to_workers, enable_transport,
+                              SupervisionError)
+    import podium.actor
+    from podium._core import mesh as _mesh
+
+    class Keeper(Actor):
+        def __init__(self):
+            self.calls = 0
+
+        @endpoint
+        def where(self):
+            self.calls += 1
+            return (_mesh.this_proc_id(), os.getpid(), self.calls)
+
+    controller_addr, first, workers = sys.argv[1], sys.argv[2] == "first", sys.argv[3:]
+    faults = []
+    podium.actor.unhandled_fault_hook = faults.append
+    enable_transport(f"tcp://{controller_addr}:0")
+    deadline = time.monotonic() + 20
+    while True:  # a worker frees itself from a silent controller within the lost-after
+        hosts = attach_to_workers(workers=workers)
+        try:
+            hosts.initialized.get(timeout=30)
+            break
+        except Exception as e:
+            if "serves another controller" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    if first:
+        keepers = hosts.spawn_procs(per_host={"gpus": 2}, name="keepers").spawn("k", Keeper)
+    else:
+        procs = hosts.proc_mesh("keepers")
+        procs.initialized.get(timeout=30)
+        keepers = procs.actor_mesh("k", Keeper)
+        keepers.initialized.get(timeout=30)
+    for point, got in keepers.where.call().get(timeout=30).items():
+        print("RANK", point["hosts"], point["gpus"], *got, flush=True)
+    if first:
+        os._exit(0)  # dies without a word: the workers find it silent
+    print("CUT?", flush=True)
+    sys.stdin.readline()
+    t = time.monotonic()
+    try:
+        keepers.where.call().get(timeout=30)
+        print("answered?!", flush=True)
+    except SupervisionError as e:
+        print("LOST %.3f %s" % (time.monotonic() - t, e), flush=True)
+    for h in (0, 2):
+        print("HOST", h, "answers", len(keepers.slice(hosts=h).where.call().get(timeout=10)),
+              flush=True)
+    deadline = time.monotonic() + 10
+    while not faults and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("FAULTS", len(faults), flush=True)
+    procs.stop().get(timeout=30)  # the survivors stop; the lost host's ranks count as ended
+    print("STOPPED", flush=True)
+    """)
+
+
+def test_a_restarted_controller_takes_over_persistent_hosts_and_sees_one_cut(network,
+                                                                           tmp_path):
+    """Controller restart and re-attach across three hosts: the first controller dies without
+    detaching; the persistent workers keep its procs and actors; the next controller finds
+    them by name, with their state, and a silent cut of one host then fails that host's ranks
+    (naming it) while the other two answer."""
+    net = network(3)
+    workers = start_workers(net, persistent=True)
+    script = tmp_path / "controller.py"
+    script.write_text(RESTART_CONTROLLER)
+    addrs = [f"tcp://{h.addr}:{PORT}" for h in net.hosts]
+    env = {**os.environ, "PODIUM_HOST_LOST_MS": "1000"}
+    c = None
+    try:
+        first = subprocess.run([sys.executable, str(script), net.controller_addr, "first",
+                                *addrs], capture_output=True, text=True,
+                               timeout=CHILD_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
+        ranks = [l.split()[1:] for l in first.stdout.splitlines() if l.startswith("RANK")]
+        assert first.returncode == 0 and len(ranks) == 6, first.stdout + first.stderr
+        # Past the workers' lost-after: plain workers would have killed the procs by now.
+        time.sleep(2.0)
+        pids = [int(r[3]) for r in ranks]
+        assert all(os.path.exists(f"/proc/{p}") for p in pids)
+        c = subprocess.Popen([sys.executable, str(script), net.controller_addr, "second",
+                              *addrs], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+        again = []
+        while True:
+            line = c.stdout.readline()
+            assert line, c.stderr.read()
+            if line.startswith("CUT?"):
+                break
+            again.append(line.split()[1:])
+        # The same procs at the same addresses, and the same actors: a second call each.
+        assert sorted((h, g, a, p) for h, g, a, p, _ in again) == \
+            sorted((h, g, a, p) for h, g, a, p, _ in ranks), (again, ranks)
+        assert {n for *_, n in again} == {"2"}, again
+        net.cut(1)
+        c.stdin.write("\n")
+        c.stdin.flush()
+        out, err = c.communicate(timeout=CHILD_TIMEOUT_S)
+    finally:
+        if c is not None and c.poll() is None:
+            c.kill()
+        stop_workers(workers)
+    m = re.search(r"LOST ([\d.]+) (.*)", out)
+    assert m, out + err
+    assert float(m.group(1)) < 5.0, m.group(0)
+    assert f"tcp:{net.hosts[1].addr}:{PORT}" in m.group(2) and "was lost" in m.group(2), m.group(2)
+    assert "HOST 0 answers 2" in out and "HOST 2 answers 2" in out, out + err
+    assert re.search(r"FAULTS [1-9]", out), out + err
+    assert "STOPPED" in out, out + err
