@@ -174,6 +174,7 @@ def test_procs_survive_a_controller_that_dies_and_report_to_the_next(tmp_path,
         enable_transport("tcp://127.0.0.1:0")
         hosts = attach(WORKERS)
         procs = hosts.proc_mesh("p")
+        again = hosts.proc_mesh("p")  # found twice: one mesh, whose exits both handles see
         counters = procs.actor_mesh("counter", Counter)
         counters.initialized.get(timeout=30)
         print("COUNTS", sorted(counters.incr.call().get(timeout=30).values()))
@@ -185,6 +186,7 @@ def test_procs_survive_a_controller_that_dies_and_report_to_the_next(tmp_path,
         while not faults and time.monotonic() < deadline:
             time.sleep(0.05)
         print("FAULTS", len(faults), faults[0] if faults else None)
+        print("EXIT", procs._core.exit_status(1), again._core.exit_status(1))
         print("OTHERS", sorted(counters.slice(gpus=slice(0, 3, 2)).incr.call().get(timeout=30)
                                 .values()))
         procs.stop().get(timeout=30)
@@ -195,6 +197,7 @@ def test_procs_survive_a_controller_that_dies_and_report_to_the_next(tmp_path,
     assert re.search(r"DIED .*counter.*exited with status 7", second.stdout), out
     assert re.search(r"FAULTS 1 .*exited with status 7", second.stdout), out
     assert "OTHERS [3, 3]" in second.stdout, out
+    assert "EXIT exited with status 7 exited with status 7" in second.stdout, out
     assert wait_gone(pids) == []
 
 

@@ -1494,6 +1494,18 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::find_procs(
         std::to_string(gap - owner.begin()) + " is on none): attach to every host it was "
         "spawned on"));
   }
+  {
+    // Found before by this process: the same state, so that every handle sees its exits.
+    std::lock_guard lock(impl.mu);
+    auto it = impl.by_key.find(parts.front().keys.front());
+    if (it != impl.by_key.end()) {
+      auto known = it->second.mesh.lock();
+      if (known && known->extent == *extent && it->second.rank == parts.front().first) {
+        std::lock_guard mlock(known->mu);
+        if (!known->procs[it->second.rank].exit) return known;
+      }
+    }
+  }
   auto mesh = std::make_shared<ProcMeshState>();
   mesh->extent = *extent;
   mesh->initialized = mesh->initialized_promise.future();
