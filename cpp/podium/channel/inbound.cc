@@ -210,6 +210,7 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
   if (closed_) return;
   if (session_) {
     uint64_t unacked = session_->delivered.load(std::memory_order_acquire) - acked_;
+    if (unacked > 0 && unacked_since_ == Clock::time_point{}) unacked_since_ = Clock::now();
     if (unacked >= core_->config.ack_every) {
       ack_locked();
     } else if (unacked > 0 && !ack_armed_) {
@@ -259,6 +260,7 @@ void Inbound::ack_locked() {
   out_off_ = 0;
   wire::encode(wire::Ack{delivered}, out_);
   acked_ = delivered;
+  unacked_since_ = {};
   write_locked();
 }
 
@@ -292,6 +294,9 @@ void Inbound::flush_ack() {
   std::lock_guard lock(mu_);
   if (closed_ || !session_) return;
   if (session_->delivered.load(std::memory_order_acquire) <= acked_) return;
+  // A fast exchange keeps its acks batched: what arrived within ack_with_send_after waits
+  // for a later send, ack_every or the timer (CH-10).
+  if (Clock::now() - unacked_since_ < core_->config.ack_with_send_after) return;
   ack_locked();
   // A timer left armed would wake this proc later for nothing.
   if (ack_armed_ && acked_ >= session_->delivered.load(std::memory_order_acquire)) {

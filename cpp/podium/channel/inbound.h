@@ -80,6 +80,7 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   size_t out_off_ = 0;
   asio::steady_timer ack_timer_;
   bool ack_armed_ = false;
+  Clock::time_point unacked_since_{};  // first delivery after the last Ack; {} when none
   const Transport transport_;
   // CH-8, read chain and mu_: the challenge's nonce, the bytes exchanged, the deadline.
   Nonce server_nonce_{};

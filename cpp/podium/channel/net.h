@@ -32,9 +32,10 @@
 //        and refuses it at once with a logged warning; a dialler whose secret is refused
 //        hands its queued envelopes back with kAuthFailed at once.
 //   CH-10 A send to an address acknowledges, right after its own write, everything the
-//        connection from the Net listening there (named by its Hello) has delivered, and
-//        disarms that connection's delayed-ack timer: a request and its reply carry each
-//        other's acks, so neither end wakes again for an ack timer or for reading an ack later.
+//        connection from the Net listening there (named by its Hello) has delivered, once
+//        the oldest of it has waited Config::ack_with_send_after, and disarms that
+//        connection's delayed-ack timer: requests and replies carry each other's acks, so
+//        neither end wakes again for an ack timer or for reading an ack later.
 //   CH-7 A send made under FlushLater is written with the link's next write, or once
 //        kFlushLaterFrames are waiting, or at the latest Config::flush_later_delay after it
 //        was queued (a timer on the io_context): a burst costs one writev, and no envelope
@@ -83,6 +84,10 @@ struct Config {
   // here cost every proc of a cast two wake-ups per call: docs/cast.md). The price: stop()
   // hands back envelopes of up to this long ago that were delivered but not yet acked (CH-3).
   std::chrono::microseconds ack_delay{50'000};
+  // CH-10 acks with a send only what has waited this long: a fast exchange (a ping-pong, a
+  // pipelined stream with replies) keeps one Ack per ack_every envelopes instead of one per
+  // send; a slower one (a proc called every few ms) acks each call with its next reply.
+  std::chrono::microseconds ack_with_send_after{1000};
   std::chrono::microseconds flush_later_delay{50};  // CH-7's bound
   // The job's shared secret. When set, every TCP connection, in and out, passes a
   // challenge-response on it before any frame is read (CH-8). Unix and in-process links

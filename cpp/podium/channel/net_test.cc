@@ -136,6 +136,7 @@ TEST_P(ChannelNetTransport, ASendToThePeerAcksWhatItSent) {  // CH-10
   Config c = test_config();
   c.ack_every = 1'000'000;
   c.ack_delay = 60s;
+  c.ack_with_send_after = 0us;
   TempDir dir;
   Receiver a_got, b_got;
   Returns a_back, b_back;
