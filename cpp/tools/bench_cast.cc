@@ -93,15 +93,6 @@ double us_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 }
 
-struct Mode {
-  double call_us = 0;   // median call() latency
-  double send_us = 0;   // median CPU time of the calling thread inside call_raw
-  double self_cpu_us = 0;   // the controller process's CPU time per call
-  double procs_cpu_us = 0;  // every proc's CPU time per call, together
-  uint64_t sends = 0;   // most controller sends in one call
-  uint64_t recvs = 0;   // most controller receives in one call
-};
-
 double thread_cpu_us() {
   timespec ts{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -117,24 +108,72 @@ double self_cpu_us() {
   return us(ru.ru_utime) + us(ru.ru_stime);
 }
 
-// CPU time of every thread of every proc of the mesh, from /proc/<pid>/task/*/schedstat
-// (nanoseconds on a CPU: the first field).
-double procs_cpu_us(const podium::ProcMesh& procs) {
-  double total = 0;
-  for (size_t r = 0; r < procs.size(); ++r) {
-    std::error_code ec;
-    std::filesystem::directory_iterator it("/proc/" + std::to_string(procs.pid(r)) + "/task", ec);
-    if (ec) continue;
-    for (const auto& task : it) {
-      FILE* f = std::fopen((task.path() / "schedstat").c_str(), "r");
-      if (!f) continue;
+// What one process spent, summed over its threads: CPU time (/proc/<pid>/task/*/schedstat,
+// nanoseconds on a CPU: the first field) and context switches (voluntary: the thread slept
+// and was woken again, i.e. one wake-up; involuntary: it was preempted), from
+// /proc/<pid>/task/*/status.
+struct TaskStats {
+  double cpu_us = 0;
+  double wakeups = 0;
+  double preempted = 0;
+  TaskStats& operator+=(const TaskStats& o) {
+    cpu_us += o.cpu_us;
+    wakeups += o.wakeups;
+    preempted += o.preempted;
+    return *this;
+  }
+  TaskStats operator+(const TaskStats& o) const {
+    return TaskStats{cpu_us + o.cpu_us, wakeups + o.wakeups, preempted + o.preempted};
+  }
+  TaskStats operator-(const TaskStats& o) const {
+    return TaskStats{cpu_us - o.cpu_us, wakeups - o.wakeups, preempted - o.preempted};
+  }
+  TaskStats scaled(double f) const { return TaskStats{cpu_us * f, wakeups * f, preempted * f}; }
+};
+
+TaskStats process_stats(pid_t pid) {
+  TaskStats out;
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/proc/" + std::to_string(pid) + "/task", ec);
+  if (ec) return out;
+  for (const auto& task : it) {
+    if (FILE* f = std::fopen((task.path() / "schedstat").c_str(), "r")) {
       unsigned long long ns = 0;
-      if (std::fscanf(f, "%llu", &ns) == 1) total += static_cast<double>(ns) / 1e3;
+      if (std::fscanf(f, "%llu", &ns) == 1) out.cpu_us += static_cast<double>(ns) / 1e3;
+      std::fclose(f);
+    }
+    if (FILE* f = std::fopen((task.path() / "status").c_str(), "r")) {
+      char line[256];
+      unsigned long long v = 0;
+      while (std::fgets(line, sizeof line, f)) {
+        if (std::sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1) {
+          out.wakeups += static_cast<double>(v);
+        } else if (std::sscanf(line, "nonvoluntary_ctxt_switches: %llu", &v) == 1) {
+          out.preempted += static_cast<double>(v);
+        }
+      }
       std::fclose(f);
     }
   }
-  return total;
+  return out;
 }
+
+std::vector<TaskStats> mesh_stats(const podium::ProcMesh& procs) {
+  std::vector<TaskStats> out(procs.size());
+  for (size_t r = 0; r < procs.size(); ++r) out[r] = process_stats(procs.pid(r));
+  return out;
+}
+
+struct Mode {
+  double call_us = 0;   // median call() latency
+  double send_us = 0;   // median CPU time of the calling thread inside call_raw
+  double self_cpu_us = 0;   // the controller process's CPU time per call
+  double procs_cpu_us = 0;  // every proc's CPU time per call, together
+  uint64_t sends = 0;   // most controller sends in one call
+  uint64_t recvs = 0;   // most controller receives in one call
+  TaskStats controller;           // the controller process, per call
+  std::vector<TaskStats> per_rank;  // each proc of the mesh, per call
+};
 
 Mode measure(const podium::ProcMesh& procs, const podium::ActorMesh<Echo>& mesh, size_t fanout,
              int iters) {
@@ -143,10 +182,13 @@ Mode measure(const podium::ProcMesh& procs, const podium::ActorMesh<Echo>& mesh,
   auto arg = podium::detail::pack(std::tuple<int>(1));
   std::vector<double> lat, send;
   Mode m;
-  double self0 = 0, procs0 = 0;
+  double self0 = 0;
+  TaskStats ctl0;
+  std::vector<TaskStats> ranks0;
   for (int i = 0; i < iters + 3; ++i) {
-    if (i == 3) {  // reading every proc's schedstat costs this process ~1 ms at 256 procs
-      procs0 = procs_cpu_us(procs);
+    if (i == 3) {  // reading every proc's /proc files costs this process ~2 ms at 256 procs
+      ranks0 = mesh_stats(procs);
+      ctl0 = process_stats(::getpid());
       self0 = self_cpu_us();
     }
     auto before = proc.traffic();
@@ -167,8 +209,15 @@ Mode measure(const podium::ProcMesh& procs, const podium::ActorMesh<Echo>& mesh,
     m.sends = std::max(m.sends, after.sent - before.sent);
     m.recvs = std::max(m.recvs, after.received - before.received);
   }
-  m.self_cpu_us = (self_cpu_us() - self0) / iters;  // before the schedstat reads, not after
-  m.procs_cpu_us = (procs_cpu_us(procs) - procs0) / iters;
+  // Before the /proc reads, not after.
+  m.self_cpu_us = (self_cpu_us() - self0) / iters;
+  m.controller = (process_stats(::getpid()) - ctl0).scaled(1.0 / iters);
+  auto ranks1 = mesh_stats(procs);
+  m.per_rank.resize(ranks1.size());
+  for (size_t r = 0; r < ranks1.size(); ++r) {
+    m.per_rank[r] = (ranks1[r] - ranks0[r]).scaled(1.0 / iters);
+    m.procs_cpu_us += m.per_rank[r].cpu_us;
+  }
   m.call_us = median(lat);
   m.send_us = median(send);
   return m;
@@ -255,6 +304,14 @@ class RawMesh {
   RawMesh(const RawMesh&) = delete;
   RawMesh& operator=(const RawMesh&) = delete;
 
+  // Every node's CPU time and context switches so far, summed.
+  TaskStats stats() const {
+    TaskStats t;
+    for (pid_t p : pids_) t += process_stats(p);
+    return t;
+  }
+  size_t size() const { return pids_.size(); }
+
   double round_trip_us() {
     auto t0 = Clock::now();
     for (int fd : top_) write_byte(fd);
@@ -290,20 +347,54 @@ size_t tree_depth(size_t n, size_t k) {
 struct Floor {
   double star_us = 0;
   double tree_us = 0;
+  TaskStats star_proc, tree_proc;  // per proc per round trip
 };
 
 // Star and tree alternate, as podium's two modes do.
 Floor measure_floor(size_t n, size_t k, int iters) {
   RawMesh star(n, n), tree(n, k);
   std::vector<double> s, t;
+  TaskStats star0, tree0;
   for (int i = 0; i < iters + 3; ++i) {
+    if (i == 3) {
+      star0 = star.stats();
+      tree0 = tree.stats();
+    }
     double a = star.round_trip_us();
     double b = tree.round_trip_us();
     if (i < 3) continue;
     s.push_back(a);
     t.push_back(b);
   }
-  return Floor{median(s), median(t)};
+  double per = 1.0 / (static_cast<double>(iters) * static_cast<double>(n));
+  return Floor{median(s), median(t), (star.stats() - star0).scaled(per),
+               (tree.stats() - tree0).scaled(per)};
+}
+
+// Which ranks of a tree cast to n ranks with fan-out k are relays (heads of a chunk of more
+// than one rank, CT-2); the others are leaves. All leaves for a star (n <= k).
+std::vector<bool> relay_ranks(size_t n, size_t k) {
+  std::vector<bool> relay(n, false);
+  if (n <= k) return relay;
+  auto walk = [&](auto&& self, podium::mesh::Chunk c) -> void {
+    if (c.hi - c.lo > 1) relay[c.lo] = true;
+    for (auto sub : podium::mesh::split_chunks(c.lo + 1, c.hi, k)) self(self, sub);
+  };
+  for (auto c : podium::mesh::split_chunks(0, n, k)) walk(walk, c);
+  return relay;
+}
+
+// The mean per-call stats of the ranks with relay[r] == want.
+TaskStats role_mean(const std::vector<TaskStats>& per_rank, const std::vector<bool>& relay,
+                    bool want) {
+  TaskStats sum;
+  size_t count = 0;
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    if (relay[r] != want) continue;
+    sum += per_rank[r];
+    ++count;
+  }
+  return count ? sum.scaled(1.0 / static_cast<double>(count)) : TaskStats{};
 }
 
 std::vector<size_t> parse_sizes(const std::string& s) {
@@ -374,9 +465,17 @@ int main(int argc, char** argv) {
     Mode t2 = measure(procs, echo, fanout, iters - iters / 2);
     Mode s2 = measure(procs, echo, 0, iters - iters / 2);
     auto both = [](const Mode& a, const Mode& b) {
-      return Mode{(a.call_us + b.call_us) / 2,         (a.send_us + b.send_us) / 2,
-                  (a.self_cpu_us + b.self_cpu_us) / 2, (a.procs_cpu_us + b.procs_cpu_us) / 2,
-                  std::max(a.sends, b.sends),          std::max(a.recvs, b.recvs)};
+      Mode m{(a.call_us + b.call_us) / 2,         (a.send_us + b.send_us) / 2,
+             (a.self_cpu_us + b.self_cpu_us) / 2, (a.procs_cpu_us + b.procs_cpu_us) / 2,
+             std::max(a.sends, b.sends),          std::max(a.recvs, b.recvs),
+             (a.controller + b.controller).scaled(0.5), {}};
+      m.per_rank.resize(a.per_rank.size());
+      for (size_t r = 0; r < a.per_rank.size(); ++r) {
+        m.per_rank[r] = a.per_rank[r];
+        m.per_rank[r] += b.per_rank[r];
+        m.per_rank[r] = m.per_rank[r].scaled(0.5);
+      }
+      return m;
     };
     row.tree = both(t1, t2);
     row.star = both(s1, s2);
@@ -438,7 +537,7 @@ int main(int argc, char** argv) {
                   "\"tree_procs_cpu_us\": %.1f, \"star_procs_cpu_us\": %.1f, "
                   "\"depth\": %zu, \"raw_tree_us\": %.1f, \"raw_star_us\": %.1f, "
                   "\"tree_over_raw_tree\": %.2f, \"star_over_raw_star\": %.2f, "
-                  "\"tree_start_cpu_us\": %.1f, \"star_start_cpu_us\": %.1f}",
+                  "\"tree_start_cpu_us\": %.1f, \"star_start_cpu_us\": %.1f, ",
                   i ? ", " : "", r.procs, r.tree.call_us, r.star.call_us,
                   static_cast<unsigned long long>(r.tree.sends),
                   static_cast<unsigned long long>(r.tree.recvs),
@@ -449,6 +548,22 @@ int main(int argc, char** argv) {
                   r.tree.call_us / std::max(r.floor.tree_us, 1e-3),
                   r.star.call_us / std::max(r.floor.star_us, 1e-3), r.tree.send_us,
                   r.star.send_us);
+      // Per call, per process of each role (docs/cast.md, "Where a cast's time goes").
+      auto relay = relay_ranks(r.procs, fanout);
+      std::vector<bool> none(r.procs, false);
+      auto stats = [](const char* name, const TaskStats& t, bool last) {
+        std::printf("\"%s\": {\"cpu_us\": %.1f, \"wakeups\": %.2f, \"preempted\": %.2f}%s",
+                    name, t.cpu_us, t.wakeups, t.preempted, last ? "" : ", ");
+      };
+      std::printf("\"breakdown\": {");
+      stats("tree_controller", r.tree.controller, false);
+      stats("star_controller", r.star.controller, false);
+      stats("tree_relay", role_mean(r.tree.per_rank, relay, true), false);
+      stats("tree_leaf", role_mean(r.tree.per_rank, relay, false), false);
+      stats("star_leaf", role_mean(r.star.per_rank, none, false), false);
+      stats("raw_tree_proc", r.floor.tree_proc, false);
+      stats("raw_star_proc", r.floor.star_proc, true);
+      std::printf("}}");
     }
     std::printf("], \"calibration\": {\"hop_us\": %.2f, \"send_us\": %.3f, \"recv_us\": %.3f, "
                 "\"member_us\": %.4f, \"proc_us\": %.2f, \"relay_us\": %.2f, "

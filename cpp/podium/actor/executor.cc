@@ -51,9 +51,15 @@ thread_local int64_t tls_poll_window_ns = -1;  // this thread's current window; 
 size_t run_one_polling(asio::io_context& io, int64_t max_poll_ns,
                        std::chrono::steady_clock::duration limit =
                            std::chrono::steady_clock::duration::max()) {
+  using Clock = std::chrono::steady_clock;
+  // Without polling, run_one() runs ready work first too: checking with poll_one() before it
+  // would cost every wake-up one more epoll_wait (the reactor runs even when nothing waits).
+  if (max_poll_ns <= 0) {
+    if (io.stopped()) return 0;
+    return limit == Clock::duration::max() ? io.run_one() : io.run_one_for(limit);
+  }
   if (size_t n = io.poll_one()) return n;
   if (io.stopped()) return 0;
-  using Clock = std::chrono::steady_clock;
   int64_t& window = tls_poll_window_ns;
   if (window < 0 || window > max_poll_ns) window = max_poll_ns;
   auto start = Clock::now();

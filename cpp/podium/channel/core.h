@@ -139,6 +139,9 @@ struct Core {
   std::unordered_map<Address, std::shared_ptr<Link>> links;
   std::vector<std::shared_ptr<ListenerBase>> listeners;
   std::unordered_set<std::shared_ptr<Inbound>> inbounds;
+  // Each connection by the listen address its peer named in Hello (the latest one per peer):
+  // a send() to that address acknowledges what the connection has delivered (CH-10).
+  std::unordered_map<Address, std::weak_ptr<Inbound>> inbound_by_peer;
   std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions;
 };
 

@@ -134,6 +134,12 @@ void Inbound::close_locked(const std::string& why, bool warn) {
   decltype(core_->inbounds)::node_type node;  // destroyed after the lock is released
   std::lock_guard lock(core_->mu);
   node = core_->inbounds.extract(shared_from_this());
+  if (listed_as_) {
+    auto it = core_->inbound_by_peer.find(*listed_as_);
+    if (it != core_->inbound_by_peer.end() && it->second.lock().get() == this) {
+      core_->inbound_by_peer.erase(it);
+    }
+  }
 }
 
 void Inbound::start_read_locked() {
@@ -204,6 +210,7 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
   if (closed_) return;
   if (session_) {
     uint64_t unacked = session_->delivered.load(std::memory_order_acquire) - acked_;
+    if (unacked > 0 && unacked_since_ == Clock::time_point{}) unacked_since_ = Clock::now();
     if (unacked >= core_->config.ack_every) {
       ack_locked();
     } else if (unacked > 0 && !ack_armed_) {
@@ -232,6 +239,13 @@ bool Inbound::accept_hello(const wire::Hello& hello) {
   session_ = std::move(session);  // ~Inbound releases it even if closed meanwhile
   if (closed_) return false;
   hello_from_ = hello.listen_address;
+  if (auto from = Address::parse(hello.listen_address)) {
+    std::lock_guard core_lock(core_->mu);
+    if (!core_->stopped) {
+      core_->inbound_by_peer[*from] = weak_from_this();
+      listed_as_ = std::move(*from);
+    }
+  }
   acked_ = session_->delivered.load(std::memory_order_acquire);
   wire::encode(wire::HelloAck{acked_}, out_);
   write_locked();
@@ -246,6 +260,7 @@ void Inbound::ack_locked() {
   out_off_ = 0;
   wire::encode(wire::Ack{delivered}, out_);
   acked_ = delivered;
+  unacked_since_ = {};
   write_locked();
 }
 
@@ -273,6 +288,21 @@ void Inbound::on_writable(const std::error_code& ec) {
   }
   write_locked();
   if (!closed_ && out_off_ == out_.size()) ack_locked();
+}
+
+void Inbound::flush_ack() {
+  std::lock_guard lock(mu_);
+  if (closed_ || !session_) return;
+  if (session_->delivered.load(std::memory_order_acquire) <= acked_) return;
+  // A fast exchange keeps its acks batched: what arrived within ack_with_send_after waits
+  // for a later send, ack_every or the timer (CH-10).
+  if (Clock::now() - unacked_since_ < core_->config.ack_with_send_after) return;
+  ack_locked();
+  // A timer left armed would wake this proc later for nothing.
+  if (ack_armed_ && acked_ >= session_->delivered.load(std::memory_order_acquire)) {
+    ack_armed_ = false;
+    ack_timer_.cancel();  // its handler sees operation_aborted
+  }
 }
 
 void Inbound::on_ack_timer(const std::error_code& ec) {

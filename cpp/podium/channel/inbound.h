@@ -16,6 +16,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "podium/channel/auth.h"
@@ -45,6 +46,9 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   void start();
   // Closes the connection; logs `why` as a warning when `warn`, else at debug. Thread-safe.
   void close(const std::string& why, bool warn);
+  // Acknowledges now what this connection has delivered, and disarms the delayed ack: the
+  // Net is sending to this peer anyway (CH-10). Thread-safe.
+  void flush_ack();
 
  private:
   void close_locked(const std::string& why, bool warn);
@@ -70,11 +74,13 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   bool closed_ = false;
   std::shared_ptr<Session> session_;
   std::string hello_from_;  // the sender's listen address, for logs
+  std::optional<Address> listed_as_;  // its key in Core::inbound_by_peer, once listed
   uint64_t acked_ = 0;      // highest seq acknowledged on this connection
   std::vector<std::byte> out_;  // control frame being written, out_off_ bytes sent
   size_t out_off_ = 0;
   asio::steady_timer ack_timer_;
   bool ack_armed_ = false;
+  Clock::time_point unacked_since_{};  // first delivery after the last Ack; {} when none
   const Transport transport_;
   // CH-8, read chain and mu_: the challenge's nonce, the bytes exchanged, the deadline.
   Nonce server_nonce_{};

@@ -89,11 +89,15 @@ void Net::send(const Address& to, wire::Envelope env) {
                       std::to_string(core.config.max_frame_bytes));
   }
   internal::Link* link;
+  std::shared_ptr<internal::Inbound> from_peer;  // CH-10
   {
     std::lock_guard lock(core.mu);
     if (core.stopped) {
       link = nullptr;
     } else {
+      if (auto it = core.inbound_by_peer.find(to); it != core.inbound_by_peer.end()) {
+        from_peer = it->second.lock();
+      }
       auto& slot = core.links[to];
       if (!slot) {
         if (to.transport == Transport::kInproc) {
@@ -107,6 +111,9 @@ void Net::send(const Address& to, wire::Envelope env) {
   }
   if (!link) return refuse(ChannelErrc::kCancelled, "net stopped");
   link->send(std::move(env));
+  // CH-10: the peer hears from this Net now anyway, so what it sent here is acknowledged in
+  // the same breath, not by a delayed-ack timer that would wake both ends again later.
+  if (from_peer) from_peer->flush_ack();
 }
 
 void Net::stop() {
@@ -123,6 +130,7 @@ void Net::stop() {
       for (auto& [addr, link] : core.links) links.push_back(link);
       listeners.swap(core.listeners);
       inbounds.swap(core.inbounds);
+      core.inbound_by_peer.clear();
       core.sessions.clear();
     }
   }

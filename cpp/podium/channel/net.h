@@ -31,6 +31,11 @@
 //        proved the secret (auth.h): a listener decodes nothing from a peer that did not,
 //        and refuses it at once with a logged warning; a dialler whose secret is refused
 //        hands its queued envelopes back with kAuthFailed at once.
+//   CH-10 A send to an address acknowledges, right after its own write, everything the
+//        connection from the Net listening there (named by its Hello) has delivered, once
+//        the oldest of it has waited Config::ack_with_send_after, and disarms that
+//        connection's delayed-ack timer: requests and replies carry each other's acks, so
+//        neither end wakes again for an ack timer or for reading an ack later.
 //   CH-7 A send made under FlushLater is written with the link's next write, or once
 //        kFlushLaterFrames are waiting, or at the latest Config::flush_later_delay after it
 //        was queued (a timer on the io_context): a burst costs one writev, and no envelope
@@ -73,7 +78,16 @@ struct Config {
   std::chrono::milliseconds reconnect_min{2};
   std::chrono::milliseconds reconnect_max{500};
   uint32_t ack_every = 256;                 // receiver acks after this many envelopes ...
-  std::chrono::microseconds ack_delay{1000};  // ... or this long after the first unacked one
+  // ... or this long after the first unacked one, unless it sends to the peer first (CH-10).
+  // Long, because request/reply traffic acks with its next send to the peer: the timer only
+  // acks the last messages of an exchange, and each time it fires it wakes both ends (1 ms
+  // here cost every proc of a cast two wake-ups per call: docs/cast.md). The price: stop()
+  // hands back envelopes of up to this long ago that were delivered but not yet acked (CH-3).
+  std::chrono::microseconds ack_delay{50'000};
+  // CH-10 acks with a send only what has waited this long: a fast exchange (a ping-pong, a
+  // pipelined stream with replies) keeps one Ack per ack_every envelopes instead of one per
+  // send; a slower one (a proc called every few ms) acks each call with its next reply.
+  std::chrono::microseconds ack_with_send_after{1000};
   std::chrono::microseconds flush_later_delay{50};  // CH-7's bound
   // The job's shared secret. When set, every TCP connection, in and out, passes a
   // challenge-response on it before any frame is read (CH-8). Unix and in-process links

@@ -129,6 +129,38 @@ TEST_P(ChannelNetTransport, SlowStreamIsAckedByTheTimer) {  // CH-3: acks arrive
   EXPECT_EQ(p.receiver.error(), "");
 }
 
+TEST_P(ChannelNetTransport, ASendToThePeerAcksWhatItSent) {  // CH-10
+  if (GetParam() == Kind::kInproc) GTEST_SKIP() << "inproc pipes ack as they drain";
+  // The ack timer is far off, so only a send back can acknowledge before stop(): stop() hands
+  // back exactly the envelopes not acknowledged (CH-3).
+  Config c = test_config();
+  c.ack_every = 1'000'000;
+  c.ack_delay = 60s;
+  c.ack_with_send_after = 0us;
+  TempDir dir;
+  Receiver a_got, b_got;
+  Returns a_back, b_back;
+  IoThreads a_io(1), b_io(1);
+  Net a(a_io.io(), c, a_got.fn(), a_back.fn());
+  Net b(b_io.io(), c, b_got.fn(), b_back.fn());
+  auto a_addr = a.listen(GetParam() == Kind::kTcp ? listen_address(GetParam(), dir)
+                                                  : *Address::parse("unix:" + dir.path("a.sock")));
+  auto b_addr = b.listen(listen_address(GetParam(), dir));
+  ASSERT_TRUE(a_addr && b_addr);
+  for (uint64_t i = 0; i < 3; ++i) a.send(*b_addr, numbered(i));
+  ASSERT_TRUE(b_got.wait_for(3, 10s));
+  b.send(*a_addr, numbered(0));  // the reply: acks a's three on b's way out
+  ASSERT_TRUE(a_got.wait_for(1, 10s));
+  // a reads the Ack on its link's socket, apart from the reply: give it time to.
+  for (int i = 0; i < 200; ++i) std::this_thread::sleep_for(5ms);
+  a.stop();
+  b.stop();
+  EXPECT_EQ(a_back.size(), 0u) << "a's envelopes were not acknowledged by b's send";
+  EXPECT_EQ(b_back.size(), 1u) << "b's reply had nothing to ack it but the (60 s) timer";
+  EXPECT_EQ(a_got.error(), "");
+  EXPECT_EQ(b_got.error(), "");
+}
+
 TEST_P(ChannelNetTransport, SurvivesRandomResetsMidStream) {  // CH-1, CH-2
   Pair p(GetParam());
   constexpr uint64_t kCount = 100000;
