@@ -90,7 +90,7 @@ constexpr uint8_t kGreetingVersion = 1;
 // Each ring of a session's BIO pair. The output ring holds ciphertext the socket has not
 // taken yet (the kernel's socket buffer is the real queue); the input ring, what was read
 // and not yet decrypted (at most one partial record between reads).
-constexpr size_t kRingBytes = 64 * 1024;
+constexpr size_t kRingBytes = 128 * 1024;
 // One TLS 1.3 record: at most 16 KiB of plaintext, plus 22 bytes of header, content type and
 // AEAD tag; the margin covers them with room to spare.
 constexpr size_t kMaxRecord = 16 * 1024;
@@ -221,7 +221,7 @@ TlsSession::~TlsSession() {
   BIO_free(network_);
 }
 
-void TlsSession::set_error_locked(const char* what, int rc) {
+void TlsSession::set_error_locked(int rc) {
   int kind = SSL_get_error(ssl_, rc);
   std::string reason = openssl_reason(kind == SSL_ERROR_ZERO_RETURN ? "the peer closed the TLS stream"
                                                                    : "unexpected end of stream");
@@ -229,7 +229,7 @@ void TlsSession::set_error_locked(const char* what, int rc) {
   if (verify != X509_V_OK) {
     reason += std::string(": ") + X509_verify_cert_error_string(verify);
   }
-  error_ = std::string(what) + ": " + reason;
+  error_ = std::move(reason);
 }
 
 TlsSession::Step TlsSession::handshake() {
@@ -238,7 +238,7 @@ TlsSession::Step TlsSession::handshake() {
   int rc = SSL_do_handshake(ssl_);
   if (rc == 1) return Step::kDone;
   if (SSL_get_error(ssl_, rc) == SSL_ERROR_WANT_READ) return Step::kWantInput;
-  set_error_locked("TLS handshake", rc);
+  set_error_locked(rc);
   return Step::kFailed;
 }
 
@@ -277,7 +277,7 @@ TlsSession::Read TlsSession::read(std::span<std::byte> out) {
     if (kind == SSL_ERROR_ZERO_RETURN) {
       r.closed = true;
     } else {
-      set_error_locked("TLS", rc);
+      set_error_locked(rc);
       r.failed = true;
     }
     break;
@@ -355,7 +355,7 @@ ssize_t TlsSession::write(int fd, const iovec* iov, size_t count) {
     size_t written = 0;
     int rc = SSL_write_ex(ssl_, p, chunk, &written);
     if (rc != 1 || written != chunk) {
-      set_error_locked("TLS write", rc);
+      set_error_locked(rc);
       return -EPROTO;
     }
     taken += chunk;

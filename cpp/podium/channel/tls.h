@@ -106,12 +106,14 @@ class TlsSession {
   int flush(int fd);
   bool output_pending();
 
+  // Why the last handshake(), read() or write() failed: OpenSSL's reason, and the verify
+  // error when a certificate was refused.
   std::string error();
 
  private:
   TlsSession(ssl_st* ssl, bio_st* network) : ssl_(ssl), network_(network) {}
   int flush_locked(int fd);
-  void set_error_locked(const char* what, int rc);
+  void set_error_locked(int rc);  // OpenSSL's reason for the failed call's result `rc`
 
   std::mutex mu_;
   // Guarded by mu_:
