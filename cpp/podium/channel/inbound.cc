@@ -197,9 +197,9 @@ void Inbound::advance_tls_locked() {
       case TlsStep::kHandshake: {
         auto step = tls_->handshake();
         if (step == TlsSession::Step::kFailed) {
-          std::string why = "refused: TLS handshake failed: " + tls_->error();
-          send_tls_locked();  // the alert that tells the dialler why, best effort
-          close_locked(why, true);
+          // The alert that tells the dialler why goes first, best effort.
+          (void)tls_->flush(socket_.native_handle());
+          close_locked("refused: TLS handshake failed: " + tls_->error(), true);
           return;
         }
         if (!send_tls_locked()) return;

@@ -459,9 +459,10 @@ void SocketLink::advance_tls_locked() {
       case TlsStep::kHandshake: {
         auto step = tls_->handshake();
         if (step == TlsSession::Step::kFailed) {
-          std::string why = "TLS handshake with " + to_text_ + " failed: " + tls_->error();
-          send_tls_locked();  // the alert that tells the listener why, best effort
-          refused_locked(ChannelErrc::kTlsFailed, why);
+          // The alert that tells the listener why goes first, best effort.
+          (void)tls_->flush(socket_.native_handle());
+          refused_locked(ChannelErrc::kTlsFailed,
+                         "TLS handshake with " + to_text_ + " failed: " + tls_->error());
           return;
         }
         if (!send_tls_locked()) return;
