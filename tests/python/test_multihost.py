@@ -24,12 +24,13 @@ READY = "podium worker listening on "
 
 
 class Worker:
-    """A `python -m podium worker` on 127.0.0.1, killed (with its procs) when the test ends."""
+    """A `python -m podium worker` on 127.0.0.1 (or another command that prints the ready
+    line), killed (with its procs) when the test ends."""
 
     def __init__(self, env: dict[str, str] | None = None, host: str = "127.0.0.1",
-                 persistent: bool = False) -> None:
+                 argv: list[str] | None = None, persistent: bool = False) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "podium", "worker", "--listen", f"tcp://{host}:0"]
+            argv or [sys.executable, "-m", "podium", "worker", "--listen", f"tcp://{host}:0"]
             + (["--persistent"] if persistent else []),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, **(env or {})}, start_new_session=True)
@@ -62,8 +63,9 @@ class Worker:
 def workers():
     started: list[Worker] = []
 
-    def start(n: int = 1, env: dict[str, str] | None = None) -> list[Worker]:
-        ws = [Worker(env) for _ in range(n)]
+    def start(n: int = 1, env: dict[str, str] | None = None,
+              argv: list[str] | None = None) -> list[Worker]:
+        ws = [Worker(env, argv=argv) for _ in range(n)]
         started.extend(ws)
         return ws
 
@@ -347,3 +349,168 @@ def test_what_remote_actors_print_reaches_the_controller(tmp_path, workers):
     # Not through the workers' own output.
     for w in ws:
         assert "hello from a worker" not in w.output()
+
+
+# --- TLS (channel CH-9) ----------------------------------------------------------------------
+# Certificates are made with the openssl command, as docs/multihost.md shows.
+
+
+def _openssl(cwd: Path, *args: str) -> None:
+    r = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, timeout=30,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+
+
+def _make_ca(d: Path, name: str) -> Path:
+    _openssl(d, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2",
+             "-subj", f"/CN={name}")
+    return d / f"{name}.pem"
+
+
+def _issue(d: Path, ca: str, name: str) -> Path:
+    """One PEM with `name`'s private key and its certificate, which `ca` signed."""
+    _openssl(d, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+    (d / "leaf.ext").write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
+                                "extendedKeyUsage=serverAuth,clientAuth\n")
+    _openssl(d, "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+             "-CAcreateserial", "-days", "2", "-extfile", "leaf.ext", "-out", f"{name}.crt")
+    bundle = d / f"{name}-bundle.pem"
+    bundle.write_text((d / f"{name}.key").read_text() + (d / f"{name}.crt").read_text())
+    bundle.chmod(0o600)
+    return bundle
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("certs")
+    return {"ca": _make_ca(d, "job-ca"), "other_ca": _make_ca(d, "other-ca"),
+            "worker": _issue(d, "job-ca", "worker"),
+            "controller": _issue(d, "job-ca", "controller"),
+            "stranger": _issue(d, "other-ca", "stranger")}
+
+
+def _tls_env(ca: Path, bundle: Path) -> dict[str, str]:
+    return {"PODIUM_TLS_CERT": str(bundle), "PODIUM_TLS_KEY": str(bundle),
+            "PODIUM_TLS_CA": str(ca)}
+
+
+def test_controller_and_workers_on_tls_spawn_cast_and_call(tmp_path, workers, certs):
+    # Workers started through the Python API (ca as a path, the key as bytes); the controller
+    # the other way round. Every process also holds a secret, checked inside TLS.
+    worker_script = tmp_path / "worker.py"
+    worker_script.write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        from podium.actor import run_worker_loop_forever
+        run_worker_loop_forever(address="tcp://127.0.0.1:0", ca=Path({str(certs["ca"])!r}),
+                                private_key=Path({str(certs["worker"])!r}).read_bytes())
+        """))
+    ws = workers(2, env={"PODIUM_SECRET": "tls-job"},
+                 argv=[sys.executable, str(worker_script)])
+    r = run_controller(tmp_path, f"""
+        from pathlib import Path
+
+        class Env(Actor):
+            @endpoint
+            def tls(self):
+                # As its worker got them: the CA as a path, the key as PEM text.
+                return (os.getpid(), os.path.isfile(os.environ.get("PODIUM_TLS_CA", "")) and
+                        "-----BEGIN" in os.environ.get("PODIUM_TLS_KEY", ""))
+
+        hosts = attach_to_workers(workers=WORKERS,
+                                  ca=Path({str(certs["ca"])!r}).read_bytes(),
+                                  private_key={str(certs["controller"])!r})
+        hosts.initialized.get(timeout=30)
+        procs = hosts.spawn_procs(per_host={{"gpus": 3}})
+        got = procs.spawn("env", Env).tls.call().get(timeout=30)
+        assert len(got) == 6 and all(pem for _, pem in got.values()), got
+        # Casts relay through procs on both hosts (fan-out 2), so procs talk across hosts.
+        pids = procs.spawn("who", Who).pid.call().get(timeout=30)
+        print("OK", len(set(pids.values())))
+        """, [w.address for w in ws], env={"PODIUM_SECRET": "tls-job", "PODIUM_CAST_FANOUT": "2"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "OK 6" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_certificate_from_another_ca_is_refused_within_a_second(tmp_path, workers, certs):
+    ws = workers(1, env=_tls_env(certs["ca"], certs["worker"]))
+    attach = """
+        hosts, e, took = try_attach(WORKERS)
+        print("REFUSED after %.3f s: %s" % (took, e) if e else "attached?!")
+        """
+    # The worker does not trust the controller's certificate ...
+    r = run_controller(tmp_path, attach, [ws[0].address],
+                       env=_tls_env(certs["ca"], certs["stranger"]))
+    m = re.search(r"REFUSED after ([\d.]+) s: (.*)", r.stdout)
+    assert m, r.stdout + r.stderr
+    assert float(m.group(1)) < 1.0, m.group(0)
+    assert "TLS" in m.group(2) and ws[0].address[len("tcp://"):] in m.group(2), m.group(2)
+    # ... nor the controller the worker's.
+    r = run_controller(tmp_path, attach, [ws[0].address],
+                       env=_tls_env(certs["other_ca"], certs["stranger"]))
+    m = re.search(r"REFUSED after ([\d.]+) s: (.*)", r.stdout)
+    assert m, r.stdout + r.stderr
+    assert float(m.group(1)) < 1.0, m.group(0)
+    assert "certificate verify failed" in m.group(2), m.group(2)
+    # The worker logged whom it refused and why, and serves a controller it trusts.
+    r = run_controller(tmp_path, """
+        hosts, e, _ = try_attach(WORKERS)
+        procs = hosts.spawn_procs(per_host={"gpus": 1})
+        print("PIDS", list(procs.spawn("w", Who).pid.call().get(timeout=30).values()))
+        """, [ws[0].address], env=_tls_env(certs["ca"], certs["controller"]))
+    assert r.returncode == 0 and "PIDS [" in r.stdout, r.stdout + r.stderr
+    log = ws[0].output()
+    assert re.search(r"refused: TLS handshake failed: certificate verify failed", log), log
+    assert "tcp:127.0.0.1:" in log, log
+
+
+def test_tls_and_plaintext_processes_refuse_each_other_within_a_second(tmp_path, workers, certs):
+    attach = """
+        hosts, e, took = try_attach(WORKERS)
+        print("REFUSED after %.3f s: %s" % (took, e) if e else "attached?!")
+        """
+    tls_worker, plain_worker = workers(1, env=_tls_env(certs["ca"], certs["worker"]))[0], \
+        workers(1)[0]
+    for worker, env, why in ((tls_worker, {}, "requires TLS"),
+                             (plain_worker, _tls_env(certs["ca"], certs["controller"]),
+                              "does not use TLS")):
+        r = run_controller(tmp_path, attach, [worker.address], env=env)
+        m = re.search(r"REFUSED after ([\d.]+) s: (.*)", r.stdout)
+        assert m, r.stdout + r.stderr
+        assert float(m.group(1)) < 1.0, m.group(0)
+        assert why in m.group(2), m.group(2)
+    assert "does not speak TLS" in tls_worker.output()
+    assert "speaks TLS, and this listener has no TLS" in plain_worker.output()
+
+
+def test_tls_arguments_are_checked(tmp_path, certs):
+    r = run_controller(tmp_path, f"""
+        ca, key = {str(certs["ca"])!r}, {str(certs["controller"])!r}
+        w = ["tcp://127.0.0.1:1"]
+        for kwargs in (dict(ca=ca), dict(private_key=key), dict(ca=b"not a pem", private_key=key),
+                       dict(ca="/nonexistent/nope.pem", private_key=key)):
+            try:
+                attach_to_workers(workers=w, **kwargs)
+                print("accepted?!", kwargs)
+            except (ValueError, FileNotFoundError) as e:
+                print("REFUSED:", type(e).__name__, e)
+        # Once podium runs (here on Unix sockets, without TLS), it is too late.
+        from podium.actor import this_host
+        local = this_host().spawn_procs(per_host={{"p": 1}})
+        local.initialized.get(timeout=30)
+        try:
+            attach_to_workers(workers=w, ca=ca, private_key=key)
+            print("accepted?!")
+        except RuntimeError as e:
+            print("LATE:", e)
+        """, [])
+    out = r.stdout
+    assert out.count("REFUSED:") == 4, out + r.stderr
+    assert out.count("both ca=") == 2 and "not PEM" in out and "nope.pem" in out, out
+    assert "LATE:" in out and "before podium starts" in out, out + r.stderr
+
+
+def test_worker_cli_names_the_tls_variables(run_podium):
+    r = run_podium("worker", "--help")
+    assert r.returncode == 0 and "PODIUM_TLS_CERT" in r.stdout, r.stdout

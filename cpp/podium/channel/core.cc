@@ -7,6 +7,20 @@ thread_local Gate::Scope* tl_innermost = nullptr;
 
 }  // namespace
 
+Core::Core(asio::io_context& io, Config config, DeliverFn deliver, UndeliverableFn undeliverable)
+    : io(io),
+      config(std::move(config)),
+      deliver(std::move(deliver)),
+      undeliverable(std::move(undeliverable)) {
+  if (!this->config.tls.enabled()) return;
+  auto ctx = TlsContext::make(this->config.tls);
+  if (ctx) {
+    tls = std::move(*ctx);
+  } else {
+    tls_error = ctx.error().message;
+  }
+}
+
 Gate::Scope::Scope(Gate& g) : gate_(g), outer_(tl_innermost) {
   // seq_cst on both sides: either close_and_wait() sees this increment, or this load sees
   // the close.

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "podium/channel/net.h"
+#include "podium/channel/tls.h"
 
 namespace podium::channel::internal {
 
@@ -119,16 +120,18 @@ class ListenerBase {
 };
 
 struct Core {
-  Core(asio::io_context& io, Config config, DeliverFn deliver, UndeliverableFn undeliverable)
-      : io(io),
-        config(config),
-        deliver(std::move(deliver)),
-        undeliverable(std::move(undeliverable)) {}
+  // Parses config.tls (no I/O); a bad one leaves `tls` empty and says why in `tls_error`.
+  Core(asio::io_context& io, Config config, DeliverFn deliver, UndeliverableFn undeliverable);
 
   asio::io_context& io;
   const Config config;
   const DeliverFn deliver;
   const UndeliverableFn undeliverable;
+  // CH-9, set by the constructor, then only read: with config.tls enabled, either the parsed
+  // context or why it could not be made (every TCP listen and connection then fails with it).
+  std::shared_ptr<const TlsContext> tls;
+  std::string tls_error;
+  bool tls_enabled() const { return config.tls.enabled(); }
   // Net::on_batch_end(): set before the first listen() or send(), then only read.
   std::function<void()> batch_end;
   Gate gate;

@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <asio/post.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
+#include <cstring>
 
 namespace podium::channel::internal {
 namespace {
@@ -50,7 +52,9 @@ Inbound::~Inbound() {
 void Inbound::start() {
   std::lock_guard lock(mu_);
   if (closed_) return;
-  if (transport_ == Transport::kTcp && !core_->config.secret.empty()) {
+  if (transport_ == Transport::kTcp && core_->tls_enabled()) {
+    start_tls_locked();
+  } else if (transport_ == Transport::kTcp && !core_->config.secret.empty()) {
     start_auth_locked();
   } else {
     start_read_locked();
@@ -103,7 +107,10 @@ void Inbound::on_auth_response(const std::error_code& ec) {
     // Tell the dialler why (best effort, the socket is non-blocking and empty), then go.
     std::error_code wec;
     asio::write(socket_, asio::buffer(verdict_), wec);
-    close_locked("refused: authentication failed (wrong or missing secret)", true);
+    close_locked(looks_like_tls(std::as_bytes(std::span(response_)))
+                     ? "refused: the peer speaks TLS, and this listener has no TLS configured"
+                     : "refused: authentication failed (wrong or missing secret)",
+                 true);
     return;
   }
   asio::async_write(socket_, asio::buffer(verdict_),
@@ -111,6 +118,199 @@ void Inbound::on_auth_response(const std::error_code& ec) {
                       if (ec) self->close("authentication: write: " + ec.message(), false);
                     });
   start_read_locked();
+}
+
+// ---- Inbound: TLS setup (CH-9) ----
+
+void Inbound::start_tls_locked() {
+  if (!core_->tls) {
+    close_locked("refused: " + core_->tls_error, true);
+    return;
+  }
+  auto session = TlsSession::make(*core_->tls, TlsSession::Role::kListener);
+  if (!session) {
+    close_locked("refused: " + session.error().message, true);
+    return;
+  }
+  tls_ = std::move(*session);
+  auth_timer_.expires_after(kAuthTimeout);
+  auth_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
+    if (!ec) self->close("refused: the TLS setup did not finish within 10 s", true);
+  });
+  // The greeting goes out before anything is read: a plaintext dialler with a secret waits
+  // for a challenge, and learns from the greeting that this listener requires TLS. A fresh
+  // socket's buffer takes it whole.
+  auto greeting = tls_greeting();
+  iovec v{greeting.data(), greeting.size()};
+  if (ssize_t n = send_iov(socket_.native_handle(), &v, 1); n != ssize_t(greeting.size())) {
+    close_locked(n < 0 ? errno_error("TLS: write", int(-n)).message
+                       : std::string("TLS: the greeting did not fit the socket buffer"),
+                 false);
+    return;
+  }
+  read_tls_locked();
+}
+
+void Inbound::read_tls_locked() {
+  auto into = tls_->input_space();
+  if (into.empty()) {  // the peer sent more than the setup consumes
+    close_locked("refused: protocol error: unexpected data during the TLS setup", true);
+    return;
+  }
+  read_into_ = into.data();
+  socket_.async_read_some(asio::buffer(into.data(), into.size()),
+                          [self = shared_from_this()](const std::error_code& ec, size_t n) {
+                            self->on_tls_input(ec, n);
+                          });
+}
+
+void Inbound::on_tls_input(const std::error_code& ec, size_t n) {
+  std::lock_guard lock(mu_);
+  if (closed_) return;
+  if (ec) {
+    if (ec == asio::error::operation_aborted) return;
+    bool silent = std::exchange(first_read_, false);
+    close_locked(ec != asio::error::eof ? "refused: TLS: read: " + ec.message()
+                 : silent ? "refused: the peer closed the connection before the TLS handshake "
+                            "(a podium process without TLS? this listener requires it)"
+                 : tls_step_ == TlsStep::kResponse
+                     ? "refused: the peer closed the connection instead of answering the "
+                       "authentication challenge (it holds no secret?)"
+                     : "refused: the peer closed the connection during the TLS handshake",
+                 true);
+    return;
+  }
+  if (std::exchange(first_read_, false) && !looks_like_tls({read_into_, n})) {
+    close_locked("refused: the peer does not speak TLS, and this listener requires it", true);
+    return;
+  }
+  tls_->commit_input(n);
+  advance_tls_locked();
+}
+
+void Inbound::advance_tls_locked() {
+  const std::string& secret = core_->config.secret;
+  for (;;) {
+    switch (tls_step_) {
+      case TlsStep::kReady:
+        return;
+      case TlsStep::kHandshake: {
+        auto step = tls_->handshake();
+        if (step == TlsSession::Step::kFailed) {
+          // The alert that tells the dialler why goes first, best effort.
+          (void)tls_->flush(socket_.native_handle());
+          close_locked("refused: TLS handshake failed: " + tls_->error(), true);
+          return;
+        }
+        if (!send_tls_locked()) return;
+        if (step == TlsSession::Step::kWantInput) {
+          read_tls_locked();
+          return;
+        }
+        // Accepted: confirm, and challenge when this Net holds a secret (CH-8 inside TLS).
+        std::array<uint8_t, 1 + kChallengeBytes> out{};
+        size_t len = 1;
+        out[0] = secret.empty() ? kTlsConfirm : kTlsConfirmChallenge;
+        if (!secret.empty()) {
+          try {
+            server_nonce_ = random_nonce();
+          } catch (const std::exception& e) {
+            close_locked(std::string("authentication: ") + e.what(), true);
+            return;
+          }
+          challenge_ = auth_challenge(server_nonce_);
+          std::memcpy(out.data() + 1, challenge_.data(), challenge_.size());
+          len += challenge_.size();
+        }
+        if (!write_tls_locked(out.data(), len)) return;
+        if (secret.empty()) {
+          tls_ready_locked();
+          return;
+        }
+        tls_step_ = TlsStep::kResponse;
+        setup_in_.clear();
+        break;
+      }
+      case TlsStep::kResponse: {
+        if (!take_tls_locked(kResponseBytes)) return;
+        Nonce client_nonce{};
+        bool ok = false;
+        try {
+          ok = verify_response(secret, server_nonce_, setup_in_, client_nonce);
+          verdict_ = auth_verdict(ok, secret, client_nonce, server_nonce_);
+        } catch (const std::exception& e) {
+          close_locked(std::string("authentication: ") + e.what(), true);
+          return;
+        }
+        if (!write_tls_locked(verdict_.data(), verdict_.size())) return;
+        if (!ok) {
+          close_locked("refused: authentication failed (wrong or missing secret)", true);
+          return;
+        }
+        tls_ready_locked();
+        return;
+      }
+    }
+  }
+}
+
+bool Inbound::take_tls_locked(size_t need) {
+  size_t have = setup_in_.size();
+  if (have >= need) return true;
+  setup_in_.resize(need);
+  auto r = tls_->read(std::as_writable_bytes(std::span(setup_in_).subspan(have)));
+  setup_in_.resize(have + r.n);
+  if (r.failed) {
+    close_locked("refused: TLS: " + tls_->error(), true);
+    return false;
+  }
+  if (r.closed) {
+    close_locked("the peer closed the TLS stream during the setup", true);
+    return false;
+  }
+  if (setup_in_.size() < need) {
+    read_tls_locked();
+    return false;
+  }
+  return true;
+}
+
+bool Inbound::write_tls_locked(const uint8_t* data, size_t n) {
+  iovec v{const_cast<uint8_t*>(data), n};
+  ssize_t w = tls_->write(socket_.native_handle(), &v, 1);
+  if (w != ssize_t(n)) {
+    close_locked(w == -EPROTO ? "TLS: " + tls_->error()
+                 : w < 0      ? errno_error("TLS: write", int(-w)).message
+                              : std::string("TLS: the setup did not fit the output buffer"),
+                 false);
+    return false;
+  }
+  return send_tls_locked();
+}
+
+bool Inbound::send_tls_locked() {
+  if (int rc = tls_->flush(socket_.native_handle()); rc < 0) {
+    close_locked(errno_error("TLS: write", -rc).message, false);
+    return false;
+  }
+  if (tls_->output_pending() && !write_waiting_) {
+    write_waiting_ = true;
+    socket_.async_wait(Socket::wait_write, [self = shared_from_this()](const std::error_code& ec) {
+      self->on_writable(ec);
+    });
+  }
+  return true;
+}
+
+void Inbound::tls_ready_locked() {
+  auth_timer_.cancel();
+  tls_step_ = TlsStep::kReady;
+  if (tls_->input_buffered()) {
+    // Bytes that came with the end of the setup: decode them before reading more.
+    asio::post(core_->io, [self = shared_from_this()] { self->on_read({}, 0); });
+  } else {
+    start_read_locked();
+  }
 }
 
 void Inbound::close(const std::string& why, bool warn) {
@@ -143,7 +343,12 @@ void Inbound::close_locked(const std::string& why, bool warn) {
 }
 
 void Inbound::start_read_locked() {
-  auto into = decoder_.prepare();
+  auto into = tls_ ? tls_->input_space() : decoder_.prepare();
+  if (into.empty()) {  // a TLS input ring that a partial record cannot fill
+    close_locked("TLS: protocol error: input buffer full", true);
+    return;
+  }
+  read_into_ = into.data();
   socket_.async_read_some(asio::buffer(into.data(), into.size()),
                           [self = shared_from_this()](const std::error_code& ec, size_t n) {
                             self->on_read(ec, n);
@@ -162,7 +367,15 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
     }
     return;
   }
-  decoder_.commit(n);
+  if (!tls_ && std::exchange(first_read_, false) && looks_like_tls({read_into_, n})) {
+    // A TLS dialler (CH-9), and this Net has no TLS: say so, then go.
+    auto notice = plaintext_notice();
+    iovec v{notice.data(), notice.size()};
+    std::lock_guard lock(mu_);
+    (void)send_iov(socket_.native_handle(), &v, 1);
+    close_locked("refused: the peer speaks TLS, and this listener has no TLS configured", true);
+    return;
+  }
   Gate::Scope gate(core_->gate);
   if (!gate) {
     close("net stopped", false);
@@ -171,39 +384,29 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
   BatchEnd batch{*core_};  // after every lock below is released
   // Taken at the first Data of this read and held for the rest of its frames.
   std::unique_lock<std::mutex> delivering;
-  wire::RawFrame frame;
-  for (;;) {
-    auto ready = decoder_.next(frame);
-    if (!ready) {
-      close(ready.error().message, true);
-      return;
-    }
-    if (!*ready) break;
-    auto m = wire::decode(std::move(frame));
-    if (!m) {
-      close(m.error().message, true);
-      return;
-    }
-    if (auto* d = std::get_if<wire::Data>(&*m)) {
-      if (!session_) {
-        close("Data before Hello", true);
+  if (tls_) {
+    tls_->commit_input(n);
+    for (;;) {
+      auto r = tls_->read(decoder_.prepare());
+      if (r.n > 0) {
+        decoder_.commit(r.n);
+        if (!deliver_frames(batch, delivering)) return;
+      }
+      if (r.failed) {
+        close("TLS: " + tls_->error(), true);
         return;
       }
-      if (!delivering) delivering = std::unique_lock(session_->mu);
-      if (d->seq <= session_->delivered.load(std::memory_order_relaxed)) continue;  // resent
-      if (core_->gate.closed()) {  // stop() is waiting for this read to finish
-        close("net stopped", false);
+      if (r.closed) {
+        bool truncated = decoder_.mid_frame();
+        close(truncated ? "connection closed inside a frame (truncated frame)" : "closed by peer",
+              truncated);
         return;
       }
-      session_->delivered.store(d->seq, std::memory_order_release);
-      batch.delivered = true;
-      core_->deliver(std::move(d->envelope));
-    } else if (auto* hello = std::get_if<wire::Hello>(&*m)) {
-      if (!accept_hello(*hello)) return;
-    } else {
-      close("protocol error: Ack or HelloAck sent to a listener", true);
-      return;
+      if (r.n == 0) break;
     }
+  } else {
+    decoder_.commit(n);
+    if (!deliver_frames(batch, delivering)) return;
   }
   if (delivering) delivering.unlock();
   std::lock_guard lock(mu_);
@@ -221,6 +424,43 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
     }
   }
   if (!closed_) start_read_locked();
+}
+
+bool Inbound::deliver_frames(BatchEnd& batch, std::unique_lock<std::mutex>& delivering) {
+  wire::RawFrame frame;
+  for (;;) {
+    auto ready = decoder_.next(frame);
+    if (!ready) {
+      close(ready.error().message, true);
+      return false;
+    }
+    if (!*ready) return true;
+    auto m = wire::decode(std::move(frame));
+    if (!m) {
+      close(m.error().message, true);
+      return false;
+    }
+    if (auto* d = std::get_if<wire::Data>(&*m)) {
+      if (!session_) {
+        close("Data before Hello", true);
+        return false;
+      }
+      if (!delivering) delivering = std::unique_lock(session_->mu);
+      if (d->seq <= session_->delivered.load(std::memory_order_relaxed)) continue;  // resent
+      if (core_->gate.closed()) {  // stop() is waiting for this read to finish
+        close("net stopped", false);
+        return false;
+      }
+      session_->delivered.store(d->seq, std::memory_order_release);
+      batch.delivered = true;
+      core_->deliver(std::move(d->envelope));
+    } else if (auto* hello = std::get_if<wire::Hello>(&*m)) {
+      if (!accept_hello(*hello)) return false;
+    } else {
+      close("protocol error: Ack or HelloAck sent to a listener", true);
+      return false;
+    }
+  }
 }
 
 bool Inbound::accept_hello(const wire::Hello& hello) {
@@ -266,13 +506,18 @@ void Inbound::ack_locked() {
 
 void Inbound::write_locked() {
   iovec v{out_.data() + out_off_, out_.size() - out_off_};
-  ssize_t n = send_iov(socket_.native_handle(), &v, 1);
+  ssize_t n = tls_ ? tls_->write(socket_.native_handle(), &v, 1)
+                   : send_iov(socket_.native_handle(), &v, 1);
   if (n < 0) {
-    close_locked(errno_error("write", int(-n)).message, false);
+    close_locked(tls_ && n == -EPROTO ? "TLS: " + tls_->error()
+                                      : errno_error("write", int(-n)).message,
+                 false);
     return;
   }
   out_off_ += size_t(n);
-  if (out_off_ < out_.size()) {
+  // The socket buffer is full (or, with TLS, holds back ciphertext): finish on the io_context.
+  if ((out_off_ < out_.size() || (tls_ && tls_->output_pending())) && !write_waiting_) {
+    write_waiting_ = true;
     socket_.async_wait(Socket::wait_write, [self = shared_from_this()](const std::error_code& ec) {
       self->on_writable(ec);
     });
@@ -281,13 +526,14 @@ void Inbound::write_locked() {
 
 void Inbound::on_writable(const std::error_code& ec) {
   std::lock_guard lock(mu_);
+  write_waiting_ = false;
   if (closed_) return;
   if (ec) {
     close_locked("write: " + ec.message(), false);
     return;
   }
   write_locked();
-  if (!closed_ && out_off_ == out_.size()) ack_locked();
+  if (!closed_ && session_ && out_off_ == out_.size()) ack_locked();
 }
 
 void Inbound::flush_ack() {

@@ -22,6 +22,7 @@
 #include "podium/channel/auth.h"
 #include "podium/channel/core.h"
 #include "podium/channel/socket_util.h"
+#include "podium/channel/tls.h"
 #include "podium/wire/frame.h"
 #include "podium/wire/message.h"
 
@@ -54,9 +55,24 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   void close_locked(const std::string& why, bool warn);
   void start_read_locked();
   void on_read(const std::error_code& ec, size_t n);
+  // Decodes and delivers the frames in decoder_ (the caller entered the gate); false when
+  // the connection closed.
+  bool deliver_frames(BatchEnd& batch, std::unique_lock<std::mutex>& delivering);
   // CH-8: challenge, read the response, answer with the verdict; frames only after.
   void start_auth_locked();
   void on_auth_response(const std::error_code& ec);
+  // CH-9: greet, complete the handshake, confirm, then (with a secret) the CH-8 exchange
+  // inside TLS; frames only after.
+  void start_tls_locked();
+  void read_tls_locked();  // one socket read into the TLS session's input
+  void on_tls_input(const std::error_code& ec, size_t n);
+  void advance_tls_locked();  // runs the setup as far as the input received allows
+  // Reads plaintext of the current setup step into setup_in_: true once it holds `need`
+  // bytes; false when it must wait for input (a read is then pending) or it closed.
+  bool take_tls_locked(size_t need);
+  bool write_tls_locked(const uint8_t* data, size_t n);  // false when it closed
+  bool send_tls_locked();  // sends TLS output; false when it closed
+  void tls_ready_locked();
   bool accept_hello(const wire::Hello& hello);
   void ack_locked();    // queues an Ack when the session delivered past acked_
   void write_locked();  // writes out_ from out_off_
@@ -78,6 +94,7 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   uint64_t acked_ = 0;      // highest seq acknowledged on this connection
   std::vector<std::byte> out_;  // control frame being written, out_off_ bytes sent
   size_t out_off_ = 0;
+  bool write_waiting_ = false;  // an async_wait(write) is pending
   asio::steady_timer ack_timer_;
   bool ack_armed_ = false;
   Clock::time_point unacked_since_{};  // first delivery after the last Ack; {} when none
@@ -87,7 +104,18 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   std::array<uint8_t, kChallengeBytes> challenge_{};
   std::array<uint8_t, kResponseBytes> response_{};
   std::array<uint8_t, kVerdictBytes> verdict_{};
-  asio::steady_timer auth_timer_;
+  asio::steady_timer auth_timer_;  // bounds the CH-8 exchange, and the CH-9 setup
+  // CH-9. tls_ is set by start() under mu_ before the first read and never changes after;
+  // the session has its own mutex, so the read chain decrypts without mu_. The rest: the
+  // read chain, under mu_ during the setup.
+  std::unique_ptr<TlsSession> tls_;
+  enum class TlsStep : uint8_t { kHandshake, kResponse, kReady };
+  TlsStep tls_step_ = TlsStep::kHandshake;
+  std::vector<uint8_t> setup_in_;  // plaintext of the current setup step received so far
+  // Read chain: where the pending read lands, and whether anything was read yet (to tell a
+  // TLS peer from a plaintext one by its first bytes).
+  const std::byte* read_into_ = nullptr;
+  bool first_read_ = true;
 };
 
 class SocketListener final : public ListenerBase,

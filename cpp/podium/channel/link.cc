@@ -271,22 +271,29 @@ void SocketLink::on_connected(uint64_t gen, const std::error_code& ec) {
   configure_stream(socket_, to_.transport);
   state_ = State::kConnected;
   last_error_.clear();
-  if (to_.transport == Transport::kTcp && !core_->config.secret.empty()) {
-    // CH-8: no Hello, no frame, until both ends proved the secret.
+  bool tcp = to_.transport == Transport::kTcp;
+  bool tls = tcp && core_->tls_enabled();
+  if (tls || (tcp && !core_->config.secret.empty())) {
+    // CH-8, CH-9: no Hello, no frame, until the peer accepted us.
     authenticating_ = true;
     auth_timer_.expires_after(kAuthTimeout);
     auth_timer_.async_wait([self = std::static_pointer_cast<SocketLink>(shared_from_this()),
                             gen](const std::error_code& ec) {
       if (ec) return;
       std::lock_guard lock(self->mu_);
-      if (gen == self->gen_ && self->authenticating_) {
-        self->failed_locked("authentication: no challenge or verdict from the peer within 10 s "
-                            "(is it a podium listener with a secret?)");
-      }
+      if (gen != self->gen_ || !self->authenticating_) return;
+      self->failed_locked(self->tls_ ? "TLS: the peer did not complete the TLS setup within 10 s "
+                                       "(is it a podium listener?)"
+                                     : "authentication: no challenge or verdict from the peer "
+                                       "within 10 s (is it a podium listener with a secret?)");
     });
-    asio::async_read(socket_, asio::buffer(challenge_),
-                     [self = std::static_pointer_cast<SocketLink>(shared_from_this()),
-                      gen](const std::error_code& ec, size_t) { self->on_auth_challenge(gen, ec); });
+    if (tls) {
+      start_tls_locked();
+    } else {
+      asio::async_read(socket_, asio::buffer(challenge_),
+                       [self = std::static_pointer_cast<SocketLink>(shared_from_this()), gen](
+                           const std::error_code& ec, size_t) { self->on_auth_challenge(gen, ec); });
+    }
     return;
   }
   start_session_locked();
@@ -301,7 +308,11 @@ void SocketLink::on_auth_challenge(uint64_t gen, const std::error_code& ec) {
     return;
   }
   if (!parse_challenge(challenge_, server_nonce_)) {
-    auth_failed_locked("the peer at " + to_text_ + " did not send a podium challenge");
+    if (classify_greeting(challenge_) == Greeting::kTls) {
+      refused_locked(ChannelErrc::kTlsFailed, needs_tls_message());
+    } else {
+      auth_failed_locked("the peer at " + to_text_ + " did not send a podium challenge");
+    }
     return;
   }
   try {
@@ -348,16 +359,246 @@ void SocketLink::on_auth_verdict(uint64_t gen, const std::error_code& ec) {
 }
 
 void SocketLink::auth_failed_locked(const std::string& why) {
-  spdlog::error("channel: authentication with {} failed: {}", to_text_, why);
+  refused_locked(ChannelErrc::kAuthFailed, "authentication failed: " + why);
+}
+
+void SocketLink::refused_locked(ChannelErrc code, const std::string& why) {
+  spdlog::error("channel: link to {}: {}", to_text_, why);
   std::vector<Outgoing> back;
   queue_.drain_into(back);
-  failed_locked("authentication failed: " + why);  // idle now: the queue is empty
+  failed_locked(why);  // idle now: the queue is empty
   if (back.empty()) return;
   // hand_back() may call into the sender's code: not under mu_. The io thread that runs
   // this handler holds no other lock, so a post keeps the order simple.
-  asio::post(core_->io, [core = core_, back = std::move(back), why]() mutable {
-    hand_back(*core, back, ChannelErrc::kAuthFailed, "authentication failed: " + why);
+  asio::post(core_->io, [core = core_, back = std::move(back), code, why]() mutable {
+    hand_back(*core, back, code, why);
   });
+}
+
+std::string SocketLink::needs_tls_message() const {
+  return "the peer at " + to_text_ +
+         " requires TLS, and this process has no TLS configured (set PODIUM_TLS_CERT, "
+         "PODIUM_TLS_KEY and PODIUM_TLS_CA)";
+}
+
+// ---- SocketLink: TLS setup (CH-9) ----
+
+void SocketLink::start_tls_locked() {
+  if (!core_->tls) {
+    refused_locked(ChannelErrc::kTlsFailed, "TLS to " + to_text_ + ": " + core_->tls_error);
+    return;
+  }
+  auto session = TlsSession::make(*core_->tls, TlsSession::Role::kDialler);
+  if (!session) {
+    refused_locked(ChannelErrc::kTlsFailed, session.error().message);
+    return;
+  }
+  tls_ = std::move(*session);
+  tls_step_ = TlsStep::kGreeting;
+  setup_in_.clear();
+  // The ClientHello goes out before the greeting is read: a plaintext listener without a
+  // secret says nothing until the dialler has spoken.
+  if (tls_->handshake() == TlsSession::Step::kFailed) {
+    refused_locked(ChannelErrc::kTlsFailed, "TLS to " + to_text_ + ": " + tls_->error());
+    return;
+  }
+  if (!send_tls_locked()) return;
+  asio::async_read(socket_, asio::buffer(greeting_),
+                   [self = std::static_pointer_cast<SocketLink>(shared_from_this()), gen = gen_](
+                       const std::error_code& ec, size_t) { self->on_tls_greeting(gen, ec); });
+}
+
+void SocketLink::on_tls_greeting(uint64_t gen, const std::error_code& ec) {
+  std::lock_guard lock(mu_);
+  if (gen != gen_ || state_ != State::kConnected || !tls_ || tls_step_ != TlsStep::kGreeting) {
+    return;
+  }
+  if (ec) {
+    failed_locked(ec == asio::error::eof ? "TLS: connection closed by peer before its greeting"
+                                         : "TLS: read: " + ec.message());
+    return;
+  }
+  switch (classify_greeting(greeting_)) {
+    case Greeting::kTls:
+      break;
+    case Greeting::kChallenge:
+    case Greeting::kPlaintextNotice:
+      refused_locked(ChannelErrc::kTlsFailed,
+                     "the peer at " + to_text_ +
+                         " does not use TLS, and this process requires it (set the same "
+                         "PODIUM_TLS_* on both)");
+      return;
+    case Greeting::kUnknown:
+      refused_locked(ChannelErrc::kTlsFailed,
+                     "the peer at " + to_text_ + " did not greet as a podium TLS listener");
+      return;
+  }
+  tls_step_ = TlsStep::kHandshake;
+  advance_tls_locked();
+}
+
+void SocketLink::on_tls_input(uint64_t gen, const std::error_code& ec, size_t n) {
+  std::lock_guard lock(mu_);
+  if (gen != gen_ || state_ != State::kConnected || !tls_) return;
+  if (ec) {
+    failed_locked(ec == asio::error::eof ? "TLS: connection closed by peer during the TLS setup"
+                                         : "TLS: read: " + ec.message());
+    return;
+  }
+  tls_->commit_input(n);
+  advance_tls_locked();
+}
+
+void SocketLink::advance_tls_locked() {
+  const std::string& secret = core_->config.secret;
+  for (;;) {
+    switch (tls_step_) {
+      case TlsStep::kGreeting:
+      case TlsStep::kReady:
+        return;
+      case TlsStep::kHandshake: {
+        auto step = tls_->handshake();
+        if (step == TlsSession::Step::kFailed) {
+          // The alert that tells the listener why goes first, best effort.
+          (void)tls_->flush(socket_.native_handle());
+          refused_locked(ChannelErrc::kTlsFailed,
+                         "TLS handshake with " + to_text_ + " failed: " + tls_->error());
+          return;
+        }
+        if (!send_tls_locked()) return;
+        if (step == TlsSession::Step::kWantInput) {
+          read_tls_locked();
+          return;
+        }
+        tls_step_ = TlsStep::kConfirm;
+        setup_in_.clear();
+        break;
+      }
+      case TlsStep::kConfirm: {
+        if (!take_tls_locked(1)) return;
+        uint8_t confirm = setup_in_[0];
+        setup_in_.clear();
+        if (confirm == kTlsConfirmChallenge && secret.empty()) {
+          auth_failed_locked("the peer at " + to_text_ +
+                             " requires authentication, and this process has no secret (set "
+                             "PODIUM_SECRET or PODIUM_SECRET_FILE)");
+          return;
+        }
+        if (confirm == kTlsConfirm && !secret.empty()) {
+          // The listener holds no secret: it cannot prove it is one of the job's.
+          auth_failed_locked("the peer at " + to_text_ + " holds no secret; it is not trusted");
+          return;
+        }
+        if (confirm != kTlsConfirm && confirm != kTlsConfirmChallenge) {
+          refused_locked(ChannelErrc::kTlsFailed,
+                         "the peer at " + to_text_ + " did not confirm the TLS setup");
+          return;
+        }
+        if (secret.empty()) {
+          tls_ready_locked();
+          return;
+        }
+        tls_step_ = TlsStep::kChallenge;
+        break;
+      }
+      case TlsStep::kChallenge: {
+        if (!take_tls_locked(kChallengeBytes)) return;
+        if (!parse_challenge(setup_in_, server_nonce_)) {
+          auth_failed_locked("the peer at " + to_text_ + " did not send a podium challenge");
+          return;
+        }
+        setup_in_.clear();
+        try {
+          client_nonce_ = random_nonce();
+          response_ = auth_response(secret, server_nonce_, client_nonce_);
+        } catch (const std::exception& e) {
+          failed_locked(std::string("authentication: ") + e.what());
+          return;
+        }
+        iovec v{response_.data(), response_.size()};
+        if (ssize_t n = tls_->write(socket_.native_handle(), &v, 1); n != ssize_t(v.iov_len)) {
+          failed_locked(n == -EPROTO ? "TLS: " + tls_->error()
+                                     : errno_error("TLS: write", int(-n)).message);
+          return;
+        }
+        if (!send_tls_locked()) return;
+        tls_step_ = TlsStep::kVerdict;
+        break;
+      }
+      case TlsStep::kVerdict: {
+        if (!take_tls_locked(kVerdictBytes)) return;
+        Verdict v = check_verdict(secret, client_nonce_, server_nonce_, setup_in_);
+        setup_in_.clear();
+        if (v == Verdict::kRefused) {
+          auth_failed_locked("the peer at " + to_text_ +
+                             " refused our secret (PODIUM_SECRET differs)");
+          return;
+        }
+        if (v == Verdict::kForged) {
+          auth_failed_locked("the peer at " + to_text_ +
+                             " could not prove that it holds the secret");
+          return;
+        }
+        tls_ready_locked();
+        return;
+      }
+    }
+  }
+}
+
+bool SocketLink::take_tls_locked(size_t need) {
+  size_t have = setup_in_.size();
+  if (have >= need) return true;
+  setup_in_.resize(need);
+  auto r = tls_->read(std::as_writable_bytes(std::span(setup_in_).subspan(have)));
+  setup_in_.resize(have + r.n);
+  if (r.failed) {
+    // Typically the listener's alert: it refused our certificate.
+    refused_locked(ChannelErrc::kTlsFailed, "TLS with " + to_text_ + " failed: " + tls_->error());
+    return false;
+  }
+  if (r.closed) {
+    failed_locked("TLS: the peer closed the TLS stream during the setup");
+    return false;
+  }
+  if (setup_in_.size() < need) {
+    read_tls_locked();
+    return false;
+  }
+  return true;
+}
+
+void SocketLink::tls_ready_locked() {
+  tls_step_ = TlsStep::kReady;
+  authenticating_ = false;
+  auth_timer_.cancel();
+  start_session_locked();
+}
+
+void SocketLink::read_tls_locked() {
+  auto into = tls_->input_space();
+  if (into.empty()) {  // the peer sent more than the setup consumes
+    failed_locked("TLS: protocol error: unexpected data from the peer during the TLS setup");
+    return;
+  }
+  socket_.async_read_some(
+      asio::buffer(into.data(), into.size()),
+      [self = std::static_pointer_cast<SocketLink>(shared_from_this()), gen = gen_](
+          const std::error_code& ec, size_t n) { self->on_tls_input(gen, ec, n); });
+}
+
+bool SocketLink::send_tls_locked() {
+  if (int rc = tls_->flush(socket_.native_handle()); rc < 0) {
+    failed_locked(errno_error("TLS: write", -rc).message);
+    return false;
+  }
+  if (tls_->output_pending() && !write_waiting_) {
+    write_waiting_ = true;
+    socket_.async_wait(Socket::wait_write,
+                       [self = std::static_pointer_cast<SocketLink>(shared_from_this()),
+                        gen = gen_](const std::error_code& ec) { self->on_writable(gen, ec); });
+  }
+  return true;
 }
 
 void SocketLink::start_session_locked() {
@@ -378,7 +619,13 @@ void SocketLink::start_session_locked() {
   holding_ = resumed_;
   resumed_ = true;
   decoder_.reset();
-  start_read_locked();
+  if (tls_ && tls_->input_buffered()) {
+    // Bytes that came with the end of the TLS setup: decode them before reading more.
+    asio::post(core_->io, [self = std::static_pointer_cast<SocketLink>(shared_from_this()),
+                           gen = gen_] { self->on_read(gen, {}, 0); });
+  } else {
+    start_read_locked();
+  }
   flush_locked();
 }
 
@@ -392,7 +639,8 @@ void SocketLink::close_locked() {
   auth_timer_.cancel();
   std::error_code ec;
   resolver_.cancel();
-  socket_.close(ec);
+  socket_.close(ec);  // no read lands in tls_'s input ring after this
+  tls_.reset();
   endpoints_.clear();
   write_waiting_ = false;
   hello_.clear();
@@ -400,8 +648,8 @@ void SocketLink::close_locked() {
 }
 
 void SocketLink::start_read_locked() {
-  auto into = decoder_.prepare();
-  read_into_ = reinterpret_cast<const std::byte*>(into.data());
+  auto into = tls_ ? tls_->input_space() : decoder_.prepare();
+  read_into_ = into.data();
   socket_.async_read_some(
       asio::buffer(into.data(), into.size()),
       [self = std::static_pointer_cast<SocketLink>(shared_from_this()), gen = gen_](
@@ -415,27 +663,58 @@ void SocketLink::on_read(uint64_t gen, const std::error_code& ec, size_t n) {
     failed_locked(ec == asio::error::eof ? "connection closed by peer" : "read: " + ec.message());
     return;
   }
-  if (std::exchange(first_read_, false) && n >= 4 && read_into_ &&
-      std::memcmp(read_into_, "PDMA", 4) == 0) {
-    // A listener that authenticates (CH-8) greets with a challenge; we hold no secret.
-    auth_failed_locked("the peer at " + to_text_ +
-                       " requires authentication, and this process has no secret (set "
-                       "PODIUM_SECRET or PODIUM_SECRET_FILE)");
+  if (tls_) {
+    tls_->commit_input(n);
+    for (;;) {
+      auto r = tls_->read(decoder_.prepare());
+      if (r.n > 0) {
+        decoder_.commit(r.n);
+        if (!take_acks_locked()) return;
+      }
+      if (r.failed) {
+        failed_locked("TLS: " + tls_->error());
+        return;
+      }
+      if (r.closed) {
+        failed_locked("connection closed by peer");
+        return;
+      }
+      if (r.n == 0) break;
+    }
+    start_read_locked();
     return;
   }
+  if (std::exchange(first_read_, false) && n >= 4 && read_into_) {
+    if (std::memcmp(read_into_, "PDMA", 4) == 0) {
+      // A listener that authenticates (CH-8) greets with a challenge; we hold no secret.
+      auth_failed_locked("the peer at " + to_text_ +
+                         " requires authentication, and this process has no secret (set "
+                         "PODIUM_SECRET or PODIUM_SECRET_FILE)");
+      return;
+    }
+    if (std::memcmp(read_into_, "PDMT", 4) == 0) {  // a TLS listener's greeting (CH-9)
+      refused_locked(ChannelErrc::kTlsFailed, needs_tls_message());
+      return;
+    }
+  }
   decoder_.commit(n);
+  if (!take_acks_locked()) return;
+  start_read_locked();
+}
+
+bool SocketLink::take_acks_locked() {
   wire::RawFrame frame;
   for (;;) {
     auto ready = decoder_.next(frame);
     Result<wire::Message> m;
-    if (ready && !*ready) break;
+    if (ready && !*ready) return true;
     if (ready) m = wire::decode(std::move(frame));
     const Error* bad = !ready ? &ready.error() : !m ? &m.error() : nullptr;
     if (bad) {
       spdlog::warn("channel: link to {}: bad frame from the peer ({}); reconnecting", to_text_,
                    bad->message);
       failed_locked("bad frame from the peer: " + bad->message);
-      return;
+      return false;
     }
     if (auto* ack = std::get_if<wire::Ack>(&*m)) {
       acked_locked(ack->seq);
@@ -444,15 +723,14 @@ void SocketLink::on_read(uint64_t gen, const std::error_code& ec, size_t n) {
       reset_backoff_locked();
       holding_ = false;
       flush_locked();
-      if (state_ != State::kConnected) return;  // the write failed
+      if (state_ != State::kConnected) return false;  // the write failed
     } else {
       spdlog::warn("channel: link to {}: the peer sent a frame only a dialler sends; reconnecting",
                    to_text_);
       failed_locked("protocol error: the peer sent Hello or Data");
-      return;
+      return false;
     }
   }
-  start_read_locked();
 }
 
 void SocketLink::on_writable(uint64_t gen, const std::error_code& ec) {
@@ -467,11 +745,17 @@ void SocketLink::on_writable(uint64_t gen, const std::error_code& ec) {
 }
 
 void SocketLink::flush_locked() {
-  if (authenticating_) return;  // CH-8: frames go out once the peer accepted us
+  if (authenticating_) {  // CH-8, CH-9: frames go out once the peer accepted us
+    if (tls_) send_tls_locked();
+    return;
+  }
   while (state_ == State::kConnected && !write_waiting_) {
     bool hello_left = hello_off_ < hello_.size();
     size_t end = holding_ ? written_ : queue_.size();  // frames that may go out now
-    if (!hello_left && written_ == end) return;
+    if (!hello_left && written_ == end) {
+      if (tls_ && tls_->output_pending()) send_tls_locked();
+      return;
+    }
     // Encode the heads of a batch of frames first: heads_ may move while it grows.
     heads_.clear();
     head_ends_.clear();
@@ -512,9 +796,11 @@ void SocketLink::flush_locked() {
         if (!p.empty()) add(p.data(), p.size());
       }
     }
-    ssize_t n = send_iov(socket_.native_handle(), iov_.data(), iov_.size());
+    ssize_t n = tls_ ? tls_->write(socket_.native_handle(), iov_.data(), iov_.size())
+                     : send_iov(socket_.native_handle(), iov_.data(), iov_.size());
     if (n < 0) {
-      failed_locked(errno_error("write", int(-n)).message);
+      failed_locked(tls_ && n == -EPROTO ? "TLS: " + tls_->error()
+                                         : errno_error("write", int(-n)).message);
       return;
     }
     // Advance the cursor over the n bytes written.
@@ -534,7 +820,8 @@ void SocketLink::flush_locked() {
       offset_ = 0;
       ++written_;
     }
-    if (size_t(n) < total) {  // the socket buffer is full: finish on the io_context
+    // The socket buffer is full (or, with TLS, holds back ciphertext): finish on the io_context.
+    if (size_t(n) < total || (tls_ && tls_->output_pending())) {
       write_waiting_ = true;
       socket_.async_wait(
           Socket::wait_write,

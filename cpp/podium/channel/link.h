@@ -23,6 +23,7 @@
 #include "podium/channel/auth.h"
 #include "podium/channel/core.h"
 #include "podium/channel/socket_util.h"
+#include "podium/channel/tls.h"
 #include "podium/wire/frame.h"
 
 namespace podium::channel::internal {
@@ -121,10 +122,28 @@ class SocketLink final : public Link {
   // CH-8: read the challenge, answer, read the verdict; start_session_locked() on success.
   void on_auth_challenge(uint64_t gen, const std::error_code& ec);
   void on_auth_verdict(uint64_t gen, const std::error_code& ec);
-  // The peer refused (or could not prove) the secret: everything queued goes back now.
-  void auth_failed_locked(const std::string& why);
+  // CH-9: send the ClientHello, read the listener's greeting, finish the handshake, read the
+  // listener's confirmation, then (with a secret) the CH-8 exchange inside TLS.
+  void start_tls_locked();
+  void on_tls_greeting(uint64_t gen, const std::error_code& ec);
+  void on_tls_input(uint64_t gen, const std::error_code& ec, size_t n);
+  void advance_tls_locked();  // runs the setup as far as the input received allows
+  // Reads plaintext of the current setup step into setup_in_: true once it holds `need`
+  // bytes; false when it must wait for input (a read is then pending) or the link failed.
+  bool take_tls_locked(size_t need);
+  void read_tls_locked();   // one socket read into the TLS session's input
+  bool send_tls_locked();   // sends TLS output; false when the link failed
+  void tls_ready_locked();  // the setup is done: the session starts
+  // The peer refused us (or we it): everything queued goes back now with `code`.
+  void refused_locked(ChannelErrc code, const std::string& why);
+  void auth_failed_locked(const std::string& why);  // kAuthFailed, "authentication failed: "
+  std::string needs_tls_message() const;  // a TLS listener, and this Net has no TLS
+  // Decodes the HelloAck/Acks in decoder_; false when the link failed.
+  bool take_acks_locked();
   // Writes queued bytes until done or the socket is full (then waits for writability).
   void flush_locked();
+  // One gathered write of plaintext: through TLS when it is on. Bytes taken, or -errno.
+  ssize_t write_iov_locked(const iovec* iov, size_t count);
 
   const uint64_t session_id_;
   // Guarded by mu_ (see Link):
@@ -142,7 +161,12 @@ class SocketLink final : public Link {
   std::array<uint8_t, kChallengeBytes> challenge_{};
   std::array<uint8_t, kResponseBytes> response_{};
   std::array<uint8_t, kVerdictBytes> verdict_{};
-  asio::steady_timer auth_timer_;
+  asio::steady_timer auth_timer_;  // bounds the CH-8 exchange, and the CH-9 setup
+  enum class TlsStep : uint8_t { kGreeting, kHandshake, kConfirm, kChallenge, kVerdict, kReady };
+  std::unique_ptr<TlsSession> tls_;  // this connection's TLS (CH-9); null in plaintext
+  TlsStep tls_step_ = TlsStep::kGreeting;
+  std::array<uint8_t, kGreetingBytes> greeting_{};
+  std::vector<uint8_t> setup_in_;  // plaintext of the current setup step received so far
   wire::FrameDecoder decoder_;  // HelloAck/Ack from the peer
   const std::byte* read_into_ = nullptr;  // where the pending read lands
   bool first_read_ = false;               // no byte read yet on this connection

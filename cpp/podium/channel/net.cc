@@ -46,6 +46,10 @@ Result<Address> Net::listen(const Address& addr) {
     std::lock_guard lock(core->mu);
     if (core->stopped) return stopped();
   }
+  if (addr.transport == Transport::kTcp && core->tls_enabled() && !core->tls) {
+    return std::unexpected(make_error(ChannelErrc::kTlsFailed,
+                                      "listen on " + addr.to_string() + ": " + core->tls_error));
+  }
   std::shared_ptr<internal::ListenerBase> listener;
   Address bound = addr;
   if (addr.transport == Transport::kInproc) {
@@ -87,6 +91,9 @@ void Net::send(const Address& to, wire::Envelope env) {
                   "envelope for " + to.to_string() + " of up to " + std::to_string(bound) +
                       " bytes exceeds max_frame_bytes " +
                       std::to_string(core.config.max_frame_bytes));
+  }
+  if (!core.tls_error.empty() && to.transport == Transport::kTcp) {
+    return refuse(ChannelErrc::kTlsFailed, "TLS to " + to.to_string() + ": " + core.tls_error);
   }
   internal::Link* link;
   std::shared_ptr<internal::Inbound> from_peer;  // CH-10

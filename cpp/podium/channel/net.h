@@ -27,19 +27,26 @@
 //        logged reason; the Net keeps serving its other connections.
 //   CH-6 send() never blocks on the network; when the link is connected and idle it writes on
 //        the caller's thread (one writev, no thread hop), otherwise the io_context finishes.
+//   CH-7 A send made under FlushLater is written with the link's next write, or once
+//        kFlushLaterFrames are waiting, or at the latest Config::flush_later_delay after it
+//        was queued (a timer on the io_context): a burst costs one writev, and no envelope
+//        waits for a later send that may never come.
 //   CH-8 With Config::secret set, a TCP connection carries frames only after both ends
 //        proved the secret (auth.h): a listener decodes nothing from a peer that did not,
 //        and refuses it at once with a logged warning; a dialler whose secret is refused
 //        hands its queued envelopes back with kAuthFailed at once.
+//   CH-9 With Config::tls set, a TCP connection runs TLS 1.3 with a certificate on both sides,
+//        each checked against the configured CA, before anything else (the CH-8 exchange
+//        included): a listener decodes nothing from a peer that did not complete it. A peer
+//        whose certificate is refused, or that speaks TLS to a plaintext Net or plaintext to
+//        a TLS one, is refused within one round trip: the listener logs a warning naming the
+//        peer and OpenSSL's reason, and the dialler hands its queued envelopes back with
+//        kTlsFailed. Unix and in-process links stay plaintext.
 //   CH-10 A send to an address acknowledges, right after its own write, everything the
 //        connection from the Net listening there (named by its Hello) has delivered, once
 //        the oldest of it has waited Config::ack_with_send_after, and disarms that
 //        connection's delayed-ack timer: requests and replies carry each other's acks, so
 //        neither end wakes again for an ack timer or for reading an ack later.
-//   CH-7 A send made under FlushLater is written with the link's next write, or once
-//        kFlushLaterFrames are waiting, or at the latest Config::flush_later_delay after it
-//        was queued (a timer on the io_context): a burst costs one writev, and no envelope
-//        waits for a later send that may never come.
 #pragma once
 
 #include <chrono>
@@ -50,6 +57,7 @@
 
 #include "podium/base/error.h"
 #include "podium/channel/address.h"
+#include "podium/channel/tls_config.h"
 #include "podium/wire/envelope.h"
 
 namespace asio {
@@ -68,6 +76,8 @@ enum class ChannelErrc : uint16_t {
   kMalformedFrame = 106,
   kProtocol = 107,
   kAuthFailed = 108,  // a TCP peer did not prove, or did not accept, the shared secret
+  kTlsFailed = 109,   // bad TLS settings, a refused TLS handshake, or a peer that has TLS
+                      // when this process has not (or the other way round)
 };
 constexpr Subsystem subsystem_of(ChannelErrc) { return Subsystem::kChannel; }
 
@@ -93,6 +103,9 @@ struct Config {
   // challenge-response on it before any frame is read (CH-8). Unix and in-process links
   // stay within this user's reach (0700 socket directory) and do not authenticate.
   std::string secret;
+  // Mutual TLS 1.3 for every TCP connection, in and out (CH-9); off by default. With a
+  // secret as well, the challenge-response runs inside the TLS stream.
+  TlsConfig tls;
   // TCP listeners set SO_REUSEPORT, so they can bind a port that a PortReservation (below)
   // holds. Only for a proc whose host agent reserved its port; two listeners of one user on
   // one port would otherwise share connections.

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <asio/executor_work_guard.hpp>
@@ -185,6 +187,35 @@ class Returns {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::pair<wire::Envelope, Error>> items_;
+};
+
+// Routes spdlog's default logger (warnings and up) into a ring buffer for the test's life.
+// Create it before any thread that logs and destroy it after them.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1024)) {
+    auto logger = std::make_shared<spdlog::logger>("capture", sink_);
+    logger->set_level(spdlog::level::warn);
+    spdlog::set_default_logger(logger);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  // Waits for a logged line that contains every one of `parts`.
+  bool wait_for(std::initializer_list<std::string_view> parts, std::chrono::milliseconds limit) {
+    auto end = std::chrono::steady_clock::now() + limit;
+    do {
+      for (const auto& line : sink_->last_formatted()) {
+        bool all = true;
+        for (auto p : parts) all = all && line.find(p) != std::string::npos;
+        if (all) return true;
+      }
+      std::this_thread::sleep_for(2ms);
+    } while (std::chrono::steady_clock::now() < end);
+    return false;
+  }
+
+ private:
+  std::shared_ptr<spdlog::logger> previous_ = spdlog::default_logger();
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
 };
 
 }  // namespace podium::channel::testing

@@ -1721,6 +1721,51 @@ Result<std::string> job_secret() {
   return secret;
 }
 
+// The job's TLS settings (channel CH-9): PODIUM_TLS_CERT, PODIUM_TLS_KEY and PODIUM_TLS_CA,
+// all three or none. Each is a PEM file's path, or PEM text itself (a value that contains
+// "-----BEGIN"), which is how Python's attach_to_workers(ca=bytes, ...) passes them on; the
+// certificate and key variables may name one file that holds both. Procs inherit the
+// variables, so every process of the job runs TLS with the same CA.
+Result<channel::TlsConfig> job_tls() {
+  constexpr std::array<const char*, 3> kNames = {"PODIUM_TLS_CERT", "PODIUM_TLS_KEY",
+                                                 "PODIUM_TLS_CA"};
+  std::array<std::string, 3> values;
+  std::string missing;
+  size_t set = 0;
+  for (size_t i = 0; i < kNames.size(); ++i) {
+    const char* v = std::getenv(kNames[i]);
+    if (v && *v) {
+      values[i] = v;
+      ++set;
+    } else {
+      missing += std::string(missing.empty() ? "" : ", ") + kNames[i];
+    }
+  }
+  if (set == 0) return channel::TlsConfig{};
+  if (!missing.empty()) {
+    return std::unexpected(make_error(
+        BaseErrc::kInvalidArgument,
+        "TLS needs PODIUM_TLS_CERT, PODIUM_TLS_KEY and PODIUM_TLS_CA together; not set: " +
+            missing));
+  }
+  for (size_t i = 0; i < kNames.size(); ++i) {
+    if (values[i].find("-----BEGIN") != std::string::npos) continue;
+    std::ifstream in(values[i], std::ios::binary);
+    if (!in) {
+      return std::unexpected(make_error(BaseErrc::kIo, std::string(kNames[i]) + " " + values[i] +
+                                                           ": cannot read it"));
+    }
+    values[i].assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  channel::TlsConfig tls{std::move(values[0]), std::move(values[1]), std::move(values[2])};
+  if (auto st = channel::check_tls_config(tls); !st) {
+    return std::unexpected(make_error(
+        BaseErrc::kInvalidArgument,
+        "PODIUM_TLS_CERT, PODIUM_TLS_KEY, PODIUM_TLS_CA: " + st.error().message));
+  }
+  return tls;
+}
+
 Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::string sock_dir,
                                               std::optional<channel::Address> parent,
                                               bool reuse_port = false, bool worker = false,
@@ -1729,8 +1774,11 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
   impl->sock_dir = std::move(sock_dir);
   auto secret = job_secret();
   if (!secret) return std::unexpected(secret.error());
+  auto tls = job_tls();
+  if (!tls) return std::unexpected(tls.error());
   channel::Config net_config;
   net_config.secret = std::move(*secret);
+  net_config.tls = std::move(*tls);
   net_config.reuse_port = reuse_port;
   // Peers may send "cast" (relay.h) as soon as this proc listens, before its handlers are
   // registered and before Runtime::get() works: those wait for serve_held_system_ops().

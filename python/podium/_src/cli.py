@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from podium._src import bin_dir, find_binary, list_binaries
+from podium._src import bin_dir, find_binary, list_binaries, tls
 
 _BENCH_PREFIX = "podium-bench-"
 # Benchmarks written in Python: `podium bench NAME` runs main(args) of the module instead of
@@ -130,6 +130,7 @@ def _register_worker(subparsers: argparse._SubParsersAction) -> None:
         help="run this host's agent for a controller on another host",
         description="Serves a controller that attaches with attach_to_workers(); spawns and "
         "watches its procs on this host (docs/multihost.md).",
+        epilog=tls.WORKER_HELP,
     )
     p.add_argument("--listen", required=True, metavar="tcp://HOST:PORT",
                    help="where to accept a controller (port 0 picks a free one)")

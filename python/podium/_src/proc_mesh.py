@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
-from podium._src import pickling, server, supervision
+from podium._src import pickling, server, supervision, tls
 from podium._src.actor_mesh import ActorMesh, _decode_none
 from podium._src.context import actor_context
 from podium._src.endpoint import Actor, check_actor_class, check_call, endpoint
@@ -121,14 +121,18 @@ def attach_to_workers(*, workers: Any, name: Optional[str] = None,
                       private_key: Any = None, ca: Any = "trust_all_connections") -> "HostMesh":
     """The workers (``python -m podium worker --listen tcp://0.0.0.0:PORT`` on each host) as a
     HostMesh of extent ``{"hosts": N}``, at once; ``.initialized`` resolves once every worker
-    accepted this controller, or raises naming the first that refused (a wrong secret) or did
-    not answer in time (``PODIUM_ATTACH_TIMEOUT_MS``, default 10 s). Workers are
-    ``tcp://HOST:PORT`` strings, or Futures of them. Starts podium on TCP if nothing started it
-    yet (``enable_transport("tcp")``)."""
-    if private_key is not None or ca not in (None, "trust_all_connections"):
-        raise NotImplementedError(
-            "attach_to_workers: TLS certificates are not supported; podium authenticates every "
-            "TCP connection with the job's shared secret (PODIUM_SECRET or PODIUM_SECRET_FILE)")
+    accepted this controller, or raises naming the first that refused (a wrong secret, a
+    certificate it does not trust) or did not answer in time (``PODIUM_ATTACH_TIMEOUT_MS``,
+    default 10 s). Workers are ``tcp://HOST:PORT`` strings, or Futures of them. Starts podium
+    on TCP if nothing started it yet (``enable_transport("tcp")``).
+
+    TLS: ``ca`` (PEM bytes or a path: the CA bundle every process's certificate chains to)
+    and ``private_key`` (PEM bytes or a path: one PEM with this controller's private key and
+    its certificate chain, leaf first) turn on mutual TLS for every TCP connection of this
+    process and of the procs it starts; they must come before podium starts in this process.
+    ``ca="trust_all_connections"`` (the default) with no key leaves TLS to the environment
+    (``PODIUM_TLS_CERT``, ``PODIUM_TLS_KEY``, ``PODIUM_TLS_CA``), off when those are unset."""
+    tls.configure(ca, private_key, "attach_to_workers", running=_running or _mesh.is_proc())
     addrs = []
     for w in list(workers):
         if isinstance(w, Future):

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from podium._core import mesh as _mesh
+from podium._src import tls
 from podium._src.proc_mesh import PROC_ARGV, _zygote_argv
 
 READY_LINE = "podium worker listening on "
@@ -31,20 +32,24 @@ def run_worker_loop_forever(*, address: str, ca: Any = "trust_all_connections",
     accepts connections. Connections must prove the job's secret (``PODIUM_SECRET`` or
     ``PODIUM_SECRET_FILE``) when one is set. A ``persistent`` worker keeps its procs and their
     actors when the controller leaves or goes silent; a later controller that attaches takes
-    them over by name (``HostMesh.proc_mesh``, ``ProcMesh.actor_mesh``)."""
-    if private_key is not None or ca not in (None, "trust_all_connections"):
-        raise NotImplementedError(
-            "run_worker_loop_forever: TLS certificates are not supported; podium authenticates "
-            "every TCP connection with the job's shared secret (PODIUM_SECRET)")
+    them over by name (``HostMesh.proc_mesh``, ``ProcMesh.actor_mesh``).
+
+    TLS (every TCP connection of the job encrypted, both ends presenting a certificate that
+    ``ca`` signed): ``ca`` is the CA bundle, PEM bytes or a path; ``private_key`` is PEM bytes
+    or a path of one PEM holding this host's private key and its certificate chain (leaf
+    first). ``ca="trust_all_connections"`` (the default) with no key leaves it to the
+    environment (``PODIUM_TLS_CERT``, ``PODIUM_TLS_KEY``, ``PODIUM_TLS_CA``), which is off
+    when those are unset. The procs this worker starts use the same settings."""
     if not isinstance(address, str):
         raise TypeError(f"run_worker_loop_forever: address is 'tcp://HOST:PORT', not {address!r}")
+    tls.configure(ca, private_key, "run_worker_loop_forever", running=_mesh.is_proc())
     _mesh.serve_worker(address, PROC_ARGV, _zygote_argv(), persistent, _announce)
 
 
 def main(argv: list[str]) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="podium worker")
+    p = argparse.ArgumentParser(prog="podium worker", epilog=tls.WORKER_HELP)
     p.add_argument("--listen", required=True, metavar="tcp://HOST:PORT",
                    help="where to accept a controller (port 0 picks a free one)")
     p.add_argument("--persistent", action="store_true",

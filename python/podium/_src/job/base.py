@@ -289,10 +289,12 @@ def _from_dict(d: Any) -> JobTrait:
 
 
 def _check_env(env: Optional[Mapping[str, str]]) -> None:
-    """The secret reaches workers through the controller's environment, never through a
-    job's `env`, which the state file (and a SLURM batch script) records."""
-    for key in env or {}:
-        if key in ("PODIUM_SECRET", "PODIUM_SECRET_FILE"):
+    """The secret, and a TLS private key given as PEM text, reach workers through the
+    controller's environment, never through a job's `env`, which the state file (and a SLURM
+    batch script) records. (A PODIUM_TLS_KEY that names a file is fine there.)"""
+    for key, value in (env or {}).items():
+        if key in ("PODIUM_SECRET", "PODIUM_SECRET_FILE") or (
+                key in ("PODIUM_TLS_KEY", "PODIUM_TLS_CERT") and "-----BEGIN" in str(value)):
             raise ValueError(f"{key} is not passed in a job's env (the job state file records "
                              "env): set it in the controller's environment, which the "
                              "workers inherit")
