@@ -523,21 +523,29 @@ struct Runtime::Impl {
     if (all) hm->initialized_promise.set({});
   }
 
-  // "host_spawned" [error, proc keys...] [request id, pids...].
-  void on_host_spawned(const actor::SystemHeader& h) {
-    if (h.numbers.empty() || h.args.empty()) return;
+  // The request a worker's answer [error, ...] [request id, ...] completes, taken out of
+  // spawn_requests; null when it is unknown, or when the answer is an error (set on it here).
+  std::shared_ptr<actor::Promise<Spawned>> take_request(const actor::SystemHeader& h) {
+    if (h.numbers.empty() || h.args.empty()) return nullptr;
     std::shared_ptr<actor::Promise<Spawned>> p;
     {
       std::lock_guard lock(mu);
       auto it = spawn_requests.find(h.numbers[0]);
-      if (it == spawn_requests.end()) return;
+      if (it == spawn_requests.end()) return nullptr;
       p = std::move(it->second);
       spawn_requests.erase(it);
     }
     if (!h.args[0].empty()) {
       p->set(std::unexpected(runtime_error(h.args[0])));
-      return;
+      return nullptr;
     }
+    return p;
+  }
+
+  // "host_spawned" [error, proc keys...] [request id, pids...].
+  void on_host_spawned(const actor::SystemHeader& h) {
+    auto p = take_request(h);
+    if (!p) return;
     if (h.args.size() != h.numbers.size()) {
       p->set(std::unexpected(runtime_error("malformed host_spawned answer")));
       return;
@@ -550,19 +558,8 @@ struct Runtime::Impl {
 
   // "host_found" [error, extent, then key and exit per proc] [request id, first, pids...].
   void on_host_found(const actor::SystemHeader& h) {
-    if (h.numbers.empty() || h.args.empty()) return;
-    std::shared_ptr<actor::Promise<Spawned>> p;
-    {
-      std::lock_guard lock(mu);
-      auto it = spawn_requests.find(h.numbers[0]);
-      if (it == spawn_requests.end()) return;
-      p = std::move(it->second);
-      spawn_requests.erase(it);
-    }
-    if (!h.args[0].empty()) {
-      p->set(std::unexpected(runtime_error(h.args[0])));
-      return;
-    }
+    auto p = take_request(h);
+    if (!p) return;
     if (h.args.size() < 2 || h.numbers.size() < 2 ||
         h.args.size() - 2 != 2 * (h.numbers.size() - 2)) {
       p->set(std::unexpected(runtime_error("malformed host_found answer")));
