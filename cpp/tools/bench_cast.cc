@@ -14,11 +14,10 @@
 //   send_us    the calling thread's CPU time per message sent in a star cast (largest size)
 //   recv_us    the rest of the controller's CPU time per rank of a star cast (a reply's
 //              arrival and handling; largest size)
-//   member_us  the controller process's CPU time per rank of a tree cast (the collector's
-//              slots, the rank tables, each rank's reply handed to the caller): the difference
-//              between the two largest tree sizes per added rank (both send and receive k
-//              messages), at least the calling thread's own difference; or with one tree size,
-//              its CPU beyond k sends and k receives, per rank
+//   member_us  the root's CPU time per rank of a tree cast (each rank's AC-11 number, the
+//              rank tables, gathering the replies into the caller's Replies), measured alone
+//              at 1,000, 10,000 and 100,000 ranks without procs ("root": plan_us, gather_us
+//              per call): the slope between the smallest and the largest
 //   proc_us    one proc's CPU time per call (wake-up, handler, reply; 1 proc)
 //   contention how much more CPU a proc spent per call at the largest size (cores shared)
 //   relay_us   the procs' extra CPU time per rank in a tree over a star, at the largest size,
@@ -200,8 +199,8 @@ Mode measure(const podium::ProcMesh& procs, const podium::ActorMesh<Echo>& mesh,
     double l = us_since(t0);
     auto after = proc.traffic();
     if (!r) die("call: " + r.error().to_string());
-    for (size_t k = 0; k < r->size(); ++k) {
-      if (!(*r)[k]) die("rank " + std::to_string(k) + ": " + (*r)[k].error().to_string());
+    if (auto bad = r->first_error()) {
+      die("rank " + std::to_string(bad->first) + ": " + bad->second->to_string());
     }
     if (i < 3) continue;  // warm-up: connections, first-touch
     lat.push_back(l);
@@ -221,6 +220,59 @@ Mode measure(const podium::ProcMesh& procs, const podium::ActorMesh<Echo>& mesh,
   m.call_us = median(lat);
   m.send_us = median(send);
   return m;
+}
+
+// --- the root's own work -------------------------------------------------------------------
+
+// The controller's work per tree call that is not sending or receiving messages, at `n`
+// ranks, without procs (so that no other process competes for the cores): the library's own
+// steps, in the order a call takes them: the plan (each rank's AC-11 number, the rank
+// tables), the collector and its tracking (ME-2), then the k reduced replies of a tree whose
+// actors all answered alike gathered into the caller's Replies. The targets are named as a
+// real mesh's are (one proc per rank), so their tables compress the same way.
+struct RootCost {
+  size_t ranks = 0;
+  double plan_us = 0;    // median
+  double gather_us = 0;  // median
+};
+
+RootCost root_cost(size_t n, size_t fanout, int iters) {
+  namespace pm = podium::mesh;
+  std::vector<pm::ActorTarget> storage(n);
+  std::vector<const pm::ActorTarget*> targets(n);
+  std::vector<size_t> base(n);
+  for (size_t r = 0; r < n; ++r) {
+    std::string proc = "unix:/tmp/podium-root-bench/p" + std::to_string(r) + ".sock,p" +
+                       std::to_string(r);
+    storage[r].dest = proc + "#echo[" + std::to_string(r) + "]:0";
+    storage[r].actor = proc + "#echo[" + std::to_string(r) + "]";
+    storage[r].proc_key = proc;
+    targets[r] = &storage[r];
+    base[r] = r;
+  }
+  auto to = pm::CastTargets::build(std::move(targets), std::move(base), true);
+  auto extent = podium::ndslice::Extent::make({"procs"}, {n});
+  if (!extent) die("root bench: " + extent.error().to_string());
+  auto arg = podium::detail::pack(std::tuple<int>(1));
+  auto answer = podium::detail::pack(std::tuple<int>(1));
+  auto chunks = pm::split_chunks(0, n, fanout);
+  auto& rt = pm::Runtime::get();
+  std::vector<double> plan, gather;
+  for (int i = 0; i < iters + 2; ++i) {
+    double c0 = thread_cpu_us();
+    auto p = pm::make_tree_plan(*to, *extent, "ping", {arg}, true);
+    auto collector = std::make_shared<pm::Collector>(to->proc_keys);
+    rt.track(collector, *to->proc_keys, &to->clean_generation);
+    double c1 = thread_cpu_us();
+    for (auto c : chunks) collector->fill_range(c.lo, c.hi, pm::Reply(std::vector{answer}));
+    auto r = collector->future().get(1s);
+    if (!r || r->first_error() || r->size() != n) die("root bench: the gather went wrong");
+    double c2 = thread_cpu_us();
+    if (i < 2) continue;  // first use: the AC-11 counters, the port tables
+    plan.push_back(c1 - c0);
+    gather.push_back(c2 - c1);
+  }
+  return RootCost{n, median(plan), median(gather)};
 }
 
 // --- the raw floor ---------------------------------------------------------------------------
@@ -502,26 +554,21 @@ int main(int argc, char** argv) {
   double recv_us = std::max(0.0, big.star.self_cpu_us / nb - send_us);
   double proc_us = small.star.procs_cpu_us / ns;
   double contention = std::max(1.0, big.star.procs_cpu_us / nb / std::max(proc_us, 1e-3));
-  double member_us = 0, relay_us = 0;
+  // The root's per-rank work, measured alone (root_cost): the slope between its smallest and
+  // largest size. The process-CPU difference between two mesh sizes used before is dominated
+  // on a small machine by what N procs on its cores cost the kernel (wake-ups, cache), which a
+  // cluster with a core per proc does not pay; it is still in the rows (tree_controller_cpu_us).
+  podium::mesh::set_cast_fanout(fanout);
+  std::vector<RootCost> root;
+  for (size_t n : {size_t{1000}, size_t{10000}, size_t{100000}}) {
+    root.push_back(root_cost(n, fanout, 15));
+  }
+  auto root_total = [](const RootCost& c) { return c.plan_us + c.gather_us; };
+  double member_us = std::max(
+      0.0, (root_total(root.back()) - root_total(root.front())) /
+               static_cast<double>(root.back().ranks - root.front().ranks));
+  double relay_us = 0;
   if (big.procs > fanout) {
-    // Two tree sizes send and receive the same k messages and pay the same fixed costs per
-    // call, so their difference is the per-rank part alone; with one tree size, subtract the
-    // k messages at the star's rates instead.
-    const Row* mid = nullptr;
-    for (const Row& r : rows) {
-      if (r.procs > fanout && r.procs < big.procs) mid = &r;
-    }
-    if (mid) {
-      // The process's CPU is noisy (other threads, acks); the calling thread's own CPU per
-      // added rank is a steadier lower bound, so member_us is never below it.
-      double added = static_cast<double>(big.procs - mid->procs);
-      double process = (big.tree.self_cpu_us - mid->tree.self_cpu_us) / added;
-      double caller = (big.tree.send_us - mid->tree.send_us) / added;
-      member_us = std::max({0.0, process, caller});
-    } else {
-      member_us = std::max(
-          0.0, (big.tree.self_cpu_us - static_cast<double>(fanout) * (send_us + recv_us)) / nb);
-    }
     relay_us = std::max(0.0, (big.tree.procs_cpu_us - big.star.procs_cpu_us) / nb) / contention;
   }
   if (hop_us == 0) hop_us = small.star.call_us / 2;
@@ -565,6 +612,11 @@ int main(int argc, char** argv) {
       stats("raw_star_proc", r.floor.star_proc, true);
       std::printf("}}");
     }
+    std::printf("], \"root\": [");
+    for (size_t i = 0; i < root.size(); ++i) {
+      std::printf("%s{\"ranks\": %zu, \"plan_us\": %.1f, \"gather_us\": %.1f}", i ? ", " : "",
+                  root[i].ranks, root[i].plan_us, root[i].gather_us);
+    }
     std::printf("], \"calibration\": {\"hop_us\": %.2f, \"send_us\": %.3f, \"recv_us\": %.3f, "
                 "\"member_us\": %.4f, \"proc_us\": %.2f, \"relay_us\": %.2f, "
                 "\"contention\": %.2f, \"from_procs\": %zu}, \"iters\": %d, \"cores\": %ld}\n",
@@ -580,6 +632,10 @@ int main(int argc, char** argv) {
                   tree_depth(r.procs, fanout), r.tree.call_us, r.floor.tree_us, r.star.call_us,
                   r.floor.star_us, static_cast<unsigned long long>(r.tree.sends),
                   static_cast<unsigned long long>(r.tree.recvs));
+    }
+    for (const RootCost& c : root) {
+      std::printf("root work at %zu ranks: plan %.1f us, gather %.1f us\n", c.ranks, c.plan_us,
+                  c.gather_us);
     }
     std::printf("calibration: hop %.2f us, send %.3f us, recv %.3f us, member %.4f us, "
                 "proc %.2f us, relay %.2f us\n",

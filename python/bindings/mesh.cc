@@ -105,6 +105,12 @@ struct StreamState {
   std::vector<actor::Promise<Replies>> slots;
 };
 
+// (True, [parts]) or (False, (subsystem, code, message)).
+nb::tuple reply_tuple(const mesh::Reply& rep) {
+  if (rep) return nb::make_tuple(true, parts_to_python(*rep));
+  return nb::make_tuple(false, error_tuple(rep.error()));
+}
+
 class CoreFuture {
  public:
   explicit CoreFuture(actor::Future<Replies> f) : f_(std::move(f)) {}
@@ -150,12 +156,22 @@ class CoreFuture {
     const Result<Replies>& r = f_.get();
     if (!r) throw_error(r.error());
     nb::list out;
-    for (const auto& rep : *r) {
-      if (rep) {
-        out.append(nb::make_tuple(true, parts_to_python(*rep)));
-      } else {
-        out.append(nb::make_tuple(false, error_tuple(rep.error())));
-      }
+    for (size_t i = 0; i < r->runs(); ++i) {
+      nb::tuple t = reply_tuple(r->run_value(i));
+      for (size_t k = r->run_begin(i); k < r->run_end(i); ++k) out.append(t);
+    }
+    return out;
+  }
+
+  // The same as runs of equal replies (ME-3), in rank order: (count, ok, payload) each.
+  nb::list reply_runs() const {
+    if (!f_.ready()) throw nb::value_error("the future is not ready");
+    const Result<Replies>& r = f_.get();
+    if (!r) throw_error(r.error());
+    nb::list out;
+    for (size_t i = 0; i < r->runs(); ++i) {
+      nb::tuple t = reply_tuple(r->run_value(i));
+      out.append(nb::make_tuple(r->run_end(i) - r->run_begin(i), t[0], t[1]));
     }
     return out;
   }
@@ -690,6 +706,7 @@ void bind_mesh(nb::module_& m) {
       .def("ready", &CoreFuture::ready)
       .def("wait", &CoreFuture::wait, nb::arg("timeout_s").none())
       .def("replies", &CoreFuture::replies)
+      .def("reply_runs", &CoreFuture::reply_runs)
       .def("rank", &CoreFuture::rank)
       .def("notify", &CoreFuture::notify, nb::arg("notifier"), nb::arg("token"));
 

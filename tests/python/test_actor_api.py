@@ -90,6 +90,30 @@ def test_call_gives_a_value_mesh_in_rank_order(spawn):
     assert mesh.incr.call(2).get(timeout=T).values() == [20, 20]
 
 
+class Same(Actor):
+    @endpoint
+    def number(self) -> int:
+        return 7
+
+    @endpoint
+    def listing(self) -> list:
+        return [1, 2]
+
+
+def test_equal_replies_are_held_once_and_mutable_ones_are_not_shared(spawn):
+    """ME-3: byte-equal replies reach the caller as one run, decoded once; a mutable value is
+    decoded for each rank, so changing one rank's value leaves the others alone."""
+    mesh = spawn(Same)
+    vm = mesh.number.call().get(timeout=T)
+    assert list(vm.values()) == [7, 7]
+    assert vm._base_values.runs() == 1
+    lists = mesh.listing.call().get(timeout=T)
+    a, b = lists.values()
+    assert a == b == [1, 2] and a is not b
+    a.append(3)
+    assert lists.item(gpus=1) == [1, 2]
+
+
 def test_value_mesh_item_values_and_slice(spawn):
     vm = spawn(Counter, 0).where.call().get(timeout=T)
     assert vm.item(gpus=1) == list(vm.values())[1]

@@ -166,8 +166,16 @@ struct Proc::Impl {
   };
   std::mutex order_mu;  // guards order_in, order_out and every OrderIn
   std::unordered_map<std::string, OrderIn> order_in;    // "<stream> <local key>"
-  // stream -> dest -> the last number given
-  std::unordered_map<uint64_t, StringMap<uint64_t>> order_out;
+  // stream -> dest -> the last number given. The counters live in `order_blocks`, never
+  // freed: seq_slots() gives the dests it meets first one contiguous block, in their order,
+  // so that a cast to a mesh walks its counters in memory order.
+  std::unordered_map<uint64_t, StringMap<uint64_t*>> order_out;
+  std::vector<std::unique_ptr<uint64_t[]>> order_blocks;
+
+  uint64_t* new_counters(size_t n) {  // under order_mu
+    order_blocks.push_back(std::make_unique<uint64_t[]>(n));  // zeroed
+    return order_blocks.back().get();
+  }
   uint64_t proc_stream = 0;  // this proc's own stream, immutable after make()
   // Mixed into every stream this process sends on, so that a process that reuses a dead
   // one's address (a controller restarted on its port) starts fresh streams (AC-11).
@@ -857,14 +865,36 @@ void Proc::next_seqs(uint64_t stream, std::span<const std::string* const> dests,
   auto& per_dest = impl_->order_out[stream];
   auto bump = [&](std::string_view d) {
     auto it = per_dest.find(d);
-    if (it == per_dest.end()) it = per_dest.emplace(std::string(d), 0).first;
-    return ++it->second;
+    if (it == per_dest.end()) it = per_dest.emplace(std::string(d), impl_->new_counters(1)).first;
+    return ++*it->second;
   };
   if (dests.empty()) {
     *out = bump(one);
     return;
   }
   for (size_t i = 0; i < dests.size(); ++i) out[i] = bump(*dests[i]);
+}
+
+std::vector<uint64_t*> Proc::seq_slots(uint64_t stream,
+                                       std::span<const std::string* const> dests) {
+  std::vector<uint64_t*> out;
+  out.reserve(dests.size());
+  std::lock_guard lock(impl_->order_mu);
+  auto& per_dest = impl_->order_out[stream];
+  size_t missing = 0;
+  for (const std::string* d : dests) missing += per_dest.contains(*d) ? 0 : 1;
+  uint64_t* block = missing ? impl_->new_counters(missing) : nullptr;
+  for (const std::string* d : dests) {
+    auto it = per_dest.find(*d);
+    if (it == per_dest.end()) it = per_dest.emplace(*d, block++).first;  // a dest twice: once
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+void Proc::next_seqs(std::span<uint64_t* const> slots, uint64_t* out) {
+  std::lock_guard lock(impl_->order_mu);
+  for (size_t i = 0; i < slots.size(); ++i) out[i] = ++*slots[i];
 }
 
 Proc::Traffic Proc::traffic() const {

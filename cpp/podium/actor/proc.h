@@ -102,6 +102,11 @@ class Proc {
   // `dests` empty, of `one` into out[0].
   void next_seqs(uint64_t stream, std::span<const std::string* const> dests,
                  std::string_view one, uint64_t* out);
+  // The counters behind next_seqs() for `dests` on `stream`, for a sender that casts to the
+  // same actors again and again (mesh::CastTargets keeps them): valid for this proc's life.
+  // next_seqs(slots, out) then takes each one's next number under one lock, without hashing.
+  std::vector<uint64_t*> seq_slots(uint64_t stream, std::span<const std::string* const> dests);
+  void next_seqs(std::span<uint64_t* const> slots, uint64_t* out);
   // AC-12.
   struct Traffic {
     uint64_t sent = 0;

@@ -47,14 +47,14 @@ class ActorMesh : public ActorMeshBase {
     raw.on_ready([p = std::make_shared<actor::Promise<ValueMesh<R>>>(std::move(p)),
                   extent = extent(), self = *this](const Result<mesh::Replies>& replies) {
       if (!replies) return (void)p->set(std::unexpected(replies.error()));
-      std::vector<R> values;
-      values.reserve(replies->size());
-      for (size_t r = 0; r < replies->size(); ++r) {
-        auto v = decode<R>((*replies)[r]);
-        if (!v) return (void)p->set(std::unexpected(self.error_at(r, v.error())));
-        values.push_back(std::move(*v));
+      // One decode per run of equal replies (ME-3), not per rank.
+      ValueMesh<R> out(extent);
+      for (size_t i = 0; i < replies->runs(); ++i) {
+        auto v = decode<R>(replies->run_value(i));
+        if (!v) return (void)p->set(std::unexpected(self.error_at(replies->run_begin(i), v.error())));
+        out.append(replies->run_end(i) - replies->run_begin(i), std::move(*v));
       }
-      p->set(ValueMesh<R>(extent, std::move(values)));
+      p->set(std::move(out));
     });
     return out;
   }

@@ -1,7 +1,7 @@
 #include "podium/mesh/cast.h"
 
 #include <algorithm>
-#include <list>
+#include <cstring>
 #include <mutex>
 
 #include "podium/actor/mesh_failure.h"
@@ -11,54 +11,103 @@
 
 namespace podium::mesh {
 
+bool same_reply(const Reply& a, const Reply& b) {
+  if (a.has_value() != b.has_value()) return false;
+  if (!a) {
+    return a.error().subsystem == b.error().subsystem && a.error().code == b.error().code &&
+           a.error().message == b.error().message;
+  }
+  if (a->size() != b->size()) return false;
+  for (size_t i = 0; i < a->size(); ++i) {
+    const Buffer& x = (*a)[i];
+    const Buffer& y = (*b)[i];
+    if (x.size() != y.size()) return false;
+    if (x.data() != y.data() && std::memcmp(x.data(), y.data(), x.size()) != 0) return false;
+  }
+  return true;
+}
+
+// --- Replies -------------------------------------------------------------------------------
+
+void Replies::append(size_t count, Reply reply) {
+  if (count == 0) return;
+  size_ += count;
+  if (!values_.empty() && same_reply(values_.back(), reply)) {
+    ends_.back() = size_;
+    return;
+  }
+  values_.push_back(std::move(reply));
+  ends_.push_back(size_);
+}
+
+const Reply& Replies::operator[](size_t rank) const {
+  auto it = std::upper_bound(ends_.begin(), ends_.end(), rank);
+  return values_[static_cast<size_t>(it - ends_.begin())];
+}
+
+std::optional<std::pair<size_t, const Error*>> Replies::first_error() const {
+  for (size_t i = 0; i < values_.size(); ++i) {
+    if (!values_[i]) return std::make_pair(run_begin(i), &values_[i].error());
+  }
+  return std::nullopt;
+}
+
+std::vector<Chunk> gaps_in(const Pieces& pieces, size_t lo, size_t hi) {
+  std::vector<Chunk> out;
+  size_t cur = lo;
+  auto it = pieces.upper_bound(lo);
+  if (it != pieces.begin()) cur = std::max(cur, std::prev(it)->second.hi);
+  while (cur < hi) {
+    if (it == pieces.end() || it->first >= hi) {
+      out.push_back(Chunk{cur, hi});
+      break;
+    }
+    if (it->first > cur) out.push_back(Chunk{cur, it->first});
+    cur = std::max(cur, it->second.hi);
+    ++it;
+  }
+  return out;
+}
+
+// --- Collector -----------------------------------------------------------------------------
+
 Collector::Collector(std::vector<std::string> proc_key_per_rank)
     : Collector(std::make_shared<const std::vector<std::string>>(std::move(proc_key_per_rank))) {}
 
 Collector::Collector(std::shared_ptr<const std::vector<std::string>> proc_key_per_rank)
-    : slots_(proc_key_per_rank->size()),
+    : size_(proc_key_per_rank->size()),
       remaining_(proc_key_per_rank->size()),
       proc_keys_(std::move(proc_key_per_rank)) {}
-
-void Collector::fill(size_t rank, Reply reply) {
-  Replies done;
-  {
-    std::lock_guard lock(mu_);
-    if (rank >= slots_.size() || slots_[rank]) return;  // late duplicate: the slot is final
-    slots_[rank] = std::move(reply);
-    if (--remaining_ != 0) return;
-    done.reserve(slots_.size());
-    for (auto& s : slots_) done.push_back(std::move(*s));
-  }
-  promise_.set(std::move(done));
-}
 
 void Collector::fill_range(size_t lo, size_t hi, const Reply& reply) {
   Replies done;
   {
     std::lock_guard lock(mu_);
-    hi = std::min(hi, slots_.size());
-    size_t before = remaining_;
-    for (size_t r = lo; r < hi; ++r) {
-      if (slots_[r]) continue;  // late duplicate: the slot is final
-      slots_[r] = reply;
-      --remaining_;
+    hi = std::min(hi, size_);
+    if (remaining_ == 0 || lo >= hi) return;
+    for (Chunk g : gaps_in(pieces_, lo, hi)) {  // a late duplicate finds no gap
+      pieces_.emplace(g.lo, Piece{g.hi, reply});
+      remaining_ -= g.hi - g.lo;
     }
-    if (remaining_ != 0 || before == 0) return;
-    done.reserve(slots_.size());
-    for (auto& s : slots_) done.push_back(std::move(*s));
+    if (remaining_ != 0) return;
+    for (auto& [first, piece] : pieces_) done.append(piece.hi - first, std::move(piece.value));
+    pieces_.clear();
   }
   promise_.set(std::move(done));
 }
 
 bool Collector::filled(size_t rank) {
   std::lock_guard lock(mu_);
-  return rank < slots_.size() && slots_[rank].has_value();
+  if (rank >= size_) return false;
+  if (remaining_ == 0) return true;
+  return gaps_in(pieces_, rank, rank + 1).empty();
 }
 
 void Collector::proc_failed(std::string_view proc_key, const Error& why) {
   const auto& keys = *proc_keys_;
+  Reply failed{std::unexpected(why)};
   for (size_t r = 0; r < keys.size(); ++r) {
-    if (keys[r] == proc_key) fill(r, std::unexpected(why));
+    if (keys[r] == proc_key) fill_range(r, r + 1, failed);
   }
 }
 
@@ -93,101 +142,58 @@ Error rank_error(const ndslice::Extent& extent, size_t rank, const ActorTarget& 
   return Error{cause.subsystem, cause.code, std::move(msg)};
 }
 
-namespace {
+// --- CastTargets ---------------------------------------------------------------------------
 
-// What a cast to n actors derives from their PortIds (the proc key of each rank, for ME-2; the
-// rank tables of a tree cast), kept for the last few sets of targets. A call is usually one of
-// many to the same actors, and rebuilding these costs the sender ~200 ns a rank (the keys'
-// copies) and ~300 more (tokenising the PortIds, CP-1), where checking that the PortIds are
-// the same costs ~10. Found by content, never by address: a mesh that went away and one that
-// took its memory cannot share an entry. A PortId determines its proc key (the address
-// before '#'), so the PortIds alone are compared.
-class TargetTables {
- public:
-  struct Tables {
-    std::shared_ptr<const std::vector<std::string>> proc_keys;
-    std::shared_ptr<const PortRuns> ports;  // tree casts only
-  };
-
-  Tables get(const std::vector<const ActorTarget*>& targets, bool want_ports) {
-    if (targets.size() < kMinRanks) return build(targets, want_ports, nullptr);
-    std::lock_guard lock(mu_);
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (!same(*it, targets)) continue;
-      if (want_ports && !it->tables.ports) it->tables.ports = build_ports(targets);
-      Tables t = it->tables;
-      if (it != entries_.begin()) entries_.splice(entries_.begin(), entries_, it);
-      return t;
-    }
-    Entry e;
-    e.tables = build(targets, want_ports, &e.dests);
-    Tables t = e.tables;
-    entries_.push_front(std::move(e));
-    if (entries_.size() > kEntries) entries_.pop_back();
-    return t;
+std::shared_ptr<CastTargets> CastTargets::build(std::vector<const ActorTarget*> targets,
+                                                std::vector<size_t> base_ranks, bool whole) {
+  auto out = std::make_shared<CastTargets>();
+  auto keys = std::make_shared<std::vector<std::string>>();
+  keys->reserve(targets.size());
+  const std::string& self = Runtime::get().proc_key();
+  for (const auto* t : targets) {
+    keys->push_back(t->proc_key);
+    out->remote |= t->proc_key != self;
   }
+  out->proc_keys = std::move(keys);
+  out->targets = std::move(targets);
+  out->base_ranks = std::move(base_ranks);
+  out->whole = whole;
+  return out;
+}
 
- private:
-  // Smaller casts (call_one, a few ranks) cost little to rebuild and would push the large ones
-  // out of the cache.
-  static constexpr size_t kMinRanks = 32;
-  static constexpr size_t kEntries = 4;
-  struct Entry {
-    std::vector<std::string> dests;
-    Tables tables;
-  };
-
-  static Tables build(const std::vector<const ActorTarget*>& targets, bool want_ports,
-                      std::vector<std::string>* dests) {
-    auto keys = std::make_shared<std::vector<std::string>>();
-    keys->reserve(targets.size());
-    if (dests) dests->reserve(targets.size());
-    for (const auto* t : targets) {
-      keys->push_back(t->proc_key);
-      if (dests) dests->push_back(t->dest);
-    }
-    Tables out;
-    out.proc_keys = std::move(keys);
-    if (want_ports) out.ports = build_ports(targets);
-    return out;
+std::shared_ptr<const std::vector<uint64_t*>> CastTargets::seq_slots(uint64_t stream) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [s, slots] : slots_) {
+    if (s == stream) return slots;
   }
+  std::vector<const std::string*> dests;
+  dests.reserve(targets.size());
+  for (const auto* t : targets) dests.push_back(&t->dest);
+  auto slots = std::make_shared<const std::vector<uint64_t*>>(
+      Runtime::get().proc().seq_slots(stream, dests));
+  // A mesh is called from a few senders (the controller's thread, some actors); the last few
+  // streams stay, the oldest goes.
+  constexpr size_t kStreams = 8;
+  if (slots_.size() == kStreams) slots_.erase(slots_.begin());
+  slots_.emplace_back(stream, slots);
+  return slots;
+}
 
-  static bool same(const Entry& e, const std::vector<const ActorTarget*>& targets) {
-    if (e.dests.size() != targets.size()) return false;
-    for (size_t r = 0; r < targets.size(); ++r) {
-      if (e.dests[r] != targets[r]->dest) return false;
-    }
-    return true;
-  }
-
-  static std::shared_ptr<const PortRuns> build_ports(
-      const std::vector<const ActorTarget*>& targets) {
+std::shared_ptr<const PortRuns> CastTargets::ports() const {
+  std::lock_guard lock(mu_);
+  if (!ports_) {
     std::vector<const std::string*> dests;
     dests.reserve(targets.size());
     for (const auto* t : targets) dests.push_back(&t->dest);
-    return std::make_shared<const PortRuns>(PortRuns::build(dests));
+    ports_ = std::make_shared<const PortRuns>(PortRuns::build(dests));
   }
-
-  std::mutex mu_;              // guards entries_
-  std::list<Entry> entries_;   // most recently used first, at most kEntries
-};
-
-TargetTables& target_tables() {
-  static TargetTables* tables = new TargetTables;  // never destroyed: used until exit
-  return *tables;
+  return ports_;
 }
 
-// The cast through the relay tree (relay.h): the sender stamps every rank's AC-11 number now,
-// so the calls keep their order against direct sends whichever path they take.
-actor::Future<Replies> tree_cast(const std::vector<const ActorTarget*>& targets,
-                                 const std::vector<size_t>& base_ranks,
-                                 const ndslice::Extent& extent, std::string_view endpoint,
-                                 std::vector<Buffer> args, bool want_reply,
-                                 const std::shared_ptr<LoadCounters>& load,
-                                 RangeSink sink, actor::Future<Replies> done,
-                                 std::shared_ptr<const PortRuns> ports) {
-  auto& rt = Runtime::get();
-  auto& proc = rt.proc();
+std::shared_ptr<CastPlan> make_tree_plan(const CastTargets& to, const ndslice::Extent& extent,
+                                         std::string_view endpoint, std::vector<Buffer> args,
+                                         bool want_reply) {
+  auto& proc = Runtime::get().proc();
   auto plan = std::make_shared<CastPlan>();
   plan->fanout = cast_fanout();
   plan->endpoint.assign(endpoint);
@@ -195,74 +201,69 @@ actor::Future<Replies> tree_cast(const std::vector<const ActorTarget*>& targets,
   plan->stream = proc.sender_stream();
   plan->labels = extent.labels();
   plan->sizes.assign(extent.sizes().begin(), extent.sizes().end());
-  std::vector<const std::string*> dests;
-  dests.reserve(targets.size());
-  for (size_t r = 0; r < targets.size(); ++r) {
-    dests.push_back(&targets[r]->dest);
-    if (load && want_reply) {
-      load->outstanding[base_ranks[r]].fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-  std::vector<uint64_t> seqs(targets.size());
-  proc.next_seqs(plan->stream, dests, {}, seqs.data());
-  plan->ports = *ports;
+  auto slots = to.seq_slots(plan->stream);
+  // Reused: a fresh vector of a large mesh's numbers would cost its page faults every call.
+  thread_local std::vector<uint64_t> seqs;
+  seqs.resize(slots->size());
+  proc.next_seqs(*slots, seqs.data());
+  plan->ports = *to.ports();
   plan->seqs = SeqRuns::build(seqs);
   plan->args = std::move(args);
   plan->want_reply = want_reply;
-  start_tree_cast(rt.relay(), std::move(plan), std::move(sink), done);
-  return done;
+  return plan;
 }
 
-}  // namespace
-
-actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
-                            const std::vector<size_t>& base_ranks, const ndslice::Extent& extent,
-                            std::string_view endpoint, std::vector<Buffer> args, bool want_reply,
+actor::Future<Replies> cast(std::shared_ptr<const CastTargets> to_ptr,
+                            const ndslice::Extent& extent, std::string_view endpoint,
+                            std::vector<Buffer> args, bool want_reply,
                             std::shared_ptr<LoadCounters> load, bool allow_tree) {
   auto& rt = Runtime::get();
   auto& proc = rt.proc();
+  const CastTargets& to = *to_ptr;
+  const auto& targets = to.targets;
   size_t fanout = cast_fanout();
   // CT-1; a star costs no more at or below the fan-out.
   bool tree = allow_tree && fanout != 0 && targets.size() > fanout;
-  std::shared_ptr<Collector> collector;
-  std::string reply_port;
+  if (to.whole && tree) load = nullptr;  // it would not change choose()'s pick (CastTargets)
   if (!want_reply && tree) {
-    (void)tree_cast(targets, base_ranks, extent, endpoint, std::move(args), false, nullptr,
-                    nullptr, {}, target_tables().get(targets, true).ports);
+    start_tree_cast(rt.relay(), make_tree_plan(to, extent, endpoint, std::move(args), false),
+                    nullptr, {});
     return {};
   }
+  std::shared_ptr<Collector> collector;
+  std::string reply_port;
   if (want_reply) {
-    auto tables = target_tables().get(targets, tree);
-    const auto& keys = tables.proc_keys;
-    bool remote = false;
-    const std::string& self = rt.proc_key();
-    for (const auto* t : targets) remote |= t->proc_key != self;
-    collector = std::make_shared<Collector>(keys);
+    collector = std::make_shared<Collector>(to.proc_keys);
     // This process cannot outlive its own proc: only remote procs can fail a call (ME-2).
-    if (remote) rt.track(collector, *keys);
-    auto fill = [collector, load, base_ranks](size_t rank, Reply reply) {
-      if (load && rank < base_ranks.size()) {
-        load->outstanding[base_ranks[rank]].fetch_sub(1, std::memory_order_relaxed);
+    if (to.remote) rt.track(collector, *to.proc_keys, &to.clean_generation);
+    if (load) {
+      for (size_t b : to.base_ranks) {
+        load->outstanding[b].fetch_add(1, std::memory_order_relaxed);
       }
-      collector->fill(rank, std::move(reply));
-    };
+    }
     if (tree) {  // the root of the tree hands the replies to the collector by range (CT-3)
-      auto fill_range = [collector, load, base_ranks](size_t lo, size_t hi, const Reply& reply) {
+      auto fill_range = [collector, load, to_ptr](size_t lo, size_t hi, const Reply& reply) {
         if (load) {
-          for (size_t r = lo; r < hi && r < base_ranks.size(); ++r) {
-            load->outstanding[base_ranks[r]].fetch_sub(1, std::memory_order_relaxed);
+          const auto& base = to_ptr->base_ranks;
+          for (size_t r = lo; r < hi && r < base.size(); ++r) {
+            load->outstanding[base[r]].fetch_sub(1, std::memory_order_relaxed);
           }
         }
         collector->fill_range(lo, hi, reply);
       };
-      return tree_cast(targets, base_ranks, extent, endpoint, std::move(args), true, load,
-                       std::move(fill_range), collector->future(), tables.ports);
+      auto done = collector->future();
+      start_tree_cast(rt.relay(), make_tree_plan(to, extent, endpoint, std::move(args), true),
+                      std::move(fill_range), done);
+      return done;
     }
     // The port holds the collector until it completes; completion closes the port, whether
     // the last reply or a proc's exit (ME-2) completed it.
-    auto handler = [fill = std::move(fill)](wire::Envelope&& env) {
+    auto handler = [collector, load, to_ptr](wire::Envelope&& env) {
       auto [rank, reply] = decode_reply(std::move(env));
-      fill(rank, std::move(reply));
+      if (load && rank < to_ptr->base_ranks.size()) {
+        load->outstanding[to_ptr->base_ranks[rank]].fetch_sub(1, std::memory_order_relaxed);
+      }
+      collector->fill(rank, std::move(reply));
     };
     auto port = proc.open_port(std::move(handler), targets.size() == 1);
     collector->port = port.port;
@@ -283,9 +284,6 @@ actor::Future<Replies> cast(const std::vector<const ActorTarget*>& targets,
     env.parts.reserve(1 + args.size());
     env.parts.push_back(actor::encode_call_header(endpoint, r, extent.labels(), extent.sizes()));
     for (const auto& a : args) env.parts.push_back(a);
-    if (load && want_reply) {
-      load->outstanding[base_ranks[r]].fetch_add(1, std::memory_order_relaxed);
-    }
     proc.send(t.addr, std::move(env));
   }
   if (!want_reply) return {};

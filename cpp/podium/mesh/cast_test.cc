@@ -100,6 +100,71 @@ TEST(CastShape, ChunksCoverTheRangeInOrder) {  // CT-2
   EXPECT_TRUE(podium::mesh::split_chunks(5, 5, 16).empty());
 }
 
+podium::mesh::Reply value_reply(std::string_view text) {
+  return podium::mesh::Reply(std::vector<podium::Buffer>{podium::Buffer::copy_of(
+      std::span(reinterpret_cast<const std::byte*>(text.data()), text.size()))});
+}
+
+TEST(CastReplies, EqualNeighboursAreOneRunAndEveryRankIsFound) {  // ME-3
+  podium::mesh::Replies r;
+  r.append(3, value_reply("a"));
+  r.append(2, value_reply("a"));  // byte-equal, separate buffers: the run grows
+  r.append(1, podium::mesh::Reply(std::unexpected(podium::make_error(
+                  podium::BaseErrc::kInvalidArgument, "no"))));
+  r.append(4, value_reply("b"));
+  r.append(0, value_reply("c"));  // no ranks: nothing
+  ASSERT_EQ(r.size(), 10u);
+  ASSERT_EQ(r.runs(), 3u);
+  EXPECT_EQ(r.run_begin(1), 5u);
+  EXPECT_EQ(r.run_end(1), 6u);
+  for (size_t k = 0; k < 10; ++k) EXPECT_EQ(r[k].has_value(), k != 5) << "rank " << k;
+  EXPECT_TRUE(podium::mesh::same_reply(r[9], value_reply("b")));
+  auto bad = r.first_error();
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->first, 5u);
+  EXPECT_EQ(bad->second->message, "no");
+}
+
+TEST(CastReplies, CollectorFillsOnlyGapsAndCompletesOnceAsRuns) {  // ME-1, ME-3
+  std::vector<std::string> keys(100, "p0");
+  keys[42] = "p1";
+  podium::mesh::Collector c(keys);
+  c.fill_range(10, 50, value_reply("x"));
+  c.fill_range(0, 20, value_reply("y"));   // [10, 20) is taken already: only [0, 10) fills
+  c.fill_range(30, 40, value_reply("z"));  // a late duplicate: nothing changes
+  EXPECT_TRUE(c.filled(45));
+  EXPECT_FALSE(c.filled(50));
+  c.proc_failed("p1", podium::make_error(podium::BaseErrc::kInvalidArgument, "gone"));
+  EXPECT_FALSE(c.future().ready());
+  c.fill_range(50, 120, value_reply("x"));  // past the end is clipped
+  ASSERT_TRUE(c.future().ready());
+  auto r = *c.future().get(1s);
+  ASSERT_EQ(r.size(), 100u);
+  ASSERT_EQ(r.runs(), 2u);  // [0, 10) y, then x everywhere: 42 was answered before it failed
+  EXPECT_TRUE(podium::mesh::same_reply(r[5], value_reply("y")));
+  EXPECT_TRUE(podium::mesh::same_reply(r[42], value_reply("x")));
+  EXPECT_TRUE(podium::mesh::same_reply(r[99], value_reply("x")));
+  c.fill_range(0, 100, value_reply("w"));  // after completion: ignored
+}
+
+TEST(CastReplies, ValueMeshHoldsRunsAndSpellsOutEveryRank) {  // ME-3
+  auto extent = ok(podium::ndslice::Extent::make({"hosts", "gpus"}, {2, 3}));
+  podium::ValueMesh<int> v(extent);
+  v.append(4, 7);
+  v.append(2, 9);
+  EXPECT_EQ(v.size(), 6u);
+  EXPECT_EQ(v.runs(), 2u);
+  EXPECT_EQ(v.values(), (std::vector<int>{7, 7, 7, 7, 9, 9}));
+  EXPECT_EQ(v[3], 7);
+  EXPECT_EQ(v[4], 9);
+  auto row = ok(v.slice("hosts", 1));
+  EXPECT_EQ(row.values(), (std::vector<int>{7, 9, 9}));
+  EXPECT_EQ(v.items().size(), 6u);
+  podium::ValueMesh<int> from_list(extent, {1, 1, 2, 2, 2, 1});
+  EXPECT_EQ(from_list.runs(), 3u);
+  EXPECT_EQ(from_list.values(), (std::vector<int>{1, 1, 2, 2, 2, 1}));
+}
+
 // The target: at 256 procs the controller sends and receives at most k + 1 messages per
 // call, with the default fan-out.
 TEST(CastScale, TwoHundredFiftySixProcsCostTheControllerAtMostFanoutPlusOne) {  // CT-1
@@ -143,6 +208,7 @@ TEST_F(CastTest, ControllerSendsAndReceivesAtMostFanoutMessages) {  // CT-1
       auto v = ok(nodes().call(&Node::same).get(20s));
       auto after = proc.traffic();
       ASSERT_EQ(v.size(), 64u);
+      EXPECT_EQ(v.runs(), 1u);  // ME-3: equal replies reach the caller as one run
       for (size_t r = 0; r < 64; ++r) EXPECT_EQ(v[r], 7);
       EXPECT_LE(after.sent - before.sent, k + 1) << "fanout " << k;
       EXPECT_LE(after.received - before.received, k + 1) << "fanout " << k;
@@ -155,6 +221,8 @@ TEST_F(CastTest, HandlerErrorsComeBackForTheirRanksOnly) {  // CT-3
   auto args = podium::detail::pack(std::tuple<int, int>(5, 9));
   auto replies = ok(nodes().call_raw("fail_between", {args}).get(20s));
   ASSERT_EQ(replies.size(), 64u);
+  // ok, then the four errors (each names its own actor, so none equals another), then ok.
+  EXPECT_EQ(replies.runs(), 6u);
   for (size_t r = 0; r < 64; ++r) {
     if (r >= 5 && r < 9) {
       ASSERT_FALSE(replies[r]) << "rank " << r;

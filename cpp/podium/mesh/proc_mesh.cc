@@ -54,11 +54,20 @@ std::vector<const mesh::ActorTarget*> ActorMeshBase::targets_of_region(
   return out;
 }
 
+std::shared_ptr<const mesh::CastTargets> ActorMeshBase::cast_targets() const {
+  std::lock_guard lock(cast_->mu);
+  if (!cast_->targets) {
+    std::vector<size_t> base;
+    auto targets = targets_of_region(&base);
+    bool whole = base.size() == st_->targets.size();  // distinct base ranks: all of them
+    cast_->targets = mesh::CastTargets::build(std::move(targets), std::move(base), whole);
+  }
+  return cast_->targets;
+}
+
 actor::Future<mesh::Replies> ActorMeshBase::call_raw(std::string_view endpoint,
                                                      std::vector<Buffer> args) const {
-  std::vector<size_t> base;
-  auto targets = targets_of_region(&base);
-  return mesh::cast(targets, base, region_.extent(), endpoint, std::move(args), true, st_->load,
+  return mesh::cast(cast_targets(), region_.extent(), endpoint, std::move(args), true, st_->load,
                     st_->initialized.ready());
 }
 
@@ -71,13 +80,12 @@ actor::Future<mesh::Replies> ActorMeshBase::call_rank_raw(size_t rank, std::stri
     return p.future();
   }
   auto one = ndslice::Extent::make({}, {});
-  return mesh::cast({&st_->targets[*b]}, {*b}, *one, endpoint, std::move(args), true, st_->load);
+  auto to = mesh::CastTargets::build({&st_->targets[*b]}, {*b}, st_->targets.size() == 1);
+  return mesh::cast(std::move(to), *one, endpoint, std::move(args), true, st_->load);
 }
 
 void ActorMeshBase::broadcast_raw(std::string_view endpoint, std::vector<Buffer> args) const {
-  std::vector<size_t> base;
-  auto targets = targets_of_region(&base);
-  (void)mesh::cast(targets, base, region_.extent(), endpoint, std::move(args), false, nullptr,
+  (void)mesh::cast(cast_targets(), region_.extent(), endpoint, std::move(args), false, nullptr,
                    st_->initialized.ready());
 }
 
@@ -236,19 +244,18 @@ Result<ActorMeshBase> ProcMesh::start_actors(
   collector->future().on_ready(
       [p = std::make_shared<actor::Promise<void>>(std::move(init_promise)), state,
        base](const Result<mesh::Replies>& replies) {
-        for (size_t r = 0; r < replies->size(); ++r) {
-          if (!(*replies)[r]) {
-            // Named by its rank in the ProcMesh, as supervision names it.
-            const auto& t = state->targets[base[r]];
-            int64_t pid = -1;
-            {
-              std::lock_guard lock(state->procs->mu);
-              pid = state->procs->procs[base[r]].pid;
-            }
-            p->set(std::unexpected(mesh::rank_error(state->procs->extent, base[r], t,
-                                                    (*replies)[r].error(), pid)));
-            return;
+        if (auto failed = replies->first_error()) {
+          // Named by its rank in the ProcMesh, as supervision names it.
+          size_t b = base[failed->first];
+          const auto& t = state->targets[b];
+          int64_t pid = -1;
+          {
+            std::lock_guard lock(state->procs->mu);
+            pid = state->procs->procs[b].pid;
           }
+          p->set(std::unexpected(
+              mesh::rank_error(state->procs->extent, b, t, *failed->second, pid)));
+          return;
         }
         p->set({});
       });

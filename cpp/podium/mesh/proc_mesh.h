@@ -46,7 +46,7 @@ struct ActorMeshState {
 class ActorMeshBase {
  public:
   ActorMeshBase(std::shared_ptr<mesh::ActorMeshState> st, ndslice::Region region)
-      : st_(std::move(st)), region_(std::move(region)) {}
+      : st_(std::move(st)), region_(std::move(region)), cast_(std::make_shared<CastCache>()) {}
 
   const ndslice::Region& region() const { return region_; }
   const ndslice::Extent& extent() const { return region_.extent(); }
@@ -80,8 +80,16 @@ class ActorMeshBase {
  protected:
   std::vector<const mesh::ActorTarget*> targets_of_region(std::vector<size_t>* base) const;
 
+  // This region's CastTargets, built by its first cast and shared by its copies.
+  std::shared_ptr<const mesh::CastTargets> cast_targets() const;
+
   std::shared_ptr<mesh::ActorMeshState> st_;
   ndslice::Region region_;
+  struct CastCache {
+    std::mutex mu;  // guards targets
+    std::shared_ptr<const mesh::CastTargets> targets;
+  };
+  std::shared_ptr<CastCache> cast_;
 };
 
 template <class A>

@@ -46,34 +46,10 @@ std::string_view addr_of(const std::string& dest) {
   return v ? v->addr : std::string_view();
 }
 
-bool same_reply(const Reply& a, const Reply& b) {
-  if (a.has_value() != b.has_value()) return false;
-  if (!a) {
-    return a.error().subsystem == b.error().subsystem && a.error().code == b.error().code &&
-           a.error().message == b.error().message;
-  }
-  if (a->size() != b->size()) return false;
-  for (size_t i = 0; i < a->size(); ++i) {
-    const Buffer& x = (*a)[i];
-    const Buffer& y = (*b)[i];
-    if (x.size() != y.size()) return false;
-    if (x.data() != y.data() && std::memcmp(x.data(), y.data(), x.size()) != 0) return false;
-  }
-  return true;
-}
-
 Buffer to_buffer(const msgpack::sbuffer& sb) {
   return Buffer::copy_of(
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(sb.data()), sb.size()));
 }
-
-// The answered ranks of a node: disjoint [lo, hi) ranges, each with the one reply all its
-// ranks gave. O(ranges), not O(ranks): a child's reduced answer of one run is one range.
-struct Piece {
-  size_t hi = 0;
-  Reply value;
-};
-using Pieces = std::map<size_t, Piece>;
 
 // CT-3: part 0 = [lo, [[count, true, nparts] | [count, false, subsystem, code, message]...]],
 // then the parts of each ok run, once per run. `pieces` must cover a range without gaps;
@@ -117,24 +93,6 @@ std::vector<Buffer> encode_runs(size_t lo, const Pieces& pieces) {
   }
   parts[0] = to_buffer(sb);
   return parts;
-}
-
-// The parts of [lo, hi) that `pieces` does not cover yet, in order.
-std::vector<Chunk> gaps_in(const Pieces& pieces, size_t lo, size_t hi) {
-  std::vector<Chunk> out;
-  size_t cur = lo;
-  auto it = pieces.upper_bound(lo);
-  if (it != pieces.begin()) cur = std::max(cur, std::prev(it)->second.hi);
-  while (cur < hi) {
-    if (it == pieces.end() || it->first >= hi) {
-      out.push_back(Chunk{cur, hi});
-      break;
-    }
-    if (it->first > cur) out.push_back(Chunk{cur, it->first});
-    cur = std::max(cur, it->second.hi);
-    ++it;
-  }
-  return out;
 }
 
 // Calls fill(lo, hi, reply) for every run of a reduced reply, in rank order.

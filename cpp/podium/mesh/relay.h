@@ -43,11 +43,7 @@ size_t cast_fanout();
 void set_cast_fanout(size_t k);
 inline constexpr size_t kDefaultCastFanout = 16;
 
-// The chunks that [lo, hi) is split into for k children (CT-2).
-struct Chunk {
-  size_t lo = 0;
-  size_t hi = 0;
-};
+// The chunks that [lo, hi) is split into for k children (CT-2); Chunk is in cast.h.
 std::vector<Chunk> split_chunks(size_t lo, size_t hi, size_t k);
 
 // What every node of one cast needs: which actors, in rank order, and what to call.

@@ -107,6 +107,7 @@ struct Runtime::Impl {
   };
   std::unordered_map<std::string, ProcRef> by_key;   // proc addr text -> mesh, rank
   std::unordered_map<std::string, Error> dead;       // proc addr text -> why
+  uint64_t dead_generation = 0;                      // bumped whenever `dead` grows
   std::list<std::weak_ptr<Collector>> collectors;
   size_t tracks_since_prune = 0;
   std::shared_ptr<ProcMeshState> local_mesh;
@@ -393,6 +394,7 @@ struct Runtime::Impl {
       std::lock_guard lock(mu);
       if (dead.contains(key)) return;
       dead[key] = why;
+      ++dead_generation;
       for (auto& w : collectors) {
         if (auto c = w.lock()) waiting.push_back(std::move(c));
       }
@@ -1543,6 +1545,7 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::find_procs(
         std::string cause = "its proc (pid " + std::to_string(p.pid) + ") " +
                             (part.exits[j].starts_with("killed") ? "was " : "") + part.exits[j];
         impl.dead[key] = runtime_error(cause);
+        ++impl.dead_generation;
         if (!first_dead) {
           std::string who = "proc rank " + std::to_string(r);
           if (auto pt = mesh->extent.point_of_rank(r)) who += " " + pt->to_string();
@@ -1634,13 +1637,18 @@ actor::Future<void> Runtime::stop_procs(const std::shared_ptr<ProcMeshState>& me
 }
 
 void Runtime::track(const std::shared_ptr<Collector>& collector,
-                    const std::vector<std::string>& proc_keys) {
+                    const std::vector<std::string>& proc_keys, std::atomic<uint64_t>* clean) {
   std::vector<std::pair<std::string, Error>> already;
   {
     std::lock_guard lock(impl_->mu);
-    for (const auto& k : proc_keys) {
-      auto it = impl_->dead.find(k);
-      if (it != impl_->dead.end()) already.emplace_back(k, it->second);
+    // Generations count from 1 here, so that 0 means "never checked".
+    uint64_t gen = impl_->dead_generation + 1;
+    if (!clean || clean->load(std::memory_order_relaxed) != gen) {
+      for (const auto& k : proc_keys) {
+        auto it = impl_->dead.find(k);
+        if (it != impl_->dead.end()) already.emplace_back(k, it->second);
+      }
+      if (clean && already.empty()) clean->store(gen, std::memory_order_relaxed);
     }
     if (++impl_->tracks_since_prune >= 256) {
       impl_->collectors.remove_if([](const auto& w) { return w.expired(); });

@@ -20,6 +20,8 @@
 //        procs too) and each process's Supervisor raises the failure for the meshes it owns.
 #pragma once
 
+#include <atomic>
+
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -174,9 +176,11 @@ class Runtime {
   actor::Future<void> stop_procs(const std::shared_ptr<ProcMeshState>& mesh,
                                  std::chrono::milliseconds grace);
 
-  // ME-2: the collector learns of exits of the procs it waits on.
+  // ME-2: the collector learns of exits of the procs it waits on. Procs that exited before
+  // are looked up in the dead set, unless `clean` says that none of `proc_keys` was dead the
+  // last time, and none has died since (a cast's CastTargets keeps it: O(1) per call).
   void track(const std::shared_ptr<Collector>& collector,
-             const std::vector<std::string>& proc_keys);
+             const std::vector<std::string>& proc_keys, std::atomic<uint64_t>* clean = nullptr);
 
   // Why the proc `proc_key` is gone, if this process has seen it exit (or been told: ME-7).
   std::optional<Error> proc_dead(const std::string& proc_key);

@@ -27,7 +27,7 @@ from podium._src.endpoint import (
     NotAnEndpoint,
 )
 from podium._src.future import Future
-from podium._src.shape import MeshShape, select, ValueMesh
+from podium._src.shape import MeshShape, RunValues, select, shareable, ValueMesh
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -198,12 +198,21 @@ class Endpoint(Generic[R]):
         name = self._name
 
         def decode(fut: Any) -> Any:
-            values = []
-            for rank, (ok, payload) in enumerate(fut.replies()):
-                values.append(_decode_reply(ok, payload, lambda r=rank: self._where(r), name,
-                                            None if ok else self._locate(rank)))
+            # One decode per run of equal replies (ME-3); a value that the run's ranks cannot
+            # share safely (a mutable object) is decoded again for each of them.
+            runs = []
+            rank = 0
+            for count, ok, payload in fut.reply_runs():
+                value = _decode_reply(ok, payload, lambda r=rank: self._where(r), name,
+                                      None if ok else self._locate(rank))
+                if count == 1 or shareable(value):
+                    runs.append((count, value))
+                else:
+                    runs.append((1, value))
+                    runs.extend((1, pickling.loads(payload)[1]) for _ in range(count - 1))
+                rank += count
             vm = ValueMesh._from_values(list(region_extent.labels), list(region_extent.sizes),
-                                        values)
+                                        RunValues(runs))
             return vm if then is None else then(vm)
 
         return Future(core.call(name, [self._meta(), *parts]), decode)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import bisect
 import collections.abc
 from typing import Any, Dict, Generic, Iterable, Iterator, List, Sequence, Tuple, TypeVar
 
@@ -243,16 +244,63 @@ class MeshShape:
 _M = TypeVar("_M", bound=MeshShape)
 
 
+# Immutable values, which the ranks of one run of equal replies can share (RunValues).
+_SHAREABLE = (type(None), bool, int, float, complex, str, bytes, range)
+
+
+def shareable(value: Any) -> bool:
+    """Whether one object can stand for every rank of a run: nothing a rank's holder could
+    change under the others' feet (scalars, and tuples of them)."""
+    if type(value) in _SHAREABLE:
+        return True
+    return type(value) is tuple and len(value) <= 16 and all(type(v) in _SHAREABLE for v in value)
+
+
+class RunValues(collections.abc.Sequence):
+    """Values by rank, held as runs of one value (ME-3): a call whose actors all answered
+    alike is one entry whatever the mesh's size. Indexing costs O(log runs)."""
+
+    __slots__ = ("_ends", "_values")
+
+    def __init__(self, runs: Iterable[Tuple[int, Any]]) -> None:
+        self._ends: List[int] = []
+        self._values: List[Any] = []
+        total = 0
+        for count, value in runs:
+            if count <= 0:
+                continue
+            total += count
+            self._ends.append(total)
+            self._values.append(value)
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"rank {i} out of range for {n} values")
+        return self._values[bisect.bisect_right(self._ends, i)]
+
+    def runs(self) -> int:
+        return len(self._values)
+
+
 class ValueMesh(MeshShape, Generic[R]):
     """The replies of ``call()``: one value per point of the called mesh, in rank order."""
 
-    def __init__(self, region: "_nd.Region", base_values: List[R]) -> None:
+    def __init__(self, region: "_nd.Region", base_values: Sequence[R]) -> None:
         # base_values[b] is the value at base rank b of the region's root.
         self._r = region
         self._base_values = base_values
 
     @classmethod
-    def _from_values(cls, labels: List[str], sizes: List[int], values: List[R]) -> "ValueMesh[R]":
+    def _from_values(cls, labels: List[str], sizes: List[int], values: Sequence[R]
+                     ) -> "ValueMesh[R]":
         return cls(_nd.Region(_nd.Extent(labels, sizes)), values)
 
     @property

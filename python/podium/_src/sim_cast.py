@@ -8,9 +8,10 @@ near-equal chunks; the root splits [0, n) into at most k chunks. Costs come from
   hop_us     a message's trip from one proc to another (half a measured round trip)
   send_us    a node's CPU time per message it sends
   recv_us    a node's CPU time per reply it receives and merges
-  member_us  the root's CPU time per rank of the cast (the collector's slots, the rank tables
-             it builds, each rank's reply handed to the caller); a relay's work does not grow
-             with its chunk (compact rank tables and reply ranges, docs/cast.md)
+  member_us  the root's CPU time per rank of the cast, measured alone by the bench ("root":
+             each rank's AC-11 number; the rank tables and the replies are runs, ME-3); a
+             relay's work does not grow with its chunk (compact rank tables and reply
+             ranges, docs/cast.md)
   proc_us    a proc's CPU time to take a call, run the handler and reply
   relay_us   a relay's extra CPU time for being one (decoding the plan, its gather port)
 
@@ -168,14 +169,19 @@ def run(args: argparse.Namespace) -> int:
             v["cpu_bound_star_us"] = round(
                 (row["star_controller_cpu_us"] + row["star_procs_cpu_us"]) / cores, 1)
         validation.append(v)
-    # What-if, not a measurement: the same tree without the root's per-rank work (member_us),
-    # as for a call whose replies are reduced to one value in the tree (docs/cast.md).
-    compact = []
-    for n in sizes:
-        row = {"procs": n}
-        for k in fanouts:
-            row[f"tree_k{k}_us"] = round(Model(cal, k, member_us=0.0).tree(n)["latency_us"], 1)
-        compact.append(row)
+    # How the latency grows: the time each 16-fold growth of the mesh adds, at the default
+    # fan-out (log N: about the same for every step; N: 16 times the step before), and the
+    # share of the root's per-rank term in the latency at --procs.
+    gk = 16 if 16 in models else fanouts[0]
+    steps = []
+    n = 256
+    while n * 16 <= max(args.procs, 256 * 16):
+        a, b = models[gk].tree(n)["latency_us"], models[gk].tree(n * 16)["latency_us"]
+        steps.append({"from": n, "to": n * 16, "added_us": round(b - a, 1)})
+        n *= 16
+    at = models[gk].tree(args.procs)["latency_us"]
+    growth = {"fanout": gk, "per_16x": steps,
+              "root_per_rank_share": round(float(cal["member_us"]) * args.procs / at, 4)}
     best = min(at_n, key=lambda r: r["latency_us"])
     out = {
         "procs": args.procs,
@@ -185,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
         "fastest_fanout": best["fanout"],
         "star_us": round(models[fanouts[0]].star(args.procs), 1),
         "curve": curve,
-        "what_if_no_root_per_rank_curve": compact,
+        "growth": growth,
         "validation": validation,
         "log16_procs": round(math.log(args.procs, 16), 2) if args.procs > 1 else 0,
     }
@@ -198,6 +204,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r['fanout']:>7} {r['latency_us']:>12.1f} {r['depth']:>6} "
                   f"{r['root_msgs']:>10} {r['max_node_msgs']:>10}")
         print(f"star: {out['star_us']:.1f} us")
+        for st in steps:
+            print(f"fan-out {gk}: {st['from']} -> {st['to']} procs adds {st['added_us']:.1f} us")
+        print(f"root's per-rank share at {args.procs} procs: "
+              f"{100 * growth['root_per_rank_share']:.2f}%")
     return 0
 
 
