@@ -163,7 +163,7 @@ class CoreFuture {
     return out;
   }
 
-  // The same as runs of equal replies (ME-3), in rank order: (count, ok, payload) each.
+  // The same as runs of equal replies (ME-9), in rank order: (count, ok, payload) each.
   nb::list reply_runs() const {
     if (!f_.ready()) throw nb::value_error("the future is not ready");
     const Result<Replies>& r = f_.get();

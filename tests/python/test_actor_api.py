@@ -101,7 +101,7 @@ class Same(Actor):
 
 
 def test_equal_replies_are_held_once_and_mutable_ones_are_not_shared(spawn):
-    """ME-3: byte-equal replies reach the caller as one run, decoded once; a mutable value is
+    """ME-9: byte-equal replies reach the caller as one run, decoded once; a mutable value is
     decoded for each rank, so changing one rank's value leaves the others alone."""
     mesh = spawn(Same)
     vm = mesh.number.call().get(timeout=T)

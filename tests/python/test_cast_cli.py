@@ -41,7 +41,7 @@ def test_sim_cast_at_100000_procs(run_podium, tmp_path):
         [by_k[k]["depth"] for k in (2, 4, 8, 16, 32, 64)], reverse=True)
     # The model reproduces the measured one-proc round trip it was calibrated on.
     assert out["curve"][0]["procs"] == 1 and abs(out["curve"][0]["star_us"] - 34.5) < 0.5
-    # Relays and the root cost O(runs) per call (compact rank tables, replies as runs, ME-3),
+    # Relays and the root cost O(runs) per call (compact rank tables, replies as runs, ME-9),
     # so past the fan-out each 16-fold growth of the mesh adds one level: about the same time
     # per step, where a linear term would add 16 times more at each step than at the last.
     steps = out["growth"]["per_16x"]

@@ -47,7 +47,7 @@ class ActorMesh : public ActorMeshBase {
     raw.on_ready([p = std::make_shared<actor::Promise<ValueMesh<R>>>(std::move(p)),
                   extent = extent(), self = *this](const Result<mesh::Replies>& replies) {
       if (!replies) return (void)p->set(std::unexpected(replies.error()));
-      // One decode per run of equal replies (ME-3), not per rank.
+      // One decode per run of equal replies (ME-9), not per rank.
       ValueMesh<R> out(extent);
       for (size_t i = 0; i < replies->runs(); ++i) {
         auto v = decode<R>(replies->run_value(i));

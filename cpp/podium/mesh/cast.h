@@ -6,7 +6,7 @@
 //   ME-2 A rank whose proc has exited gets an error naming the proc and its exit status, at
 //        once if the proc was already gone, else as soon as the exit is observed — a cast
 //        never waits on a dead proc.
-//   ME-3 The replies are runs in rank order (Replies): a run of ranks that gave byte-equal
+//   ME-9 The replies are runs in rank order (Replies): a run of ranks that gave byte-equal
 //        replies is held once, so a tree cast whose actors all answer alike costs its caller
 //        O(runs) to gather and hand over, not O(ranks) (docs/cast.md, "The root").
 #pragma once
@@ -35,7 +35,7 @@ using Reply = Result<std::vector<Buffer>>;
 // Whether two replies are byte-equal (same parts, or the same error).
 bool same_reply(const Reply& a, const Reply& b);
 
-// The replies of a cast in rank order, as runs (ME-3): run i holds the one reply of ranks
+// The replies of a cast in rank order, as runs (ME-9): run i holds the one reply of ranks
 // [run_begin(i), run_end(i)). A star cast of distinct replies has one run per rank.
 class Replies {
  public:
@@ -85,7 +85,7 @@ struct ActorTarget {
   std::string host;            // its host's name; empty: this host
 };
 
-// Gathers one reply per rank, as ranges (ME-3); thread-safe. Filling a range costs
+// Gathers one reply per rank, as ranges (ME-9); thread-safe. Filling a range costs
 // O(log ranges + gaps), completing O(ranges): never O(ranks) unless the replies differ.
 class Collector {
  public:

@@ -105,7 +105,7 @@ podium::mesh::Reply value_reply(std::string_view text) {
       std::span(reinterpret_cast<const std::byte*>(text.data()), text.size()))});
 }
 
-TEST(CastReplies, EqualNeighboursAreOneRunAndEveryRankIsFound) {  // ME-3
+TEST(CastReplies, EqualNeighboursAreOneRunAndEveryRankIsFound) {  // ME-9
   podium::mesh::Replies r;
   r.append(3, value_reply("a"));
   r.append(2, value_reply("a"));  // byte-equal, separate buffers: the run grows
@@ -125,7 +125,7 @@ TEST(CastReplies, EqualNeighboursAreOneRunAndEveryRankIsFound) {  // ME-3
   EXPECT_EQ(bad->second->message, "no");
 }
 
-TEST(CastReplies, CollectorFillsOnlyGapsAndCompletesOnceAsRuns) {  // ME-1, ME-3
+TEST(CastReplies, CollectorFillsOnlyGapsAndCompletesOnceAsRuns) {  // ME-1, ME-9
   std::vector<std::string> keys(100, "p0");
   keys[42] = "p1";
   podium::mesh::Collector c(keys);
@@ -147,7 +147,7 @@ TEST(CastReplies, CollectorFillsOnlyGapsAndCompletesOnceAsRuns) {  // ME-1, ME-3
   c.fill_range(0, 100, value_reply("w"));  // after completion: ignored
 }
 
-TEST(CastReplies, ValueMeshHoldsRunsAndSpellsOutEveryRank) {  // ME-3
+TEST(CastReplies, ValueMeshHoldsRunsAndSpellsOutEveryRank) {  // ME-9
   auto extent = ok(podium::ndslice::Extent::make({"hosts", "gpus"}, {2, 3}));
   podium::ValueMesh<int> v(extent);
   v.append(4, 7);
@@ -208,7 +208,7 @@ TEST_F(CastTest, ControllerSendsAndReceivesAtMostFanoutMessages) {  // CT-1
       auto v = ok(nodes().call(&Node::same).get(20s));
       auto after = proc.traffic();
       ASSERT_EQ(v.size(), 64u);
-      EXPECT_EQ(v.runs(), 1u);  // ME-3: equal replies reach the caller as one run
+      EXPECT_EQ(v.runs(), 1u);  // ME-9: equal replies reach the caller as one run
       for (size_t r = 0; r < 64; ++r) EXPECT_EQ(v[r], 7);
       EXPECT_LE(after.sent - before.sent, k + 1) << "fanout " << k;
       EXPECT_LE(after.received - before.received, k + 1) << "fanout " << k;

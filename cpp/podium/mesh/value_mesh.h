@@ -2,7 +2,7 @@
 //
 // What call() returns: at(r) is the reply of the actor at rank r of the region the call was
 // made on; item(point) and items() pair them with coordinates; slicing keeps the region and
-// the values consistent. Values are held as runs of equal values (ME-3, cast.h): a call whose
+// the values consistent. Values are held as runs of equal values (ME-9, cast.h): a call whose
 // actors all answered alike is one value whatever the mesh's size, and costs O(runs) to build;
 // values() and items() spell every rank out, on demand.
 #pragma once

@@ -198,7 +198,7 @@ class Endpoint(Generic[R]):
         name = self._name
 
         def decode(fut: Any) -> Any:
-            # One decode per run of equal replies (ME-3); a value that the run's ranks cannot
+            # One decode per run of equal replies (ME-9); a value that the run's ranks cannot
             # share safely (a mutable object) is decoded again for each of them.
             runs = []
             rank = 0

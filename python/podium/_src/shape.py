@@ -257,7 +257,7 @@ def shareable(value: Any) -> bool:
 
 
 class RunValues(collections.abc.Sequence):
-    """Values by rank, held as runs of one value (ME-3): a call whose actors all answered
+    """Values by rank, held as runs of one value (ME-9): a call whose actors all answered
     alike is one entry whatever the mesh's size. Indexing costs O(log runs)."""
 
     __slots__ = ("_ends", "_values")

@@ -9,7 +9,7 @@ near-equal chunks; the root splits [0, n) into at most k chunks. Costs come from
   send_us    a node's CPU time per message it sends
   recv_us    a node's CPU time per reply it receives and merges
   member_us  the root's CPU time per rank of the cast, measured alone by the bench ("root":
-             each rank's AC-11 number; the rank tables and the replies are runs, ME-3); a
+             each rank's AC-11 number; the rank tables and the replies are runs, ME-9); a
              relay's work does not grow with its chunk (compact rank tables and reply
              ranges, docs/cast.md)
   proc_us    a proc's CPU time to take a call, run the handler and reply
