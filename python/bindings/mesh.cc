@@ -151,30 +151,9 @@ class CoreFuture {
   }
 
   // Per rank: (True, [parts]) or (False, (subsystem, code, message)). Requires ready().
-  nb::list replies() const {
-    if (!f_.ready()) throw nb::value_error("the future is not ready");
-    const Result<Replies>& r = f_.get();
-    if (!r) throw_error(r.error());
-    nb::list out;
-    for (size_t i = 0; i < r->runs(); ++i) {
-      nb::tuple t = reply_tuple(r->run_value(i));
-      for (size_t k = r->run_begin(i); k < r->run_end(i); ++k) out.append(t);
-    }
-    return out;
-  }
-
+  nb::list replies() const { return to_python(false); }
   // The same as runs of equal replies (ME-9), in rank order: (count, ok, payload) each.
-  nb::list reply_runs() const {
-    if (!f_.ready()) throw nb::value_error("the future is not ready");
-    const Result<Replies>& r = f_.get();
-    if (!r) throw_error(r.error());
-    nb::list out;
-    for (size_t i = 0; i < r->runs(); ++i) {
-      nb::tuple t = reply_tuple(r->run_value(i));
-      out.append(nb::make_tuple(r->run_end(i) - r->run_begin(i), t[0], t[1]));
-    }
-    return out;
-  }
+  nb::list reply_runs() const { return to_python(true); }
 
   // stream(): the rank (in the called region) whose reply this is. Requires ready().
   std::optional<size_t> rank() const {
@@ -188,6 +167,23 @@ class CoreFuture {
   }
 
  private:
+  nb::list to_python(bool as_runs) const {
+    if (!f_.ready()) throw nb::value_error("the future is not ready");
+    const Result<Replies>& r = f_.get();
+    if (!r) throw_error(r.error());
+    nb::list out;
+    for (size_t i = 0; i < r->runs(); ++i) {
+      nb::tuple t = reply_tuple(r->run_value(i));
+      size_t count = r->run_end(i) - r->run_begin(i);
+      if (as_runs) {
+        out.append(nb::make_tuple(count, t[0], t[1]));
+      } else {
+        for (size_t k = 0; k < count; ++k) out.append(t);
+      }
+    }
+    return out;
+  }
+
   actor::Future<Replies> f_;
   std::shared_ptr<StreamState> stream_;
   size_t slot_ = 0;
