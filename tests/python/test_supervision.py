@@ -209,6 +209,37 @@ def test_the_default_hook_prints_the_report_and_exits_with_status_1(tmp_path):
     assert f"pid {pid0}) failed: its proc (pid {pid0}) was killed by signal SIGKILL (9)" in r.stderr
 
 
+def test_a_program_that_ends_while_the_hook_ends_it_exits_with_the_hooks_status(tmp_path):
+    """The main thread reaches its own end (status 0) while the fault thread's default hook
+    is ending the process (status 1): the main thread waits for that exit, so the failure's
+    status is the one the process ends with, and the runtime is not shut down twice at once
+    (which used to end in std::terminate from exit()'s destructors, status 134)."""
+    script = PROLOGUE + textwrap.dedent(
+        """
+        import atexit, threading
+        import podium.actor
+        main_ending = threading.Event()
+        default_hook = podium.actor.unhandled_fault_hook
+        def hook_when_main_ends(failure):
+            main_ending.wait(20)
+            default_hook(failure)
+        podium.actor.unhandled_fault_hook = hook_when_main_ends
+        def main_ends():  # registered after podium's own handler, so it runs first
+            main_ending.set()
+            time.sleep(1)  # the hook's thread starts ending the process meanwhile
+            print("MAIN ENDED", flush=True)
+        atexit.register(main_ends)
+        os.kill(pids[0], signal.SIGKILL)
+        caller_sees(lambda: victim.slice(gpus=0).pid.call_one().get(timeout=10))
+        """
+    )
+    r = run_script(tmp_path, "race.py", script)
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    assert "CALLER: " in r.stdout and "was killed by signal SIGKILL (9)" in r.stdout
+    assert r.stderr.count("podium: unhandled failure, exiting with status 1:") == 1, r.stderr
+    assert "terminate called" not in r.stderr, r.stderr
+
+
 def test_a_replaced_hook_sees_each_fault_once_and_the_controller_lives_on(tmp_path):
     script = textwrap.dedent(
         """

@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <filesystem>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -350,12 +352,68 @@ int orphan_controller() {
   return 0;
 }
 
+// ME-10: two threads call shutdown() at once (a program's main thread on its way to exit()
+// while another thread ends the process for a failure). Neither may return before the
+// runtime has stopped: the last thing shutdown() does is remove the socket directory, so
+// each checks that it is gone once its call returns. Prints "early" if one returned sooner.
+int concurrent_shutdown_controller() {
+  auto procs = podium::this_host().spawn_procs({{"procs", 4}});
+  if (!procs || !procs->initialized().get(10s)) return 2;
+  // unix:<dir>/<name>.sock: this controller's own listening socket, in the directory.
+  std::string self = podium::mesh::Runtime::get().proc().id().to_string();
+  if (self.rfind("unix:", 0) != 0) return 2;
+  std::filesystem::path dir = std::filesystem::path(self.substr(5)).parent_path();
+  if (!std::filesystem::exists(dir)) return 2;
+  std::atomic<int> early{0};
+  auto stop = [&] {
+    podium::shutdown();
+    if (std::filesystem::exists(dir)) early.fetch_add(1);
+  };
+  std::thread a(stop), b(stop);
+  a.join();
+  b.join();
+  std::printf("%s\n", early.load() ? "early" : "both returned after the runtime stopped");
+  return early.load() ? 1 : 0;
+}
+
+TEST(MeshShutdown, ConcurrentCallsBothReturnAfterTheRuntimeStopped) {  // ME-10
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  pid_t controller = ::fork();
+  if (controller == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    ::close(out[0]);
+    const char* self = "/proc/self/exe";
+    ::execl(self, self, "--concurrent-shutdown", nullptr);
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[512];
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    ssize_t n = ::read(out[0], buf, sizeof buf);  // EOF once the controller and procs end
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(out[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(controller, &status, 0), controller);
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << text;
+  EXPECT_NE(text.find("both returned after the runtime stopped"), std::string::npos) << text;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   podium::init(argc, argv);  // spawned procs serve here and never return
   if (argc == 2 && std::string(argv[1]) == "--orphan-controller") return orphan_controller();
   if (argc == 2 && std::string(argv[1]) == "--unhandled-fault") return unhandled_fault_controller();
+  if (argc == 2 && std::string(argv[1]) == "--concurrent-shutdown") {
+    return concurrent_shutdown_controller();
+  }
   podium::set_unhandled_fault_handler([](podium::actor::MeshFailure f) {
     std::lock_guard lock(g_faults_mu);
     g_faults.push_back(std::move(f));

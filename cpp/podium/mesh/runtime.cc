@@ -39,6 +39,8 @@ namespace mesh {
 namespace {
 
 constexpr const char* kBootEnv = "PODIUM_BOOT";
+// How long shutdown() waits for another thread's shutdown to finish (ME-10).
+constexpr std::chrono::seconds kShutdownWait{30};
 
 std::mutex g_mu;                     // guards g_runtime
 std::unique_ptr<Runtime> g_runtime;  // set by init()
@@ -111,7 +113,13 @@ struct Runtime::Impl {
   std::list<std::weak_ptr<Collector>> collectors;
   size_t tracks_since_prune = 0;
   std::shared_ptr<ProcMeshState> local_mesh;
+  // shutdown(): `stopping` once a thread has begun it, `shut_down` once the hosts are
+  // detached (new work is refused from then on), `stopped` when it has finished;
+  // `stopped_cv` tells a concurrent caller, who must not return before then (ME-10).
+  bool stopping = false;
   bool shut_down = false;
+  bool stopped = false;
+  std::condition_variable stopped_cv;
   // TCP ports held for local procs until they exit (PortReservation), by proc key.
   std::unordered_map<std::string, channel::PortReservation> reservations;
 
@@ -381,7 +389,10 @@ struct Runtime::Impl {
                                   static_cast<uint64_t>(static_cast<uint32_t>(code))}}));
       }
     }
-    proc_gone(key, pid, sig, code, cause, expected);
+    // Calls still waiting when this process shuts down (its exit, with a failure being
+    // reported on another thread) fail with the reason their procs went.
+    proc_gone(key, pid, sig, code, down ? cause + " when this process shut down" : cause,
+              expected);
   }
 
   // A proc ended (seen here, or told by the controller): calls waiting on it fail (ME-2), and
@@ -1662,13 +1673,23 @@ void Runtime::track(const std::shared_ptr<Collector>& collector,
 void Runtime::shutdown() {
   auto& impl = *impl_;
   {
-    std::lock_guard lock(impl.mu);
-    if (impl.shut_down) return;
+    // ME-10: a second caller (the main thread on its way to exit() while the fault thread
+    // ends the process) waits until the first has finished. Returning at once would let it
+    // run the static destructors under a shutdown still joining threads (std::terminate).
+    // Bounded, in case the first caller waits on this thread.
+    std::unique_lock lock(impl.mu);
+    if (impl.stopping) {
+      if (!impl.stopped_cv.wait_for(lock, kShutdownWait, [&] { return impl.stopped; })) {
+        spdlog::warn("podium: shutdown() waited {} s for another thread's shutdown; going on",
+                     std::chrono::duration_cast<std::chrono::seconds>(kShutdownWait).count());
+      }
+      return;
+    }
+    impl.stopping = true;
   }
   impl.detach_hosts();  // while the loop still runs: the workers answer
   {
     std::lock_guard lock(impl.mu);
-    if (impl.shut_down) return;
     impl.shut_down = true;
     if (impl.host_timer) impl.host_timer->cancel();
     if (impl.worker && impl.worker->timer) impl.worker->timer->cancel();
@@ -1694,6 +1715,11 @@ void Runtime::shutdown() {
     std::error_code ec;
     std::filesystem::remove_all(impl.sock_dir, ec);
   }
+  {
+    std::lock_guard lock(impl.mu);
+    impl.stopped = true;
+  }
+  impl.stopped_cv.notify_all();
 }
 
 namespace {

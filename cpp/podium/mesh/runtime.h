@@ -18,6 +18,9 @@
 //   ME-7 The controller tells every live proc it spawned of each proc exit it observes
 //        ("proc_exit"), so calls from any process to a dead proc fail at once (ME-2 holds in
 //        procs too) and each process's Supervisor raises the failure for the meshes it owns.
+//   ME-10 shutdown() returns only once the runtime's services have stopped, to every caller:
+//        one called while another thread's is under way waits for it (bounded), so no
+//        caller goes on to exit() and its static destructors while threads are still joined.
 #pragma once
 
 #include <atomic>

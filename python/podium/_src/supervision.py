@@ -31,6 +31,9 @@ _busy = threading.Lock()  # held by the fault thread while it waits for or runs 
 _thread: Optional[threading.Thread] = None
 _stopping = False
 _exiting = False
+_exit_thread: Optional[int] = None  # the thread ending the process (_exit_process)
+_exit_code = 1
+_EXIT_WAIT_S = 60.0  # how long another thread waits for that one before ending it itself
 # Actor meshes spawned from this process, by name (MeshFailure.mesh).
 _meshes: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
 
@@ -133,11 +136,14 @@ def _run_hook(failure: MeshFailure) -> None:
 
 def _exit_process(code: int) -> None:
     """Ends this process with `code` after its atexit handlers (podium's own stop the procs)."""
-    global _exiting
+    global _exiting, _exit_thread, _exit_code
     with _lock:
-        if _exiting:
-            return
-        _exiting = True
+        first = not _exiting
+        if first:
+            _exiting, _exit_thread, _exit_code = True, threading.get_ident(), code
+    if not first:
+        _wait_for_exit_elsewhere()
+        return
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -150,15 +156,37 @@ def _exit_process(code: int) -> None:
             os._exit(code)
 
 
+def _wait_for_exit_elsewhere() -> None:
+    """Another thread is ending the process (_exit_process): its atexit handlers stop the
+    procs, then it calls os._exit with the hook's status. This thread (typically the main
+    thread, finishing the program or unwinding a SupervisionError at the same moment) must
+    neither finish first with its own status, which would lose the failure, nor run the
+    interpreter's finalization under that thread's shutdown. So it waits; if the exit has
+    not happened after _EXIT_WAIT_S, it ends the process itself with the same status."""
+    if _exit_thread == threading.get_ident():
+        return  # this thread is the one ending the process
+    threading.Event().wait(_EXIT_WAIT_S)
+    sys.stderr.write(f"podium: the process did not end within {_EXIT_WAIT_S:.0f} s of an "
+                     f"unhandled failure; ending it now with status {_exit_code}\n")
+    sys.stderr.flush()
+    os._exit(_exit_code)
+
+
 def at_exit() -> None:
     """Called by podium's atexit handler first: stops the hook thread and runs the hook for
     failures raised before the program ended (they may arrive just after the caller saw its
-    SupervisionError), so a fault is never lost to a race with the exit."""
+    SupervisionError), so a fault is never lost to a race with the exit. If another thread
+    is already ending the process for a failure, this waits for it to do so."""
     global _stopping
     with _lock:
-        if _thread is None or _exiting:
+        exiting = _exiting
+        if not exiting and _thread is None:
             return
-        _stopping = True
+        if not exiting:
+            _stopping = True
+    if exiting:
+        _wait_for_exit_elsewhere()
+        return
     _mesh.interrupt_faults()
     with _busy:  # a failure the thread holds is run (or ends the process) first
         pass
