@@ -897,6 +897,12 @@ void Proc::next_seqs(std::span<uint64_t* const> slots, uint64_t* out) {
   for (size_t i = 0; i < slots.size(); ++i) out[i] = ++*slots[i];
 }
 
+void Proc::forget_peer(const channel::Address& peer, const std::string& why) {
+  if (impl_->net) impl_->net->forget(peer, why);
+}
+
+size_t Proc::link_count() const { return impl_->net ? impl_->net->link_count() : 0; }
+
 Proc::Traffic Proc::traffic() const {
   return Traffic{impl_->sent_remote.load(std::memory_order_relaxed),
                  impl_->received_remote.load(std::memory_order_relaxed)};

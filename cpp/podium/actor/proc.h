@@ -114,6 +114,12 @@ class Proc {
   };
   Traffic traffic() const;
 
+  // The proc at `peer` has ended: drops this proc's link to it (channel CH-11), handing back
+  // what it still held with `why`. Links to procs that come and go are not kept forever.
+  void forget_peer(const channel::Address& peer, const std::string& why);
+  // How many peers this proc holds a link to (tests).
+  size_t link_count() const;
+
   // Sends a kReply for `reply_port` (a PortId text), carrying `value` or `error`.
   void send_reply(std::string_view reply_port, uint64_t rank, Result<std::vector<Buffer>> value);
 

@@ -66,10 +66,11 @@ bool Link::defer_flush_locked() {
 void Link::send(wire::Envelope&& env) {
   std::unique_lock lock(mu_);
   if (state_ == State::kStopped) {
+    std::string why = stop_why_;
     lock.unlock();
     std::vector<Outgoing> back;
     back.push_back({0, {}, std::move(env)});
-    hand_back(*core_, back, ChannelErrc::kCancelled, "net stopped");
+    hand_back(*core_, back, ChannelErrc::kCancelled, why);
     return;
   }
   auto deadline = Clock::now() + core_->config.delivery_timeout;
@@ -84,12 +85,13 @@ void Link::send(wire::Envelope&& env) {
   }  // connecting or backing off: the queue goes out once connected
 }
 
-void Link::stop() {
+void Link::stop(std::string why) {
   std::vector<Outgoing> back;
   {
     std::lock_guard lock(mu_);
     if (state_ == State::kStopped) return;
     state_ = State::kStopped;
+    stop_why_ = why;
     close_locked();
     retry_timer_.cancel();
     deadline_timer_.cancel();
@@ -97,8 +99,7 @@ void Link::stop() {
     queue_.drain_into(back);
     written_ = offset_ = 0;
   }
-  hand_back(*core_, back, ChannelErrc::kCancelled,
-            "net stopped before " + to_text_ + " acknowledged");
+  hand_back(*core_, back, ChannelErrc::kCancelled, why + " before " + to_text_ + " acknowledged");
 }
 
 void Link::failed_locked(std::string why) {

@@ -37,8 +37,9 @@ class Link : public std::enable_shared_from_this<Link> {
 
   void send(wire::Envelope&& env);
   // Closes the connection and hands back everything not acknowledged (kCancelled), on the
-  // calling thread. Idempotent.
-  void stop();
+  // calling thread; a send() after it is handed back at once. `why` completes the reason
+  // ("net stopped", "... has exited"). Idempotent.
+  void stop(std::string why = "net stopped");
   virtual void reset_for_test() {}
   asio::io_context& io() const { return core_->io; }
 
@@ -71,6 +72,7 @@ class Link : public std::enable_shared_from_this<Link> {
   size_t written_ = 0;
   size_t offset_ = 0;
   std::string last_error_;  // why the last connection attempt or connection failed
+  std::string stop_why_;    // stop()'s reason, for sends that come after it
 
  private:
   void arm_deadline_locked(Clock::time_point at);

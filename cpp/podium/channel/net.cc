@@ -27,8 +27,7 @@ Net::Net(asio::io_context& io, Config config, DeliverFn deliver, UndeliverableFn
 
 Net::~Net() {
   stop();
-  // send() uses links by plain pointer (they stay in the map until here); dropping them now
-  // breaks the Core <-> Link cycle.
+  // Dropping the links breaks the Core <-> Link cycle.
   std::unordered_map<Address, std::shared_ptr<internal::Link>> links;
   std::lock_guard lock(impl_->core->mu);
   links.swap(impl_->core->links);
@@ -95,13 +94,11 @@ void Net::send(const Address& to, wire::Envelope env) {
   if (!core.tls_error.empty() && to.transport == Transport::kTcp) {
     return refuse(ChannelErrc::kTlsFailed, "TLS to " + to.to_string() + ": " + core.tls_error);
   }
-  internal::Link* link;
+  std::shared_ptr<internal::Link> link;           // held: forget() may drop it meanwhile
   std::shared_ptr<internal::Inbound> from_peer;  // CH-10
   {
     std::lock_guard lock(core.mu);
-    if (core.stopped) {
-      link = nullptr;
-    } else {
+    if (!core.stopped) {
       if (auto it = core.inbound_by_peer.find(to); it != core.inbound_by_peer.end()) {
         from_peer = it->second.lock();
       }
@@ -113,7 +110,7 @@ void Net::send(const Address& to, wire::Envelope env) {
           slot = std::make_shared<internal::SocketLink>(impl_->core, to);
         }
       }
-      link = slot.get();
+      link = slot;
     }
   }
   if (!link) return refuse(ChannelErrc::kCancelled, "net stopped");
@@ -147,6 +144,25 @@ void Net::stop() {
   for (auto& l : listeners) l->close();
   for (auto& in : inbounds) in->close("net stopped", false);
   for (auto& link : links) link->stop();
+}
+
+void Net::forget(const Address& peer, const std::string& why) {
+  Core& core = *impl_->core;
+  std::shared_ptr<internal::Link> link;
+  {
+    std::lock_guard lock(core.mu);
+    if (core.stopped) return;  // stop() has them all
+    auto it = core.links.find(peer);
+    if (it == core.links.end()) return;
+    link = std::move(it->second);
+    core.links.erase(it);
+  }
+  link->stop(why);
+}
+
+size_t Net::link_count() const {
+  std::lock_guard lock(impl_->core->mu);
+  return impl_->core->links.size();
 }
 
 void Net::reset_connections_for_test() {

@@ -173,6 +173,16 @@ class Net {
   // UndeliverableFn with ChannelErrc::kCancelled. Idempotent. Thread-safe.
   void stop();
 
+  // CH-11: drops the link to `peer`, a process known to have ended (its exit was seen), so
+  // that a long-lived process that talks to many short-lived ones does not keep a link (its
+  // queue, timers and buffers) per peer it ever had. What the link still holds is handed
+  // back with kCancelled and `why` ("the proc at unix:... has exited"); a later send() to
+  // `peer` dials afresh. Does nothing for a peer this Net never sent to. Thread-safe.
+  void forget(const Address& peer, const std::string& why);
+
+  // How many peers this Net holds a link to (tests).
+  size_t link_count() const;
+
   const Config& config() const;
 
   // `fn` runs on the io thread after each batch of deliveries (the envelopes of one read),

@@ -284,6 +284,47 @@ TEST(ChannelNet, StopHandsBackWhatIsQueuedBeforeReturning) {  // CH-3
   net.stop();  // idempotent
 }
 
+TEST(ChannelNet, ForgetDropsThePeersLinkAndHandsBackWhatItHeld) {  // CH-11
+  TempDir dir;
+  Returns returns;
+  IoThreads io(2);
+  Net net(io.io(), test_config(), nullptr, returns.fn());
+  Address gone = *Address::parse("unix:" + dir.path("gone.sock"));
+  Address other = *Address::parse("unix:" + dir.path("other.sock"));
+  for (uint64_t i = 0; i < 4; ++i) net.send(i % 2 ? gone : other, numbered(i));
+  EXPECT_EQ(net.link_count(), 2u);
+  net.forget(gone, "the proc at " + gone.to_string() + " has ended");
+  EXPECT_EQ(net.link_count(), 1u);
+  auto items = returns.take();  // on the calling thread, before forget() returns
+  ASSERT_EQ(items.size(), 2u);
+  for (auto& [env, err] : items) {
+    EXPECT_EQ(env.order_seq % 2, 1u);  // only the forgotten peer's envelopes
+    EXPECT_TRUE(err.is(ChannelErrc::kCancelled)) << err.to_string();
+    EXPECT_EQ(err.message, "the proc at " + gone.to_string() + " has ended before " +
+                               gone.to_string() + " acknowledged");
+  }
+  net.forget(gone, "again");  // no link: nothing to do
+  net.forget(*Address::parse("unix:" + dir.path("never.sock")), "never sent to");
+  EXPECT_EQ(net.link_count(), 1u);
+  EXPECT_TRUE(returns.take().empty());
+  net.send(gone, numbered(7));  // a new link, dialled afresh
+  EXPECT_EQ(net.link_count(), 2u);
+  net.stop();
+  EXPECT_EQ(returns.take().size(), 3u);  // the other peer's two and the new one
+}
+
+TEST_P(ChannelNetTransport, ALinkForgottenWhileInUseDeliversAfresh) {  // CH-11
+  Pair p(GetParam());
+  for (uint64_t i = 0; i < 50; ++i) p.tx.send(p.to, numbered(i));
+  ASSERT_TRUE(p.receiver.wait_for(50, 10s));
+  p.tx.forget(p.to, "forgotten by the test");
+  EXPECT_EQ(p.tx.link_count(), 0u);
+  for (uint64_t i = 50; i < 100; ++i) p.tx.send(p.to, numbered(i));
+  ASSERT_TRUE(p.receiver.wait_for(100, 10s));
+  EXPECT_EQ(p.receiver.error(), "");  // 0..99, each once, in order
+  EXPECT_EQ(p.tx.link_count(), 1u);
+}
+
 TEST(ChannelNet, RefusesAnEnvelopeOverTheFrameLimitAtOnce) {
   Returns returns;
   IoThreads io;

@@ -240,6 +240,30 @@ TEST(MeshSpawn, StopEndsEveryProc) {
   }
 }
 
+// CH-11: a controller that spawns and stops meshes again and again keeps no link to the procs
+// that ended (each held a queue, timers and buffers: ~9 KB a proc, for the life of the
+// controller).
+TEST(MeshSpawn, StoppedProcsLeaveNoLinkBehind) {
+  auto& proc = podium::mesh::Runtime::get().proc();
+  // Links to the procs of earlier tests may still be dropped meanwhile: the count may only
+  // fall below this, never rise above it.
+  size_t before = proc.link_count();
+  for (int round = 0; round < 3; ++round) {
+    auto procs = ok(podium::this_host().spawn_procs({{"procs", 3}}));
+    auto workers = ok(procs.spawn<Worker>("linked", 1));
+    ASSERT_TRUE(workers.initialized().get(10s));
+    ASSERT_TRUE(workers.call(&Worker::add, 1).get(10s));
+    EXPECT_GE(proc.link_count(), 3u);
+    ASSERT_TRUE(procs.stop(2000ms).get(10s));
+    // The exits are seen asynchronously (pidfd or zygote report), so wait for them, bounded.
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (proc.link_count() > before && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_LE(proc.link_count(), before) << "round " << round;
+  }
+}
+
 // True while `pid` exists and is not a zombie (a dead proc reparented to an init that has
 // not reaped it yet counts as gone).
 bool running(int pid) {

@@ -415,6 +415,11 @@ struct Runtime::Impl {
     if (!expected) supervisor->proc_exited(key, pid, sig, code, cause);
     for (auto& c : waiting) c->proc_failed(key, why);
     relay->proc_gone(key, why);  // CT-4: casts that route through it go around it
+    // CH-11: no link to it is kept; what is still queued there comes back as undeliverable,
+    // which on_undeliverable expects for a dead proc.
+    if (auto addr = channel::Address::parse(key)) {
+      proc->forget_peer(*addr, "the proc at " + key + " has ended");
+    }
   }
 
   // "proc_exit" [key, cause] [pid, expected, signal, exit code] from the controller (ME-7).
