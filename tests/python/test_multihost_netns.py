@@ -357,3 +357,66 @@ def test_a_restarted_controller_takes_over_persistent_hosts_and_sees_one_cut(net
     assert "HOST 0 answers 2" in out and "HOST 2 answers 2" in out, out + err
     assert re.search(r"FAULTS [1-9]", out), out + err
     assert "STOPPED" in out, out + err
+
+
+PORT_REUSE = textwrap.dedent("""
+    import sys
+    from podium.actor import Actor, endpoint, attach_to_workers, enable_transport, this_host
+    from podium._core import mesh as _mesh
+
+    class Where(Actor):
+        @endpoint
+        def addr(self, cycle):
+            return cycle, _mesh.this_proc_id()
+
+    mode, listen = sys.argv[1], sys.argv[2]
+    enable_transport(listen)
+    if mode == "attach":
+        hosts = attach_to_workers(workers=[sys.argv[3]])
+        hosts.initialized.get(timeout=30)
+    else:
+        hosts = this_host()
+    for cycle in range(4):
+        procs = hosts.spawn_procs(per_host={"gpus": 1})
+        where = procs.spawn("where", Where)
+        print("ADDR", *where.addr.call_one(cycle).get(timeout=30), flush=True)
+        where.stop().get(timeout=30)
+        procs.stop().get(timeout=30)
+    print("DONE", flush=True)
+    """)
+
+
+def test_a_proc_on_a_dead_procs_tcp_port_is_a_new_proc(network, tmp_path):
+    """CH-12: the kernel gives a new proc the port of one that has ended. Each cycle's proc is
+    still a proc of its own: a call reaches it, rather than failing with the dead one's exit
+    (which is what calls did while a proc's address was only its host and port)."""
+    net = network(1)
+    host = net.hosts[0]
+    script = tmp_path / "reuse.py"
+    script.write_text(PORT_REUSE)
+    # Procs that a host's agent spawns, for a controller in the root namespace: each under an
+    # incarnation of its own.
+    workers = start_workers(net)
+    try:
+        attach = subprocess.run(
+            [sys.executable, str(script), "attach", f"tcp://{net.controller_addr}:0",
+             f"tcp://{host.addr}:{PORT}"],
+            capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    finally:
+        stop_workers(workers)
+    # Procs that a controller on the host spawns itself, on TCP, where binds have one port to
+    # pick (the host's ephemeral ports are 40000 and 40001, and binds take the odd one): every
+    # cycle's proc gets the port of the one before. Connects share 40000, reusing the last
+    # cycle's connections in TIME_WAIT (tcp_tw_reuse).
+    net.run(host, ["sysctl", "-qw", "net.ipv4.ip_local_port_range=40000 40001",
+                   "net.ipv4.tcp_tw_reuse=1"], check=True)
+    local = net.run(host, [sys.executable, str(script), "local", f"tcp://{host.addr}:39000"],
+                    timeout=CHILD_TIMEOUT_S, env={**os.environ, "PODIUM_HOST_ADDR": host.addr})
+    for mode, out in (("attach", attach), ("local", local)):
+        assert out.returncode == 0 and "DONE" in out.stdout, (mode, out.stdout, out.stderr)
+        addrs = [line.split()[2] for line in out.stdout.splitlines() if line.startswith("ADDR")]
+        assert len(addrs) == 4 and len(set(addrs)) == 4, (mode, out.stdout)
+        assert all(re.fullmatch(rf"tcp:{host.addr}:\d+/[0-9a-f]+", a) for a in addrs), addrs
+    ports = {a.rsplit("/", 1)[0] for a in
+             (line.split()[2] for line in local.stdout.splitlines() if line.startswith("ADDR"))}
+    assert ports == {f"tcp:{host.addr}:40001"}, local.stdout

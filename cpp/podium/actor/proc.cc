@@ -136,6 +136,12 @@ struct Proc::Impl {
       bounce(std::move(env), v.error());
       return;
     }
+    if (id.addr.incarnation != 0) {
+      if (auto why = for_an_earlier_incarnation(v->addr)) {
+        bounce(std::move(env), std::move(*why));
+        return;
+      }
+    }
     if (v->local_key == system_key()) {
       if (v->port == kMailboxPort) {
         handle_system(std::move(env));
@@ -152,6 +158,22 @@ struct Proc::Impl {
       return;
     }
     route_to_actor(std::move(env));
+  }
+
+  // AC-14 (CH-12): a message for the proc that listened at this address before (same host and port,
+  // another incarnation) must not reach this proc's actors or ports, whose names and port
+  // numbers may well be the same as the dead one's. An address with no incarnation, or another
+  // host name, is not judged: it may be an alias of this one.
+  std::optional<Error> for_an_earlier_incarnation(std::string_view proc) const {
+    if (proc == id_text) return std::nullopt;
+    auto a = channel::Address::parse(proc);
+    if (!a || a->incarnation == 0 || a->transport != id.addr.transport ||
+        a->target != id.addr.target || a->port != id.addr.port) {
+      return std::nullopt;
+    }
+    return make_error(ActorErrc::kProcExited, "proc " + std::string(proc) +
+                                                  " has ended; its address is " + id_text +
+                                                  "'s now");
   }
 
   // --- ordering (AC-11) ----------------------------------------------------------------
@@ -1000,8 +1022,11 @@ PortId Proc::open_port(PortHandler handler, bool once) {
   uint64_t port = impl_->next_port.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(impl_->ports_mu);
-    impl_->ports.emplace(port, Impl::PortEntry{std::make_shared<PortHandler>(std::move(handler)),
-                                               once});
+    // Once stopped, no port is served (AC-13): the handler is dropped on the way out.
+    if (!impl_->stopped.load()) {
+      impl_->ports.emplace(port, Impl::PortEntry{
+                                     std::make_shared<PortHandler>(std::move(handler)), once});
+    }
   }
   return PortId{impl_->system_id, port};
 }
@@ -1052,8 +1077,18 @@ void Proc::stop() {
   impl_->exit_requested.set();
   if (impl_->net) impl_->net->stop();
   impl_->executor.stop();
-  std::unique_lock lock(impl_->cells_mu);
-  impl_->cells.clear();
+  {
+    std::unique_lock lock(impl_->cells_mu);
+    impl_->cells.clear();
+  }
+  // Nothing will be delivered to a port any more: their handlers go now, while the program
+  // still runs, rather than in a destructor at exit. A handler that owns a reply's promise
+  // abandons it, so whoever waits on it hears `kCancelled` (AC-13).
+  std::unordered_map<uint64_t, Impl::PortEntry> ports;
+  {
+    std::lock_guard lock(impl_->ports_mu);
+    ports.swap(impl_->ports);
+  }
 }
 
 }  // namespace podium::actor

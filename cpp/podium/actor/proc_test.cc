@@ -269,6 +269,51 @@ TEST_F(ProcTest, ADeliveryOnlyDriverLeavesStopsToARunner) {  // AC-10
   Executor::set_drivable(nullptr);
 }
 
+TEST_F(ProcTest, StopEndsWhatWaitsOnItsPortsWhileTheProcStillExists) {  // AC-13
+  // A reply collector: the port's handler owns the promise of the reply.
+  auto promise = std::make_shared<Promise<int>>();
+  auto pending = promise->future();
+  (void)a_->open_port([promise](wire::Envelope&&) { promise->set(1); }, true);
+  promise.reset();
+  a_->stop();
+  // By stop()'s return, not at a_'s destruction.
+  ASSERT_TRUE(pending.ready());
+  auto r = pending.get(0s);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(BaseErrc::kCancelled)) << r.error().to_string();
+  // A port opened later is never served: its handler goes at once.
+  auto held = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = held;
+  (void)a_->open_port([held](wire::Envelope&&) {}, true);
+  held.reset();
+  EXPECT_TRUE(watch.expired());
+}
+
+TEST_F(ProcTest, AMessageForAnEarlierIncarnationOfThisAddressIsRefused) {  // AC-14, CH-12
+  auto listen = channel::Address::parse("tcp:127.0.0.1:0/b2");
+  ASSERT_TRUE(listen);
+  auto made = Proc::make(ProcConfig{*listen, {}});
+  ASSERT_TRUE(made) << made.error().to_string();
+  auto& now = **made;
+  ASSERT_EQ(now.id().addr.incarnation, 0xb2u);
+  spawn(now, "echo");
+  // The same host and port under incarnation a1: a proc that has ended.
+  ProcId before = now.id();
+  before.addr.incarnation = 0xa1;
+  auto r = call(*a_, ActorId{before, "echo", 0}, "echo", "x").get(5s);
+  ASSERT_TRUE(r);
+  ASSERT_FALSE(r->ok);
+  EXPECT_TRUE(r->error.is(ActorErrc::kProcExited)) << r->error.to_string();
+  EXPECT_NE(r->error.message.find(before.to_string() + " has ended"), std::string::npos)
+      << r->error.message;
+  EXPECT_NE(r->error.message.find(now.id().to_string()), std::string::npos) << r->error.message;
+  // Its own address reaches the actor.
+  auto ok = call(*a_, ActorId{now.id(), "echo", 0}, "echo", "y").get(5s);
+  ASSERT_TRUE(ok);
+  ASSERT_TRUE(ok->ok) << ok->error.to_string();
+  EXPECT_EQ(ok->value, "y");
+}
+
 TEST_F(ProcTest, ConstructorFailureFailsTheActor) {
   auto id = b_->spawn("broken", 0, [](Context&) -> Result<std::unique_ptr<ActorBase>> {
     return std::unexpected(make_error(BaseErrc::kInternal, "no config"));

@@ -3,6 +3,7 @@
 #include <sys/un.h>
 
 #include <charconv>
+#include <random>
 
 #include "podium/channel/net.h"
 
@@ -45,6 +46,17 @@ Result<Address> Address::parse(std::string_view text) {
     return a;
   }
   if (scheme == "tcp") {
+    uint64_t incarnation = 0;
+    if (auto slash = rest.find('/'); slash != std::string_view::npos) {
+      std::string_view inc = rest.substr(slash + 1);
+      auto [end, ec] = std::from_chars(inc.data(), inc.data() + inc.size(), incarnation, 16);
+      if (inc.empty() || inc.size() > 16 || ec != std::errc() ||
+          end != inc.data() + inc.size() || incarnation == 0 ||
+          inc.find_first_of("ABCDEF") != std::string_view::npos) {
+        return bad(text, "a tcp incarnation is 1 to 16 lowercase hex digits, not 0");
+      }
+      rest = rest.substr(0, slash);
+    }
     auto last = rest.rfind(':');
     if (last == std::string_view::npos) return bad(text, "expected tcp:HOST:PORT");
     std::string_view host = rest.substr(0, last), port = rest.substr(last + 1);
@@ -62,6 +74,7 @@ Result<Address> Address::parse(std::string_view text) {
     a.transport = Transport::kTcp;
     a.target = host;
     a.port = p;
+    a.incarnation = incarnation;
     return a;
   }
   return bad(text,
@@ -74,10 +87,29 @@ std::string Address::to_string() const {
     case Transport::kUnix: return "unix:" + target;
     case Transport::kTcp: {
       bool v6 = target.find(':') != std::string::npos;
-      return (v6 ? "tcp:[" + target + "]:" : "tcp:" + target + ":") + std::to_string(port);
+      std::string text =
+          (v6 ? "tcp:[" + target + "]:" : "tcp:" + target + ":") + std::to_string(port);
+      if (incarnation != 0) {
+        char hex[17];
+        auto [end, ec] = std::to_chars(hex, hex + sizeof hex, incarnation, 16);
+        text += '/';
+        text.append(hex, end);
+      }
+      return text;
     }
   }
   return "?";
+}
+
+uint64_t new_incarnation() {
+  thread_local std::mt19937_64 gen = [] {
+    std::random_device rd;
+    std::seed_seq seq{rd(), rd(), rd(), rd()};
+    return std::mt19937_64(seq);
+  }();
+  uint64_t v = 0;
+  while (v == 0) v = gen() & 0xffffffffULL;
+  return v;
 }
 
 }  // namespace podium::channel

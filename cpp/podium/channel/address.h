@@ -1,6 +1,12 @@
 // podium::channel::Address — where a proc listens: "inproc:NAME", "unix:PATH" (or
-// "unix:@NAME" for the abstract namespace) or "tcp:HOST:PORT". A ProcId carries its Address,
-// so any actor reference routes without a directory.
+// "unix:@NAME" for the abstract namespace) or "tcp:HOST:PORT[/INCARNATION]". A ProcId carries
+// its Address, so any actor reference routes without a directory.
+//
+// The incarnation (CH-12) tells apart two listeners that used the same TCP port one after the
+// other: the kernel hands a dead proc's port to a new one, and without it the new proc would
+// inherit the old one's identity (its death record, its stale messages). It is written as 1 to
+// 16 lowercase hex digits, never 0; 0 in the struct means none (an address a person chose,
+// such as a worker's --listen). It names the listener only: the socket dials HOST:PORT.
 //
 // Limits checked by parse(): a Unix path or abstract name fits sun_path (at most 107 bytes),
 // a TCP port is decimal 0..65535 and an IPv6 host is written in brackets ("tcp:[::1]:80").
@@ -23,18 +29,23 @@ struct Address {
   Transport transport = Transport::kInproc;
   std::string target;  // inproc: name; unix: path or "@name"; tcp: host (IPv4/IPv6 literal or name)
   uint16_t port = 0;   // tcp only
+  uint64_t incarnation = 0;  // tcp only; 0: none (CH-12)
 
   [[nodiscard]] static Result<Address> parse(std::string_view text);
   std::string to_string() const;
   auto operator<=>(const Address&) const = default;
 };
 
+// A fresh incarnation for a listener a spawner is about to start on a TCP port it reserved:
+// random, 32 bits, never 0 (two incarnations collide only on the same port, 1 in 2^32).
+uint64_t new_incarnation();
+
 }  // namespace podium::channel
 
 template <>
 struct std::hash<podium::channel::Address> {
   size_t operator()(const podium::channel::Address& a) const noexcept {
-    size_t kind = size_t(a.transport) << 16 | a.port;
+    size_t kind = (size_t(a.transport) << 16 | a.port) ^ a.incarnation;
     return std::hash<std::string>()(a.target) ^ kind * 0x9e3779b97f4a7c15ULL;
   }
 };

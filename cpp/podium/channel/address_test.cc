@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "podium/channel/net.h"
 
 namespace podium::channel {
@@ -25,6 +27,9 @@ TEST(ChannelAddress, ParsesAndPrintsEachTransport) {
       {"tcp:127.0.0.1:8080", Transport::kTcp, "127.0.0.1", 8080, "tcp:127.0.0.1:8080"},
       {"tcp:host.example:0", Transport::kTcp, "host.example", 0, "tcp:host.example:0"},
       {"tcp:[::1]:65535", Transport::kTcp, "::1", 65535, "tcp:[::1]:65535"},
+      {"tcp:10.0.0.2:4001/9f3a", Transport::kTcp, "10.0.0.2", 4001, "tcp:10.0.0.2:4001/9f3a"},
+      {"tcp:[::1]:80/ffffffffffffffff", Transport::kTcp, "::1", 80,
+       "tcp:[::1]:80/ffffffffffffffff"},
   };
   for (const Case& c : cases) {
     auto a = Address::parse(c.text);
@@ -56,6 +61,12 @@ TEST(ChannelAddress, RejectsMalformedAddressesWithReasons) {
       {"tcp::80", "empty tcp host"},
       {"tcp:[]:80", "empty tcp host"},
       {"tcp:::1:80", "IPv6 host in brackets"},
+      {"tcp:1.2.3.4:80/", "incarnation is 1 to 16 lowercase hex digits"},
+      {"tcp:1.2.3.4:80/0", "incarnation is 1 to 16 lowercase hex digits"},
+      {"tcp:1.2.3.4:80/12345678901234567", "incarnation is 1 to 16 lowercase hex digits"},
+      {"tcp:1.2.3.4:80/9F3A", "incarnation is 1 to 16 lowercase hex digits"},
+      {"tcp:1.2.3.4:80/9g", "incarnation is 1 to 16 lowercase hex digits"},
+      {"tcp:1.2.3.4:80/-1", "incarnation is 1 to 16 lowercase hex digits"},
   };
   for (const auto& [text, why] : cases) {
     auto a = Address::parse(text);
@@ -73,6 +84,24 @@ TEST(ChannelAddress, OrdersAndHashesByValue) {
   EXPECT_NE(c, d);
   EXPECT_EQ(std::hash<Address>()(a), std::hash<Address>()(b));
   EXPECT_NE(std::hash<Address>()(c), std::hash<Address>()(d));
+}
+
+// CH-12: a port's next listener is a different address, and every new incarnation is fresh.
+TEST(ChannelAddress, IncarnationsTellApartListenersOnOnePort) {
+  auto old_one = *Address::parse("tcp:h:7/1"), new_one = *Address::parse("tcp:h:7/2");
+  auto plain = *Address::parse("tcp:h:7");
+  EXPECT_NE(old_one, new_one);
+  EXPECT_NE(old_one, plain);
+  EXPECT_NE(std::hash<Address>()(old_one), std::hash<Address>()(new_one));
+  EXPECT_EQ(plain.incarnation, 0u);
+  std::set<uint64_t> seen;
+  for (int i = 0; i < 1000; ++i) {
+    uint64_t inc = new_incarnation();
+    EXPECT_NE(inc, 0u);
+    EXPECT_LE(inc, 0xffffffffULL);
+    seen.insert(inc);
+  }
+  EXPECT_GE(seen.size(), 999u);  // 1000 draws of 32 bits: a repeat is a 1-in-8600 event
 }
 
 }  // namespace

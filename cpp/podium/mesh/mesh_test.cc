@@ -44,6 +44,16 @@ class Worker : public podium::Actor {
 };
 PODIUM_ACTOR(Worker, int)
 
+// Takes `ms` to construct: its spawn message is delivered (and acknowledged) at once, but
+// answered only then.
+class SlowStarter : public podium::Actor {
+ public:
+  explicit SlowStarter(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+  int ping() { return 1; }
+  PODIUM_ENDPOINTS(SlowStarter, ping)
+};
+PODIUM_ACTOR(SlowStarter, int)
+
 // Failures that reach this controller's root (the default would end the test binary).
 std::mutex g_faults_mu;
 std::vector<podium::actor::MeshFailure> g_faults;  // guarded by g_faults_mu
@@ -422,12 +432,45 @@ TEST(MeshShutdown, ConcurrentCallsBothReturnAfterTheRuntimeStopped) {  // ME-10
   EXPECT_NE(text.find("both returned after the runtime stopped"), std::string::npos) << text;
 }
 
+// AC-13: the runtime shuts down while an actor's constructor still runs, its spawn message
+// delivered and acknowledged. The mesh's `initialized` future fails as the proc stops its
+// ports, inside shutdown(); it once crashed the controller instead, completing from a
+// destructor at exit.
+int abandoned_spawn_controller() {
+  auto procs = podium::this_host().spawn_procs({{"procs", 1}});
+  if (!procs || !procs->initialized().get(10s)) return 2;
+  auto slow = procs->spawn<SlowStarter>("slow", 60000);
+  if (!slow) return 2;
+  auto init = slow->initialized();
+  std::this_thread::sleep_for(300ms);  // delivered and acknowledged (CH-10: within 1 ms)
+  podium::shutdown();
+  if (!init.ready()) {
+    std::printf("initialized still pending after shutdown()\n");
+    return 1;
+  }
+  auto r = init.get(0s);
+  std::printf("initialized: %s\n", r ? "ok" : r.error().to_string().c_str());
+  return 0;
+}
+
+TEST(MeshShutdown, ActorsThatNeverAnsweredTheirSpawnFailWithTheShutdown) {  // AC-13
+  auto [status, text] = run_controller("--abandoned-spawn");
+  ASSERT_NE(status, -1) << text;
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << text;
+  EXPECT_NE(text.find("initialized: base/4: the actors of mesh 'slow' had not all started when "
+                      "this process shut down"),
+            std::string::npos)
+      << text;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   podium::init(argc, argv);  // spawned procs serve here and never return
   if (argc == 2 && std::string(argv[1]) == "--orphan-controller") return orphan_controller();
   if (argc == 2 && std::string(argv[1]) == "--unhandled-fault") return unhandled_fault_controller();
+  if (argc == 2 && std::string(argv[1]) == "--abandoned-spawn") return abandoned_spawn_controller();
   if (argc == 2 && std::string(argv[1]) == "--concurrent-shutdown") {
     return concurrent_shutdown_controller();
   }

@@ -244,6 +244,14 @@ Result<ActorMeshBase> ProcMesh::start_actors(
   collector->future().on_ready(
       [p = std::make_shared<actor::Promise<void>>(std::move(init_promise)), state,
        base](const Result<mesh::Replies>& replies) {
+        // Abandoned: this process stopped its runtime before every actor had answered.
+        if (!replies) {
+          Error why = replies.error();
+          why.message = "the actors of mesh '" + state->name +
+                        "' had not all started when this process shut down (" + why.message +
+                        ")";
+          return (void)p->set(std::unexpected(std::move(why)));
+        }
         if (auto failed = replies->first_error()) {
           // Named by its rank in the ProcMesh, as supervision names it.
           size_t b = base[failed->first];

@@ -890,8 +890,10 @@ struct Runtime::Impl {
     for (uint64_t r = first; r < first + count; ++r) {
       auto port = channel::PortReservation::make(advertise);
       if (!port) return fail(port.error().to_string());
-      std::string key =
-          channel::Address{channel::Transport::kTcp, advertise, port->port()}.to_string();
+      // A fresh incarnation: the port may have been a dead proc's (CH-12).
+      std::string key = channel::Address{channel::Transport::kTcp, advertise, port->port(),
+                                         channel::new_incarnation()}
+                            .to_string();
       host::ChildSpec spec;
       spec.path = exe;
       spec.argv = g_options.proc_argv.empty() ? std::vector<std::string>{exe} : g_options.proc_argv;
@@ -1199,8 +1201,8 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Exten
     if (tcp) {
       auto port = channel::PortReservation::make(self.target);
       if (!port) return std::unexpected(port.error());
-      mesh->procs[r].id =
-          actor::ProcId{channel::Address{channel::Transport::kTcp, self.target, port->port()}};
+      mesh->procs[r].id = actor::ProcId{channel::Address{
+          channel::Transport::kTcp, self.target, port->port(), channel::new_incarnation()}};
       ports.push_back(std::move(*port));
       continue;
     }
