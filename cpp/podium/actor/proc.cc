@@ -151,9 +151,12 @@ struct Proc::Impl {
       return;
     }
     if (env.kind == static_cast<uint8_t>(MessageKind::kCall) && env.order_stream != 0) {
+      // Keyed as the sender numbers them: per destination text, so that an actor reached
+      // under two spellings of this proc's address (an alias) gets two streams rather than
+      // one whose second numbering looks like duplicates of the first.
       std::string key = std::to_string(env.order_stream);
       key += ' ';
-      key += v->local_key;
+      key += env.dest;
       route_ordered(std::move(key), std::move(env));
       return;
     }
@@ -187,7 +190,7 @@ struct Proc::Impl {
     uint64_t gap_at = 0;                       // `next` when the timer was armed
   };
   std::mutex order_mu;  // guards order_in, order_out and every OrderIn
-  std::unordered_map<std::string, OrderIn> order_in;    // "<stream> <local key>"
+  std::unordered_map<std::string, OrderIn> order_in;    // "<stream> <dest>"
   // stream -> dest -> the last number given. The counters live in `order_blocks`, never
   // freed: seq_slots() gives the dests it meets first one contiguous block, in their order,
   // so that a cast to a mesh walks its counters in memory order.

@@ -314,6 +314,27 @@ TEST_F(ProcTest, AMessageForAnEarlierIncarnationOfThisAddressIsRefused) {  // AC
   EXPECT_EQ(ok->value, "y");
 }
 
+// AC-11: a sender numbers its calls per destination text; two spellings of one actor's
+// address are two streams at the receiver too. Before, the receiver keyed them by the actor
+// alone and dropped the second spelling's first calls as duplicates of the first's.
+TEST_F(ProcTest, CallsToOneActorUnderTwoSpellingsOfItsAddressAllArrive) {
+  auto listen = channel::Address::parse("tcp:127.0.0.1:0/c3");
+  ASSERT_TRUE(listen);
+  auto made = Proc::make(ProcConfig{*listen, {}});
+  ASSERT_TRUE(made) << made.error().to_string();
+  auto& b = **made;
+  spawn(b, "echo");
+  ProcId plain = b.id();
+  plain.addr.incarnation = 0;  // the same listener, named without its incarnation
+  for (const ProcId& to : {b.id(), plain, b.id(), plain}) {
+    SCOPED_TRACE(to.to_string());
+    auto r = call(*a_, ActorId{to, "echo", 0}, "echo", "y").get(5s);
+    ASSERT_TRUE(r);
+    ASSERT_TRUE(r->ok) << r->error.to_string();
+    EXPECT_EQ(r->value, "y");
+  }
+}
+
 TEST_F(ProcTest, ConstructorFailureFailsTheActor) {
   auto id = b_->spawn("broken", 0, [](Context&) -> Result<std::unique_ptr<ActorBase>> {
     return std::unexpected(make_error(BaseErrc::kInternal, "no config"));
