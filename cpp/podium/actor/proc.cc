@@ -163,15 +163,16 @@ struct Proc::Impl {
     route_to_actor(std::move(env));
   }
 
-  // AC-14 (CH-12): a message for the proc that listened at this address before (same host and port,
-  // another incarnation) must not reach this proc's actors or ports, whose names and port
-  // numbers may well be the same as the dead one's. An address with no incarnation, or another
-  // host name, is not judged: it may be an alias of this one.
+  // AC-14 (CH-12): a message for the proc that listened at this address before (same host
+  // and port, another incarnation) must not reach this proc's actors or ports, whose names
+  // and port numbers may well be the same as the dead one's. An address with no incarnation,
+  // or another host name, is not judged: it may be an alias of this one.
   std::optional<Error> for_an_earlier_incarnation(std::string_view proc) const {
     if (proc == id_text) return std::nullopt;
     auto a = channel::Address::parse(proc);
-    if (!a || a->incarnation == 0 || a->transport != id.addr.transport ||
-        a->target != id.addr.target || a->port != id.addr.port) {
+    if (!a || a->incarnation == 0 || a->incarnation == id.addr.incarnation ||
+        a->transport != id.addr.transport || a->target != id.addr.target ||
+        a->port != id.addr.port) {
       return std::nullopt;
     }
     return make_error(ActorErrc::kProcExited, "proc " + std::string(proc) +

@@ -5,8 +5,9 @@
 // The incarnation (CH-12) tells apart two listeners that used the same TCP port one after the
 // other: the kernel hands a dead proc's port to a new one, and without it the new proc would
 // inherit the old one's identity (its death record, its stale messages). It is written as 1 to
-// 16 lowercase hex digits, never 0; 0 in the struct means none (an address a person chose,
-// such as a worker's --listen). It names the listener only: the socket dials HOST:PORT.
+// 16 lowercase hex digits with no leading 0 (one spelling per value); 0 in the struct means
+// none (an address a person chose, such as a worker's --listen). It names the listener only:
+// the socket dials HOST:PORT.
 //
 // Limits checked by parse(): a Unix path or abstract name fits sun_path (at most 107 bytes),
 // a TCP port is decimal 0..65535 and an IPv6 host is written in brackets ("tcp:[::1]:80").

@@ -63,6 +63,7 @@ TEST(ChannelAddress, RejectsMalformedAddressesWithReasons) {
       {"tcp:::1:80", "IPv6 host in brackets"},
       {"tcp:1.2.3.4:80/", "incarnation is 1 to 16 lowercase hex digits"},
       {"tcp:1.2.3.4:80/0", "incarnation is 1 to 16 lowercase hex digits"},
+      {"tcp:1.2.3.4:80/0a", "incarnation is 1 to 16 lowercase hex digits"},
       {"tcp:1.2.3.4:80/12345678901234567", "incarnation is 1 to 16 lowercase hex digits"},
       {"tcp:1.2.3.4:80/9F3A", "incarnation is 1 to 16 lowercase hex digits"},
       {"tcp:1.2.3.4:80/9g", "incarnation is 1 to 16 lowercase hex digits"},

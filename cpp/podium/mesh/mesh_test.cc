@@ -377,11 +377,23 @@ ControllerRun run_controller(const char* mode) {
   return run;
 }
 
+// Whether the run was made and its controller exited (not killed by a signal) with `code`.
+::testing::AssertionResult exited_with(const ControllerRun& run, int code) {
+  if (run.status == -1) return ::testing::AssertionFailure() << "the run could not be made";
+  if (!WIFEXITED(run.status)) {
+    return ::testing::AssertionFailure() << "wait status " << run.status << ", not an exit";
+  }
+  if (WEXITSTATUS(run.status) != code) {
+    return ::testing::AssertionFailure() << "exit status " << WEXITSTATUS(run.status)
+                                         << ", expected " << code;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 TEST(MeshSupervision, AnUnhandledFaultEndsTheControllerWithStatus1) {  // SV-3
-  auto [status, text] = run_controller("--unhandled-fault");
-  ASSERT_NE(status, -1) << text;
-  ASSERT_TRUE(WIFEXITED(status)) << text;
-  EXPECT_EQ(WEXITSTATUS(status), 1) << text;
+  auto run = run_controller("--unhandled-fault");
+  const std::string& text = run.text;
+  ASSERT_TRUE(exited_with(run, 1)) << text;
   EXPECT_EQ(text.find("still running"), std::string::npos) << text;
   EXPECT_NE(text.find("unhandled failure: actor worker[1] of mesh 'worker' (rank 1 "
                       "{'procs': 1/2}, host "),
@@ -425,10 +437,9 @@ int concurrent_shutdown_controller() {
 }
 
 TEST(MeshShutdown, ConcurrentCallsBothReturnAfterTheRuntimeStopped) {  // ME-10
-  auto [status, text] = run_controller("--concurrent-shutdown");
-  ASSERT_NE(status, -1) << text;
-  ASSERT_TRUE(WIFEXITED(status)) << text;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << text;
+  auto run = run_controller("--concurrent-shutdown");
+  const std::string& text = run.text;
+  ASSERT_TRUE(exited_with(run, 0)) << text;
   EXPECT_NE(text.find("both returned after the runtime stopped"), std::string::npos) << text;
 }
 
@@ -454,10 +465,9 @@ int abandoned_spawn_controller() {
 }
 
 TEST(MeshShutdown, ActorsThatNeverAnsweredTheirSpawnFailWithTheShutdown) {  // AC-13
-  auto [status, text] = run_controller("--abandoned-spawn");
-  ASSERT_NE(status, -1) << text;
-  ASSERT_TRUE(WIFEXITED(status)) << text;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << text;
+  auto run = run_controller("--abandoned-spawn");
+  const std::string& text = run.text;
+  ASSERT_TRUE(exited_with(run, 0)) << text;
   EXPECT_NE(text.find("initialized: base/4: the actors of mesh 'slow' had not all started when "
                       "this process shut down"),
             std::string::npos)
