@@ -336,7 +336,9 @@ def test_await_a_future_in_asyncio(spawn):
     one = spawn(Counter, 0).slice(gpus=1)
 
     async def main():
-        slow = one.slow.call_one(0.3)
+        # 1 s: long enough for six 10 ms ticks even where a loaded machine stretches each
+        # sleep to 60 ms or more (0.3 s once gave only 4 under a CI run's load).
+        slow = one.slow.call_one(1.0)
         ticks = 0
         while not slow.done():  # the loop keeps running while the call is in flight
             ticks += 1
