@@ -406,10 +406,11 @@ def test_a_proc_on_a_dead_procs_tcp_port_is_a_new_proc(network, tmp_path):
         stop_workers(workers)
     # Procs that a controller on the host spawns itself, on TCP, where binds have one port to
     # pick (the host's ephemeral ports are 40000 and 40001, and binds take the odd one): every
-    # cycle's proc gets the port of the one before. Connects share 40000, reusing the last
-    # cycle's connections in TIME_WAIT (tcp_tw_reuse).
+    # cycle's proc gets the port of the one before. Connects share 40000. The namespace keeps
+    # no TIME_WAIT sockets (tcp_max_tw_buckets=0): one on 40001, left when a proc closed a
+    # connection first, would hold the port for 60 s and fail the next bind.
     net.run(host, ["sysctl", "-qw", "net.ipv4.ip_local_port_range=40000 40001",
-                   "net.ipv4.tcp_tw_reuse=1"], check=True)
+                   "net.ipv4.tcp_max_tw_buckets=0"], check=True)
     local = net.run(host, [sys.executable, str(script), "local", f"tcp://{host.addr}:39000"],
                     timeout=CHILD_TIMEOUT_S, env={**os.environ, "PODIUM_HOST_ADDR": host.addr})
     for mode, out in (("attach", attach), ("local", local)):
