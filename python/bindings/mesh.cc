@@ -724,6 +724,17 @@ void bind_mesh(nb::module_& m) {
       .def("with_region", &HostMesh::with_region, nb::arg("region"))
       .def("initialized", [](const HostMesh& h) { return from_void(h.initialized()); })
       .def(
+          "shutdown",
+          [](const HostMesh& h) {
+            Result<actor::Future<void>> r = std::unexpected(Error{});
+            {
+              nb::gil_scoped_release unlocked;
+              r = h.shutdown();
+            }
+            return from_void(unwrap(std::move(r)));
+          },
+          "Ends this controller's use of these hosts: their procs are killed, as stopped.")
+      .def(
           "spawn_procs",
           [](const HostMesh& h, std::vector<std::pair<std::string, size_t>> per_host,
              const std::string& name) {

@@ -27,7 +27,7 @@ CONTROLLER_TIMEOUT_S = 90
 # actor on them, calls it, prints the answers and the job's workers, then kills the job
 # unless told to leave it running.
 CONTROLLER = r"""
-import json, os, sys
+import json, os, sys, time
 from podium.actor import Actor, endpoint, enable_transport, current_rank
 from podium.job import LocalJob, SlurmJob
 
@@ -50,6 +50,9 @@ print("RESULT", json.dumps({{"job_id": job.job_id, "answers": answers,
       flush=True)
 if {kill!r}:
     job.kill()
+    # Longer than PODIUM_HOST_LOST_MS: the procs the kill ended (and their workers) must not
+    # come back as failures (JB-4), which would end this script with status 1.
+    time.sleep(2.5)
 """
 
 
@@ -61,7 +64,7 @@ def _controller(tmp_path, name: str, job: str, path: str, mesh: str = "hosts",
     script.write_text(CONTROLLER.format(job=job, path=path, mesh=mesh, kill=kill))
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
                          text=True, timeout=CONTROLLER_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                         env={**os.environ, **(env or {})})
+                         env={**os.environ, "PODIUM_HOST_LOST_MS": "1000", **(env or {})})
     lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
     assert out.returncode == 0 and lines, f"{name} failed:\n{out.stdout}\n{out.stderr}"
     return json.loads(lines[0][len("RESULT "):])

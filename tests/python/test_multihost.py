@@ -287,6 +287,115 @@ def test_a_worker_serves_one_controller_at_a_time_then_the_next(tmp_path, worker
     assert r.returncode == 0 and "PIDS [" in r.stdout, r.stdout + r.stderr
 
 
+# The procs of `PIDS` still alive (not zombies) after up to 10 s.
+STILL_ALIVE = textwrap.dedent("""
+    def still_alive(pids):
+        def alive(p):
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except FileNotFoundError:
+                return False
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return [p for p in pids if alive(p)]
+    """)
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["worker", "persistent_worker"])
+def test_host_mesh_shutdown_ends_its_procs_as_stopped_and_frees_the_worker(tmp_path, persistent):
+    w = Worker(persistent=persistent)
+    try:
+        r = run_controller(tmp_path, STILL_ALIVE + textwrap.dedent("""
+            hits = []
+            podium.actor.unhandled_fault_hook = lambda failure: hits.append(failure)
+            hosts = attach_to_workers(workers=WORKERS)
+            procs = hosts.spawn_procs(per_host={"gpus": 2}, name="kept")
+            am = procs.spawn("who", Who)
+            pids = sorted(am.pid.call().get(timeout=30).values())
+            hosts.shutdown().get(timeout=30)
+            print("ALIVE", still_alive(pids), flush=True)
+            try:
+                am.pid.call().get(timeout=10)
+                print("answered?!")
+            except SupervisionError as e:
+                print("CALL:", e, flush=True)
+            try:
+                hosts.spawn_procs(per_host={"gpus": 1})
+                print("spawned?!")
+            except Exception as e:
+                print("SPAWN:", e, flush=True)
+            # Longer than PODIUM_HOST_LOST_MS: the worker, silent now, is not taken as lost.
+            time.sleep(2.5)
+            print("HOOK", len(hits), flush=True)
+            # The worker serves the next attach at once; a persistent one kept nothing.
+            again = attach_to_workers(workers=WORKERS)
+            again.initialized.get(timeout=30)
+            try:
+                again.proc_mesh("kept")
+                print("kept?!")
+            except ValueError as e:
+                print("KEPT:", e, flush=True)
+            fresh = again.spawn_procs(per_host={"gpus": 1}).spawn("w", Who)
+            print("AGAIN", len(fresh.pid.call().get(timeout=30)), flush=True)
+            """), [w.address], env={"PODIUM_HOST_LOST_MS": "1000"})
+    finally:
+        w.kill()
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "ALIVE []" in r.stdout, out
+    host = f"its host {os.uname().nodename} (tcp:{w.address[len('tcp://'):]}) was shut down"
+    assert re.search(r"CALL: .*" + re.escape(host), r.stdout), out
+    assert re.search(r"SPAWN: spawn_procs: host .* cannot be used: it was shut down",
+                     r.stdout), out
+    assert "HOOK 0" in r.stdout, out
+    assert "no heartbeat" not in out and "was lost" not in out, out
+    assert re.search(r"KEPT: .*keeps proc mesh 'kept' no more: its 2 procs have all ended",
+                     r.stdout), out
+    assert "AGAIN 1" in r.stdout, out
+
+
+def test_host_mesh_shutdown_of_a_silent_worker_ends_within_the_attach_timeout(tmp_path):
+    w = Worker()
+    try:
+        r = run_controller(tmp_path, """
+            import signal
+            hits = []
+            podium.actor.unhandled_fault_hook = lambda failure: hits.append(failure)
+            hosts = attach_to_workers(workers=WORKERS)
+            am = hosts.spawn_procs(per_host={"gpus": 1}).spawn("who", Who)
+            am.pid.call().get(timeout=30)
+            worker = int(os.environ["WORKER_PID"])
+            os.kill(worker, signal.SIGSTOP)
+            def stopped():  # every thread: a stop takes effect when each next runs
+                tasks = os.listdir(f"/proc/{worker}/task")
+                return all(open(f"/proc/{worker}/task/{t}/stat").read().rsplit(")", 1)[1]
+                           .split()[0] == "T" for t in tasks)
+            deadline = time.monotonic() + 10
+            while not stopped() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            t = time.monotonic()
+            hosts.shutdown().get(timeout=30)
+            print("SHUTDOWN after %.2f s" % (time.monotonic() - t), flush=True)
+            try:
+                am.pid.call().get(timeout=10)
+                print("answered?!")
+            except SupervisionError as e:
+                print("CALL:", e, flush=True)
+            print("HOOK", len(hits), flush=True)
+            """, [w.address], env={"PODIUM_ATTACH_TIMEOUT_MS": "1500", "PODIUM_HOST_LOST_MS": "20000",
+                                   "WORKER_PID": str(w.proc.pid)})
+    finally:
+        w.kill()  # SIGKILL ends a stopped process too
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    m = re.search(r"SHUTDOWN after ([\d.]+) s", r.stdout)
+    assert m and 1.4 < float(m.group(1)) < 15, out
+    assert re.search(r"host .*did not answer the shutdown within 1500 ms", out), out
+    assert "was shut down" in r.stdout and "HOOK 0" in r.stdout, out
+
+
 def test_attach_needs_tcp_when_podium_already_runs_on_unix(tmp_path, workers):
     ws = workers(1)
     r = run_controller(tmp_path, """

@@ -375,6 +375,15 @@ actor::Future<void> HostMesh::initialized() const {
   return p.future();
 }
 
+Result<actor::Future<void>> HostMesh::shutdown() const {
+  if (!st_) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument,
+                                      "shutdown(): this_host() is the controller's own host; "
+                                      "stop the ProcMeshes spawned on it instead"));
+  }
+  return mesh::Runtime::get().shutdown_hosts(st_, region_.base_ranks());
+}
+
 Result<HostMesh> HostMesh::slice(std::string_view label, int64_t index) const {
   return sliced<HostMesh>(region_, label, index,
                           [&](ndslice::Region r) { return HostMesh(st_, std::move(r)); });

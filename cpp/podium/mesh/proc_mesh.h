@@ -173,6 +173,10 @@ class HostMesh {
 
   // Attached hosts only (this_host() has nothing to wait for: ready at once).
   actor::Future<void> initialized() const;
+  // Attached hosts only: ends this controller's use of the hosts in this mesh's region; their
+  // procs are killed and count as stopped (mesh::Runtime::shutdown_hosts). Never fails once
+  // started; kInvalidArgument for this_host().
+  [[nodiscard]] Result<actor::Future<void>> shutdown() const;
   const ndslice::Region& region() const { return region_; }
   [[nodiscard]] Result<HostMesh> slice(std::string_view label, int64_t index) const;
   [[nodiscard]] Result<HostMesh> slice(std::string_view label, ndslice::Range range) const;

@@ -24,6 +24,7 @@
 #include <random>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "podium/actor/executor.h"
 #include "podium/channel/net.h"
@@ -50,6 +51,27 @@ std::function<void(actor::MeshFailure)> g_fault_handler;  // guarded by g_mu; em
 
 Error runtime_error(std::string msg) {
   return make_error(actor::ActorErrc::kProcExited, std::move(msg));
+}
+
+// "vm (tcp:10.0.0.2:7000)", or the worker's address before it attached.
+std::string host_title(const HostState& host) {
+  std::string worker = host.worker.to_string();
+  return host.hostname.empty() ? worker : host.hostname + " (" + worker + ")";
+}
+
+// The first host of `ranks` that cannot be used (it refused, is unreachable, was lost or was
+// shut down), as the error of `what`.
+std::optional<Error> unusable_host(HostMeshState& hosts, const std::vector<size_t>& ranks,
+                                   const std::string& what) {
+  std::lock_guard lock(hosts.mu);
+  for (size_t h : ranks) {
+    const auto& host = hosts.hosts[h];
+    if (host.failure) {
+      return runtime_error(what + ": host " + host_title(host) + " cannot be used: " +
+                           *host.failure);
+    }
+  }
+  return std::nullopt;
 }
 
 // A directory only this user can open: $XDG_RUNTIME_DIR or /tmp, then podium-<uid>/<pid>-<rand>.
@@ -109,6 +131,9 @@ struct Runtime::Impl {
   };
   std::unordered_map<std::string, ProcRef> by_key;   // proc addr text -> mesh, rank
   std::unordered_map<std::string, Error> dead;       // proc addr text -> why
+  // Procs whose end is expected: their host was shut down (shutdown_hosts). Taken out when
+  // the end is seen.
+  std::unordered_set<std::string> released;
   uint64_t dead_generation = 0;                      // bumped whenever `dead` grows
   std::list<std::weak_ptr<Collector>> collectors;
   size_t tracks_since_prune = 0;
@@ -343,9 +368,11 @@ struct Runtime::Impl {
     std::string who;
     std::vector<channel::Address> others;
     bool down = false;
+    bool was_released = false;
     {
       std::lock_guard lock(mu);
       down = shut_down;
+      was_released = released.erase(key) > 0;
       auto it = by_key.find(key);
       if (it != by_key.end()) {
         mesh = it->second.mesh.lock();
@@ -368,7 +395,7 @@ struct Runtime::Impl {
         }
       }
     }
-    bool expected = down;
+    bool expected = down || was_released;
     if (mesh) {
       std::lock_guard lock(mesh->mu);
       if (mesh->procs[rank].exit) return;  // told twice (its host lost, then its exit)
@@ -618,7 +645,7 @@ struct Runtime::Impl {
       if (host.failure) return;
       host.failure = why;
       was_attached = host.attached;
-      name = host.hostname.empty() ? worker : host.hostname + " (" + worker + ")";
+      name = host_title(host);
       keys = host.proc_keys;
     }
     std::string what = was_attached ? "host " + name + " was lost: " + why
@@ -732,7 +759,7 @@ struct Runtime::Impl {
           proc->send(hm->hosts[i].worker,
                      actor::system_message(actor::ProcId{hm->hosts[i].worker},
                                            actor::SystemHeader{"host_detach", {proc_key},
-                                                               {req}}));
+                                                               {req, 0}}));
         }
       }
     }
@@ -1021,13 +1048,14 @@ struct Runtime::Impl {
     }
   }
 
-  // Serves no controller from now on; a worker that is not persistent kills every proc.
-  void worker_release(const std::string& why) {
+  // Serves no controller from now on. A worker that is not persistent kills every proc; so
+  // does a persistent one told to `stop` them (the controller shut its hosts down).
+  void worker_release(const std::string& why, bool stop = false) {
     std::vector<pid_t> pids;
     {
       std::lock_guard lock(mu);
       if (!worker->controller) return;
-      if (worker->persistent) {
+      if (worker->persistent && !stop) {
         spdlog::warn("podium worker: controller {} {}; keeping its {} procs for the next one "
                      "(persistent)",
                      worker->controller_key, why, worker->children.size());
@@ -1105,13 +1133,16 @@ struct Runtime::Impl {
     worker_reply(*controller, std::move(answer));
   }
 
-  // "host_detach" [controller key] [request id]: the controller leaves.
+  // "host_detach" [controller key] [request id, stop]: the controller leaves (stop 0: a
+  // persistent worker keeps its procs), or shut this host down (stop 1: every proc ends).
+  // Answered by "host_spawned" with no error and no procs once the procs were killed.
   void on_host_detach(const actor::SystemHeader& h) {
-    if (h.args.size() != 1 || h.numbers.size() != 1) return;
+    if (h.args.size() != 1 || h.numbers.size() != 2) return;
     auto controller = channel::Address::parse(h.args[0]);
     if (!controller || !from_controller(h.args[0])) return;
-    worker_release("detached");
-    worker_reply(*controller, actor::SystemHeader{"host_spawned", {"detached"}, {h.numbers[0]}});
+    bool stop = h.numbers[1] != 0;
+    worker_release(stop ? "shut this host down" : "detached", stop);
+    worker_reply(*controller, actor::SystemHeader{"host_spawned", {""}, {h.numbers[0]}});
   }
 
   void worker_tick() {
@@ -1279,8 +1310,13 @@ Result<std::shared_ptr<HostMeshState>> Runtime::attach(std::vector<channel::Addr
     }
     for (size_t i = 0; i < workers.size(); ++i) {
       std::string key = workers[i].to_string();
-      if (impl.by_worker.contains(key)) {
-        return refuse("attach: worker " + key + " is attached already");
+      // A worker serves one host mesh of this controller at a time; one that mesh can no
+      // longer use (lost, refused, shut down) can be attached anew.
+      if (auto it = impl.by_worker.find(key); it != impl.by_worker.end()) {
+        std::lock_guard hlock(it->second.mesh->mu);
+        if (!it->second.mesh->hosts[it->second.index].failure) {
+          return refuse("attach: worker " + key + " is attached already");
+        }
       }
       for (size_t j = 0; j < i; ++j) {
         if (workers[j] == workers[i]) return refuse("attach: worker " + key + " is named twice");
@@ -1363,6 +1399,7 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
   if (auto ready = hosts->initialized.get(impl.attach_timeout + std::chrono::seconds(1)); !ready) {
     return std::unexpected(ready.error());
   }
+  if (auto bad = unusable_host(*hosts, host_ranks, "spawn_procs")) return std::unexpected(*bad);
   auto mesh = std::make_shared<ProcMeshState>();
   mesh->extent = extent;
   mesh->initialized = mesh->initialized_promise.future();
@@ -1413,6 +1450,12 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
     std::lock_guard lock(impl.mu);
     std::lock_guard hlock(hosts->mu);
     std::lock_guard mlock(mesh->mu);
+    if (const auto& failure = hosts->hosts[h].failure) {
+      // Lost or shut down while it spawned: its worker kills what it started (HA-5, HA-8).
+      why = runtime_error("spawn_procs: host " + name + " cannot be used: " + *failure);
+      mesh->initialized_promise.set(std::unexpected(why));
+      return std::unexpected(why);
+    }
     for (size_t j = 0; j < per_host; ++j) {
       size_t r = i * per_host + j;
       auto addr = channel::Address::parse(got->keys[j]);
@@ -1442,6 +1485,9 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::find_procs(
   }
   if (auto ready = hosts->initialized.get(impl.attach_timeout + std::chrono::seconds(1)); !ready) {
     return std::unexpected(ready.error());
+  }
+  if (auto bad = unusable_host(*hosts, host_ranks, "find_procs('" + name + "')")) {
+    return std::unexpected(*bad);
   }
   std::vector<actor::Future<Impl::Spawned>> answers;
   {
@@ -1599,6 +1645,101 @@ std::shared_ptr<ProcMeshState> Runtime::this_proc() {
     impl_->local_mesh = std::move(m);
   }
   return impl_->local_mesh;
+}
+
+actor::Future<void> Runtime::shutdown_hosts(const std::shared_ptr<HostMeshState>& hosts,
+                                            const std::vector<size_t>& host_ranks) {
+  auto& impl = *impl_;
+  struct Ending {
+    std::string key;
+    int64_t pid = -1;
+    std::string host;
+  };
+  struct Shutdown {
+    std::atomic<bool> finished{false};
+    std::atomic<size_t> waiting{0};
+    actor::Promise<void> done;
+    std::vector<Ending> procs;                                     // immutable once sent
+    std::vector<std::pair<std::string, actor::Future<Impl::Spawned>>> answers;  // by host
+    std::vector<uint64_t> requests;
+  };
+  auto sd = std::make_shared<Shutdown>();
+  auto future = sd->done.future();
+  std::vector<std::pair<channel::Address, uint64_t>> detach;
+  {
+    std::lock_guard lock(impl.mu);
+    std::lock_guard hlock(hosts->mu);
+    for (size_t h : host_ranks) {
+      if (h >= hosts->hosts.size()) continue;
+      auto& host = hosts->hosts[h];
+      std::string title = host_title(host);
+      for (const auto& key : host.proc_keys) {
+        if (impl.dead.contains(key)) continue;
+        int64_t pid = -1;
+        if (auto it = impl.by_key.find(key); it != impl.by_key.end()) {
+          if (auto m = it->second.mesh.lock()) {
+            std::lock_guard mlock(m->mu);
+            pid = m->procs[it->second.rank].pid;
+          }
+        }
+        impl.released.insert(key);
+        sd->procs.push_back({key, pid, title});
+      }
+      if (host.failure) continue;  // refused, unreachable, lost or shut down: nothing to tell
+      host.failure = "it was shut down";
+      if (impl.shut_down) continue;  // detach_hosts() told it already
+      uint64_t req = impl.next_request++;
+      auto p = std::make_shared<actor::Promise<Impl::Spawned>>();
+      sd->answers.emplace_back(title, p->future());
+      sd->requests.push_back(req);
+      impl.spawn_requests[req] = p;
+      detach.emplace_back(host.worker, req);
+    }
+  }
+  // Attaches still unanswered fail now; an attach that was answered keeps its value.
+  hosts->initialized_promise.set(
+      std::unexpected(make_error(BaseErrc::kCancelled, "the host mesh was shut down")));
+  for (auto& [worker, req] : detach) {
+    impl.send_to_worker(worker, actor::SystemHeader{"host_detach", {impl.proc_key}, {req, 1}});
+  }
+  auto* ip = &impl;
+  auto timeout = impl.attach_timeout;
+  // Once every worker answered (its procs are killed), or at the timeout: the procs end.
+  auto finish = [sd, ip, timeout] {
+    if (sd->finished.exchange(true)) return;
+    for (const auto& [title, answer] : sd->answers) {
+      if (!answer.ready()) {
+        spdlog::warn("podium: host {} did not answer the shutdown within {} ms; its procs are "
+                     "taken as ended",
+                     title, timeout.count());
+      }
+    }
+    {
+      // Before the warnings, this would abandon the promises: every answer would be ready.
+      std::lock_guard lock(ip->mu);
+      for (uint64_t req : sd->requests) ip->spawn_requests.erase(req);
+    }
+    for (const auto& p : sd->procs) {
+      ip->proc_ended(p.key, p.pid, 0, -1, "was stopped: its host " + p.host + " was shut down",
+                     "its host " + p.host + " was shut down");
+    }
+    sd->done.set({});
+  };
+  if (sd->answers.empty()) {
+    finish();
+    return future;
+  }
+  sd->waiting = sd->answers.size();
+  auto timer = std::make_shared<asio::steady_timer>(impl.proc->io(), timeout);
+  timer->async_wait([timer, finish](std::error_code ec) {
+    if (!ec) finish();
+  });
+  for (const auto& [title, answer] : sd->answers) {
+    answer.on_ready([sd, finish](const Result<Impl::Spawned>&) {
+      if (--sd->waiting == 0) finish();
+    });
+  }
+  return future;
 }
 
 actor::Future<void> Runtime::stop_procs(const std::shared_ptr<ProcMeshState>& mesh,

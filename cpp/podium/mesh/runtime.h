@@ -126,7 +126,8 @@ struct HostState {
   channel::Address worker;              // as the controller dials it
   std::string hostname;                 // once attached
   bool attached = false;
-  std::optional<std::string> failure;   // why it is unusable: refused, unreachable or lost
+  std::optional<std::string> failure;   // why it is unusable: refused, unreachable, lost or
+                                        // shut down
   std::vector<std::string> proc_keys;   // procs spawned on it
 };
 
@@ -175,6 +176,15 @@ class Runtime {
       const std::string& name);
   // The root proc as a mesh with no dimensions.
   std::shared_ptr<ProcMeshState> this_proc();
+  // Ends this controller's use of the hosts of `hosts` named by `host_ranks`
+  // (HostMesh.shutdown, docs/host_agent.md HA-8): each worker kills the procs it runs for this
+  // controller (a persistent one too) and serves no controller until one attaches again. The
+  // procs count as stopped: their ends raise no supervision event, and calls to them fail
+  // naming the shutdown. The hosts are watched no more, and spawn_procs on them fails.
+  // Resolves once every worker answered, or after the attach timeout (each worker that did
+  // not answer is named in a warning); never fails.
+  actor::Future<void> shutdown_hosts(const std::shared_ptr<HostMeshState>& hosts,
+                                     const std::vector<size_t>& host_ranks);
   // Asks each proc to exit; kills those still alive after `grace`. Resolves when all are gone.
   actor::Future<void> stop_procs(const std::shared_ptr<ProcMeshState>& mesh,
                                  std::chrono::milliseconds grace);

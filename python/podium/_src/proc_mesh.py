@@ -202,6 +202,17 @@ class HostMesh(MeshShape):
         core = self._core if self._core is not None else _mesh.HostMesh()
         return Future(core.initialized(), _decode_none)
 
+    def shutdown(self) -> "Future[None]":
+        """Ends this controller's use of the hosts of this attached mesh (or of this slice of
+        it): each worker kills the procs it runs for this controller, persistent or not, and
+        is free for the next controller to attach. Those procs count as stopped: their ends
+        raise no supervision event, calls to their actors raise SupervisionError naming the
+        shutdown, and spawn_procs on these hosts raises. Resolves once every worker answered,
+        or after ``PODIUM_ATTACH_TIMEOUT_MS`` (a warning names each worker that did not).
+        ValueError for this_host(): stop its ProcMeshes instead."""
+        core = self._core if self._core is not None else _mesh.HostMesh()
+        return Future(core.with_region(self._r).shutdown(), _decode_none)
+
     def hosts(self) -> List[Dict[str, Any]]:
         """Per worker of an attached mesh: its address, host name, whether it attached, and
         why it failed (None while it serves)."""

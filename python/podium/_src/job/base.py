@@ -26,6 +26,10 @@ Invariants:
   JB-3 `kill()` returns only after the job's processes are gone (or raises JobError naming
        what is left), and removes the state file it wrote when that file still names this
        job.
+  JB-4 `kill()` first shuts down the HostMeshes that `state()` attached in this process
+       (HostMesh.shutdown): the procs on them end as stopped, so ending the workers raises
+       no supervision event in the controller that killed its own job; calls to their actors
+       raise SupervisionError naming the shutdown.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ class JobTrait(ABC):
         self._job_id: Optional[str] = None
         self._workers: Dict[str, List[str]] = {}  # mesh name -> worker addresses
         self._state_path: Optional[str] = None  # the state file this job wrote
+        self._attached: List[Any] = []  # the HostMeshes state() attached in this process
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -134,6 +139,11 @@ class JobTrait(ABC):
         if self._job_id is None:
             return
         job_id = self._job_id
+        # What this process runs on the job ends as stopped, not as failures: the procs'
+        # deaths that ending the workers causes must not reach supervision (JB-4).
+        attached, self._attached = self._attached, []
+        for hosts in attached:
+            hosts.shutdown().get()
         self._kill()
         if self._state_path is not None:
             try:
@@ -195,8 +205,10 @@ class JobTrait(ABC):
     def _attach(self) -> Dict[str, Any]:
         from podium.actor import attach_to_workers
 
-        return {name: attach_to_workers(workers=list(addrs), name=name)
-                for name, addrs in self._workers.items()}
+        meshes = {name: attach_to_workers(workers=list(addrs), name=name)
+                  for name, addrs in self._workers.items()}
+        self._attached.extend(meshes.values())
+        return meshes
 
     def _adopt(self, path: str) -> bool:
         """Adopts the running job that the state file at `path` names, when it can serve this
