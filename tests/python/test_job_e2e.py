@@ -41,6 +41,8 @@ job = {job}
 state = job.state(cached_path={path!r})
 hosts = getattr(state, {mesh!r})
 hosts.initialized.get(timeout=30)
+# Asked again, the job hands out the same (attached) host meshes.
+assert getattr(job.state(cached_path={path!r}), {mesh!r}) is hosts
 procs = hosts.spawn_procs(per_host={{"gpus": 2}})
 actors = procs.spawn("where", Where)
 answers = sorted(v for _, v in actors.where.call().get(timeout=30).items())

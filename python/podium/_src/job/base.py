@@ -91,6 +91,7 @@ class JobTrait(ABC):
         self._workers: Dict[str, List[str]] = {}  # mesh name -> worker addresses
         self._state_path: Optional[str] = None  # the state file this job wrote
         self._attached: List[Any] = []  # the HostMeshes state() attached in this process
+        self._state: Optional[JobState] = None  # what state() returned last
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -124,7 +125,9 @@ class JobTrait(ABC):
 
         When the job is not running and `cached_path` names a state file of a job that still
         runs with the same spec, that job is adopted (a new controller re-attaching);
-        otherwise (JB-1) the job is applied and its state written to `cached_path`."""
+        otherwise (JB-1) the job is applied and its state written to `cached_path`.
+        Called again, it returns the same HostMeshes while every host of them serves (a
+        worker serves one host mesh of a controller at a time), and attaches anew otherwise."""
         if self._job_id is None:
             adopted = cached_path is not None and self._adopt(cached_path)
             if not adopted:
@@ -132,7 +135,12 @@ class JobTrait(ABC):
                 if cached_path is not None:
                     self.dump(cached_path)
                     self._state_path = cached_path
-        return JobState(self._attach())
+        elif self._state is not None and all(
+                h["failure"] is None for name in self._workers
+                for h in self._state[name].hosts()):
+            return self._state
+        self._state = JobState(self._attach())
+        return self._state
 
     def kill(self) -> None:
         """Ends the job and its workers (JB-3); a no-op when it is not running."""
@@ -141,7 +149,7 @@ class JobTrait(ABC):
         job_id = self._job_id
         # What this process runs on the job ends as stopped, not as failures: the procs'
         # deaths that ending the workers causes must not reach supervision (JB-4).
-        attached, self._attached = self._attached, []
+        attached, self._attached, self._state = self._attached, [], None
         for hosts in attached:
             hosts.shutdown().get()
         self._kill()
