@@ -150,8 +150,8 @@ class JobTrait(ABC):
         # What this process runs on the job ends as stopped, not as failures: the procs'
         # deaths that ending the workers causes must not reach supervision (JB-4).
         attached, self._attached, self._state = self._attached, [], None
-        for hosts in attached:
-            hosts.shutdown().get()
+        for done in [hosts.shutdown() for hosts in attached]:  # in parallel: each is bounded
+            done.get()
         self._kill()
         if self._state_path is not None:
             try:
