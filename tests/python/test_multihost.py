@@ -314,6 +314,11 @@ def test_host_mesh_shutdown_ends_its_procs_as_stopped_and_frees_the_worker(tmp_p
             procs = hosts.spawn_procs(per_host={"gpus": 2}, name="kept")
             am = procs.spawn("who", Who)
             pids = sorted(am.pid.call().get(timeout=30).values())
+            try:
+                attach_to_workers(workers=WORKERS)
+                print("attached twice?!")
+            except ValueError as e:
+                print("TWICE:", e, flush=True)
             hosts.shutdown().get(timeout=30)
             print("ALIVE", still_alive(pids), flush=True)
             try:
@@ -345,6 +350,7 @@ def test_host_mesh_shutdown_ends_its_procs_as_stopped_and_frees_the_worker(tmp_p
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "ALIVE []" in r.stdout, out
+    assert f"TWICE: attach: worker tcp:{w.address[len('tcp://'):]} is attached already" in r.stdout, out
     host = f"its host {os.uname().nodename} (tcp:{w.address[len('tcp://'):]}) was shut down"
     assert re.search(r"CALL: .*" + re.escape(host), r.stdout), out
     assert re.search(r"SPAWN: spawn_procs: host .* cannot be used: it was shut down",
