@@ -350,11 +350,11 @@ def test_host_mesh_shutdown_ends_its_procs_as_stopped_and_frees_the_worker(tmp_p
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "ALIVE []" in r.stdout, out
-    assert f"TWICE: attach: worker tcp:{w.address[len('tcp://'):]} is attached already" in r.stdout, out
-    host = f"its host {os.uname().nodename} (tcp:{w.address[len('tcp://'):]}) was shut down"
-    assert re.search(r"CALL: .*" + re.escape(host), r.stdout), out
-    assert re.search(r"SPAWN: spawn_procs: host .* cannot be used: it was shut down",
-                     r.stdout), out
+    worker = f"tcp:{w.address[len('tcp://'):]}"
+    assert f"TWICE: attach: worker {worker} is attached already" in r.stdout, out
+    host = f"{os.uname().nodename} ({worker})"
+    assert re.search(r"CALL: .*" + re.escape(f"its host {host} was shut down"), r.stdout), out
+    assert f"SPAWN: spawn_procs: host {host} cannot be used: it was shut down" in r.stdout, out
     assert "HOOK 0" in r.stdout, out
     assert "no heartbeat" not in out and "was lost" not in out, out
     assert re.search(r"KEPT: .*keeps proc mesh 'kept' no more: its 2 procs have all ended",
@@ -390,7 +390,8 @@ def test_host_mesh_shutdown_of_a_silent_worker_ends_within_the_attach_timeout(tm
             except SupervisionError as e:
                 print("CALL:", e, flush=True)
             print("HOOK", len(hits), flush=True)
-            """, [w.address], env={"PODIUM_ATTACH_TIMEOUT_MS": "1500", "PODIUM_HOST_LOST_MS": "20000",
+            """, [w.address], env={"PODIUM_ATTACH_TIMEOUT_MS": "1500",
+                                   "PODIUM_HOST_LOST_MS": "20000",
                                    "WORKER_PID": str(w.proc.pid)})
     finally:
         w.kill()  # SIGKILL ends a stopped process too
