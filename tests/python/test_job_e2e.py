@@ -54,7 +54,7 @@ if {kill!r}:
     job.kill()
     # Longer than PODIUM_HOST_LOST_MS: the procs the kill ended (and their workers) must not
     # come back as failures (JB-4), which would end this script with status 1.
-    time.sleep(2.5)
+    time.sleep(3.0)
 """
 
 
@@ -66,7 +66,7 @@ def _controller(tmp_path, name: str, job: str, path: str, mesh: str = "hosts",
     script.write_text(CONTROLLER.format(job=job, path=path, mesh=mesh, kill=kill))
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
                          text=True, timeout=CONTROLLER_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                         env={**os.environ, "PODIUM_HOST_LOST_MS": "1000", **(env or {})})
+                         env={**os.environ, "PODIUM_HOST_LOST_MS": "2000", **(env or {})})
     lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
     assert out.returncode == 0 and lines, f"{name} failed:\n{out.stdout}\n{out.stderr}"
     return json.loads(lines[0][len("RESULT "):])

@@ -331,8 +331,9 @@ def test_host_mesh_shutdown_ends_its_procs_as_stopped_and_frees_the_worker(tmp_p
                 print("spawned?!")
             except Exception as e:
                 print("SPAWN:", e, flush=True)
-            # Longer than PODIUM_HOST_LOST_MS: the worker, silent now, is not taken as lost.
-            time.sleep(2.5)
+            # Longer than PODIUM_HOST_LOST_MS and a tick: the worker, silent now, is not
+            # taken as lost.
+            time.sleep(3.0)
             print("HOOK", len(hits), flush=True)
             # The worker serves the next attach at once; a persistent one kept nothing.
             again = attach_to_workers(workers=WORKERS)
@@ -344,7 +345,7 @@ def test_host_mesh_shutdown_ends_its_procs_as_stopped_and_frees_the_worker(tmp_p
                 print("KEPT:", e, flush=True)
             fresh = again.spawn_procs(per_host={"gpus": 1}).spawn("w", Who)
             print("AGAIN", len(fresh.pid.call().get(timeout=30)), flush=True)
-            """), [w.address], env={"PODIUM_HOST_LOST_MS": "1000"})
+            """), [w.address], env={"PODIUM_HOST_LOST_MS": "2000"})
     finally:
         w.kill()
     out = r.stdout + r.stderr
