@@ -568,6 +568,15 @@ struct Runtime::Impl {
     if (all) hm->initialized_promise.set({});
   }
 
+  // A request to a worker: its id, and the future its answer ("host_spawned" or
+  // "host_found") sets. Under mu.
+  std::pair<uint64_t, actor::Future<Spawned>> new_request() {
+    uint64_t req = next_request++;
+    auto p = std::make_shared<actor::Promise<Spawned>>();
+    spawn_requests[req] = p;
+    return {req, p->future()};
+  }
+
   // The request a worker's answer [error, ...] [request id, ...] completes, taken out of
   // spawn_requests; null when it is unknown, or when the answer is an error (set on it here).
   std::shared_ptr<actor::Promise<Spawned>> take_request(const actor::SystemHeader& h) {
@@ -752,10 +761,8 @@ struct Runtime::Impl {
         std::lock_guard mlock(hm->mu);
         for (size_t i = 0; i < hm->hosts.size(); ++i) {
           if (!hm->hosts[i].attached || hm->hosts[i].failure) continue;
-          uint64_t req = next_request++;
-          auto p = std::make_shared<actor::Promise<Spawned>>();
-          futures.push_back(p->future());
-          spawn_requests[req] = p;
+          auto [req, answer] = new_request();
+          futures.push_back(std::move(answer));
           proc->send(hm->hosts[i].worker,
                      actor::system_message(actor::ProcId{hm->hosts[i].worker},
                                            actor::SystemHeader{"host_detach", {proc_key},
@@ -1413,10 +1420,8 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
     mesh->mesh_id = impl.next_mesh++;
     impl.meshes[mesh->mesh_id] = mesh;
     for (size_t i = 0; i < host_ranks.size(); ++i) {
-      uint64_t req = impl.next_request++;
-      auto p = std::make_shared<actor::Promise<Impl::Spawned>>();
-      answers.push_back(p->future());
-      impl.spawn_requests[req] = p;
+      auto [req, answer] = impl.new_request();
+      answers.push_back(std::move(answer));
       impl.send_to_worker(hosts->hosts[host_ranks[i]].worker,
                           actor::SystemHeader{"host_spawn",
                                               {impl.proc_key, name, extent_text(extent)},
@@ -1496,10 +1501,8 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::find_procs(
       return std::unexpected(make_error(BaseErrc::kCancelled, "podium runtime is shut down"));
     }
     for (size_t h : host_ranks) {
-      uint64_t req = impl.next_request++;
-      auto p = std::make_shared<actor::Promise<Impl::Spawned>>();
-      answers.push_back(p->future());
-      impl.spawn_requests[req] = p;
+      auto [req, answer] = impl.new_request();
+      answers.push_back(std::move(answer));
       impl.send_to_worker(hosts->hosts[h].worker,
                           actor::SystemHeader{"host_lookup", {impl.proc_key, name}, {req}});
     }
@@ -1688,11 +1691,9 @@ actor::Future<void> Runtime::shutdown_hosts(const std::shared_ptr<HostMeshState>
       if (host.failure) continue;  // refused, unreachable, lost or shut down: nothing to tell
       host.failure = "it was shut down";
       if (impl.shut_down) continue;  // detach_hosts() told it already
-      uint64_t req = impl.next_request++;
-      auto p = std::make_shared<actor::Promise<Impl::Spawned>>();
-      sd->answers.emplace_back(title, p->future());
+      auto [req, answer] = impl.new_request();
+      sd->answers.emplace_back(title, std::move(answer));
       sd->requests.push_back(req);
-      impl.spawn_requests[req] = p;
       detach.emplace_back(host.worker, req);
     }
   }
