@@ -149,6 +149,24 @@ def spawn(procs, request):
 # missing part fails the test instead of hiding it.
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether the process `pid` runs (a zombie does not)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def gone_within(pids: list[int], timeout: float = 10.0) -> list[int]:
+    """Waits until none of pids is alive; returns those still alive at the bound."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while (left := [p for p in pids if pid_alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
 def skip_or_fail(reason: str) -> None:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"{reason} (CI=true: CI machines must have it)")

@@ -16,6 +16,7 @@ import time
 import pytest
 
 import podium.actor
+from conftest import gone_within, pid_alive
 
 pytestmark = pytest.mark.skipif(
     not hasattr(podium.actor, "attach_to_workers"),
@@ -101,21 +102,6 @@ def _session(sid: int) -> list[int]:
     return left
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _gone_within(pids: list[int], timeout: float = 10.0) -> list[int]:
-    """Waits until none of pids is alive; returns those still alive at the bound."""
-    deadline = time.monotonic() + timeout
-    while (left := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return left
-
-
 @pytest.fixture
 def env():
     """Controller and workers: loopback addresses and one job secret."""
@@ -128,7 +114,7 @@ def test_local_job_runs_an_actor_on_two_hosts_and_kill_leaves_nothing(tmp_path, 
     assert len(r["workers"]["hosts"]) == 2
     assert [a[0] for a in r["answers"]] == [0, 1, 2, 3]  # 2 hosts x 2 gpus
     proc_pids = [a[1] for a in r["answers"]]
-    assert _gone_within(proc_pids) == []
+    assert gone_within(proc_pids) == []
     assert len(r["worker_pids"]) == 2
     for sid in r["worker_pids"]:
         assert _session(sid) == []
@@ -146,7 +132,7 @@ def test_a_new_controller_reattaches_to_a_running_local_job(tmp_path, env):
         assert os.path.exists(path)
         # The first controller has exited; its workers run on, its procs are gone.
         assert all(_session(sid) for sid in first["worker_pids"])
-        assert _gone_within([a[1] for a in first["answers"]]) == []
+        assert gone_within([a[1] for a in first["answers"]]) == []
         second = _controller(tmp_path, "second", job, path, env=env)
         assert second["job_id"] == first["job_id"] and second["workers"] == first["workers"]
         assert [a[0] for a in second["answers"]] == [0, 1, 2, 3]
@@ -160,7 +146,7 @@ def test_a_new_controller_reattaches_to_a_running_local_job(tmp_path, env):
     for sid in first["worker_pids"]:
         assert _session(sid) == []
     assert second is not None
-    assert _gone_within([a[1] for a in second["answers"]]) == []
+    assert gone_within([a[1] for a in second["answers"]]) == []
 
 
 def test_slurm_job_runs_an_actor_and_kill_cancels_it(slurm_cluster, tmp_path, env):
@@ -178,7 +164,7 @@ def test_slurm_job_runs_an_actor_and_kill_cancels_it(slurm_cluster, tmp_path, en
     from podium._src.job.slurm import job_info
 
     assert job_info(r["job_id"]).get("JobState") in ("CANCELLED", None)
-    assert _gone_within([a[1] for a in r["answers"]]) == []
+    assert gone_within([a[1] for a in r["answers"]]) == []
     assert _worker_pids(f"127.0.0.1:{port}") == []
 
 
@@ -236,7 +222,7 @@ def test_a_persistent_local_job_keeps_procs_and_actors_for_the_next_controller(t
     try:
         pids = [a[1] for a in first["answers"]]
         assert [a[0] for a in first["answers"]] == [0, 1, 2, 3]
-        assert all(_alive(p) for p in pids)  # the persistent workers kept them
+        assert all(pid_alive(p) for p in pids)  # the persistent workers kept them
         second = controller("second", False)
         # The same processes, the same actors: each has answered twice now.
         assert second["answers"] == [[r, p, 2] for r, p, _ in first["answers"]]
@@ -248,4 +234,4 @@ def test_a_persistent_local_job_keeps_procs_and_actors_for_the_next_controller(t
             job_load(path).kill()
     for sid in first["worker_pids"]:
         assert _session(sid) == []
-    assert _gone_within(pids) == []
+    assert gone_within(pids) == []
