@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -607,8 +608,10 @@ void bind_mesh(nb::module_& m) {
   m.def(
       "serve_worker",
       [](const std::string& listen, std::vector<std::string> proc_argv,
-         std::vector<std::string> zygote_argv, bool persistent, nb::object on_listening) {
+         std::vector<std::string> zygote_argv, bool persistent, nb::object on_listening,
+         bool insecure) {
         WorkerOptions options;
+        options.insecure = insecure;
         options.listen = unwrap(parse_worker_address(listen));
         options.procs = InitOptions{std::move(proc_argv), std::move(zygote_argv), std::nullopt};
         options.persistent = persistent;
@@ -627,8 +630,16 @@ void bind_mesh(nb::module_& m) {
       },
       nb::arg("listen"), nb::arg("proc_argv"), nb::arg("zygote_argv"),
       nb::arg("persistent") = false, nb::arg("on_listening").none() = nb::none(),
+      nb::arg("insecure") = false,
       "Runs this process as a host agent listening on `listen` (tcp://HOST:PORT) until it is "
-      "killed; `on_listening(address)` runs once it listens.");
+      "killed; `on_listening(address)` runs once it listens. Without a secret in the "
+      "environment it refuses to start unless `insecure` (SE-2).");
+  m.def("secret_file", [] {
+        const char* p = std::getenv("PODIUM_SECRET_FILE");
+        return std::string(p ? p : "");
+      },
+      "PODIUM_SECRET_FILE as this process's C environment holds it now: the runtime sets it "
+      "when it generates the controller's secret (SE-1), which os.environ does not see.");
   m.def("is_proc", &is_proc, "True in a process that podium spawned as a proc, until it serves.");
   m.def(
       "serve_proc",
@@ -792,7 +803,10 @@ void bind_mesh(nb::module_& m) {
                        int64_t i) { return unwrap(p.slice(label, i)); })
       .def("slice", [](const ProcMesh& p, std::string_view label,
                        const ndslice::Range& r) { return unwrap(p.slice(label, r)); })
-      .def("initialized", [](const ProcMesh& p) { return from_void(p.initialized()); })
+      // The future keeps the mesh alive: `spawn_procs(...).initialized.get()` on a temporary
+      // must not abandon the promise its mesh holds.
+      .def("initialized", [](const ProcMesh& p) { return from_void(p.initialized()); },
+           nb::keep_alive<0, 1>())
       .def(
           "spawn",
           [](const ProcMesh& p, const std::string& type, std::string name, nb::handle parts,
@@ -869,7 +883,8 @@ void bind_mesh(nb::module_& m) {
                        int64_t i) { return unwrap(a.slice(label, i)); })
       .def("slice", [](const ActorMeshBase& a, std::string_view label,
                        const ndslice::Range& r) { return unwrap(a.slice(label, r)); })
-      .def("initialized", [](const ActorMeshBase& a) { return from_void(a.initialized()); })
+      .def("initialized", [](const ActorMeshBase& a) { return from_void(a.initialized()); },
+           nb::keep_alive<0, 1>())
       .def(
           "call",
           [](const ActorMeshBase& a, const std::string& endpoint, nb::handle parts) {

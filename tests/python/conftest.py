@@ -3,14 +3,39 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 # Bound on every child process a test starts (pytest-timeout bounds the test as a whole).
 CHILD_TIMEOUT_S = 60
+
+# --- the test session's job secret -------------------------------------------------------------
+# Workers refuse to start without a secret (SE-2, docs/security.md). As a user who starts
+# workers by hand exports PODIUM_SECRET_FILE for every process of the job, the test session
+# does so for this process and every process its tests start. Tests of the secret itself
+# (test_security.py) run their processes with an environment of their own.
+_SECRET_DIR = tempfile.mkdtemp(prefix="podium-test-secret-")
+SECRET_FILE = os.path.join(_SECRET_DIR, "job.secret")
+with open(os.open(SECRET_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as _f:
+    _f.write(secrets.token_hex(32) + "\n")
+os.environ["PODIUM_SECRET_FILE"] = SECRET_FILE
+os.environ.pop("PODIUM_SECRET", None)
+atexit.register(shutil.rmtree, _SECRET_DIR, True)
+
+
+def env_without_secret(**extra: str) -> dict:
+    """This process's environment without the job's secret (and with `extra`)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PODIUM_SECRET", "PODIUM_SECRET_FILE", "PODIUM_INSECURE")}
+    env.update(extra)
+    return env
 
 
 # --- unhandled faults -------------------------------------------------------------------------

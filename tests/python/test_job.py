@@ -130,7 +130,9 @@ def test_state_file_is_private_json_and_round_trips(tmp_path):
     d = json.loads(path.read_text())
     assert d["kind"] == "LocalJob" and d["job_id"] == "local-test"
     assert d["meshes"] == {"hosts": ["tcp://127.0.0.1:5000"]}
-    assert "secret" not in path.read_text().lower()
+    # The state file names where the job's secret is (here: none made), never the secret.
+    assert d["secret_file"] is None
+    assert "PODIUM_SECRET" not in path.read_text()
     back = job_load(str(path))
     assert isinstance(back, LocalJob) and back.job_id == "local-test"
     assert back.workers == job.workers and back._spec() == job._spec()

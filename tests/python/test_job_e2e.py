@@ -7,7 +7,6 @@ on TCP, with a job secret); sockets stay on loopback."""
 from __future__ import annotations
 
 import os
-import secrets
 import socket
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import time
 import pytest
 
 import podium.actor
-from conftest import gone_within, pid_alive
+from conftest import env_without_secret, gone_within, pid_alive
 
 pytestmark = pytest.mark.skipif(
     not hasattr(podium.actor, "attach_to_workers"),
@@ -67,7 +66,8 @@ def _controller(tmp_path, name: str, job: str, path: str, mesh: str = "hosts",
     script.write_text(CONTROLLER.format(job=job, path=path, mesh=mesh, kill=kill))
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
                          text=True, timeout=CONTROLLER_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                         env={**os.environ, "PODIUM_HOST_LOST_MS": "2000", **(env or {})})
+                         env={**env_without_secret(), "PODIUM_HOST_LOST_MS": "2000",
+                              **(env or {})})
     lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
     assert out.returncode == 0 and lines, f"{name} failed:\n{out.stdout}\n{out.stderr}"
     return json.loads(lines[0][len("RESULT "):])
@@ -104,8 +104,9 @@ def _session(sid: int) -> list[int]:
 
 @pytest.fixture
 def env():
-    """Controller and workers: loopback addresses and one job secret."""
-    return {"PODIUM_HOST_ADDR": "127.0.0.1", "PODIUM_SECRET": secrets.token_hex(16)}
+    """Controller and workers: loopback addresses, and no secret in the environment: each job
+    makes its own and a re-attaching controller finds it through the state file (SE-4, SE-5)."""
+    return {"PODIUM_HOST_ADDR": "127.0.0.1"}
 
 
 def test_local_job_runs_an_actor_on_two_hosts_and_kill_leaves_nothing(tmp_path, env):
@@ -212,7 +213,7 @@ def test_a_persistent_local_job_keeps_procs_and_actors_for_the_next_controller(t
         script.write_text(PERSISTENT_CONTROLLER.format(path=path, first=first))
         out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
                              text=True, timeout=CONTROLLER_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                             env={**os.environ, **env})
+                             env={**env_without_secret(), **env})
         lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
         assert out.returncode == 0 and lines, f"{name} failed:\n{out.stdout}\n{out.stderr}"
         return json.loads(lines[0][len("RESULT "):])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHILD_TIMEOUT_S, gone_within
+from conftest import CHILD_TIMEOUT_S, env_without_secret, gone_within
 
 READY = "podium worker listening on "
 
@@ -187,17 +187,21 @@ def test_a_wrong_secret_is_refused_within_a_second(tmp_path, workers):
     assert "secret" in log or "auth" in log, log
 
 
-def test_a_worker_with_no_secret_is_refused_by_a_controller_without_one(tmp_path, workers):
+def test_a_controller_not_given_the_workers_secret_is_refused_and_told_to_set_it(tmp_path,
+                                                                                 workers):
+    # SE-1: the controller, given no secret, runs on one it generated; the worker refuses it,
+    # and the error says where the workers' secret must go.
     ws = workers(1, env={"PODIUM_SECRET": "s3cret"})
-    env = {k: v for k, v in os.environ.items() if k not in ("PODIUM_SECRET", "PODIUM_SECRET_FILE")}
     script = tmp_path / "c.py"
     script.write_text(PRELUDE + textwrap.dedent("""
         hosts, e, _ = try_attach(WORKERS)
         print("REFUSED: %s" % e if e else "attached?!")
         """))
     r = subprocess.run([sys.executable, str(script), ws[0].address], capture_output=True,
-                       text=True, timeout=CHILD_TIMEOUT_S, env=env, stdin=subprocess.DEVNULL)
-    assert "REFUSED:" in r.stdout and "PODIUM_SECRET" in r.stdout, r.stdout + r.stderr
+                       text=True, timeout=CHILD_TIMEOUT_S, env=env_without_secret(),
+                       stdin=subprocess.DEVNULL)
+    assert "REFUSED:" in r.stdout and "PODIUM_SECRET_FILE" in r.stdout, r.stdout + r.stderr
+    assert "generated" in r.stdout, r.stdout
 
 
 def test_a_killed_worker_fails_its_ranks_naming_the_host_and_the_rest_answer(tmp_path, workers):
@@ -582,7 +586,9 @@ def test_tls_and_plaintext_processes_refuse_each_other_within_a_second(tmp_path,
         assert m, r.stdout + r.stderr
         assert float(m.group(1)) < 1.0, m.group(0)
         assert why in m.group(2), m.group(2)
-    assert "does not speak TLS" in tls_worker.output()
+    # Every process of this session holds the job's secret (conftest): the TLS worker reads
+    # the challenge-less close of a plaintext dialler with a secret (docs/channel.md, TLS).
+    assert "closed the connection before the TLS handshake" in tls_worker.output()
     assert "speaks TLS, and this listener has no TLS" in plain_worker.output()
 
 

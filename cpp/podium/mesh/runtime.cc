@@ -16,6 +16,7 @@
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
@@ -32,6 +33,7 @@
 #include "podium/host/child_watcher.h"
 #include "podium/host/zygote.h"
 #include "podium/mesh/cast.h"
+#include "podium/mesh/job_config.h"
 #include "podium/mesh/relay.h"
 #include "podium/mesh/supervisor.h"
 
@@ -88,6 +90,9 @@ Result<std::string> make_socket_dir() {
     return std::unexpected(make_error(BaseErrc::kIo, user_dir +
                                                          " must be a directory owned by this user "
                                                          "with mode 0700"));
+  }
+  if (size_t n = internal::sweep_stale_socket_dirs(user_dir); n > 0) {
+    spdlog::debug("podium: removed {} socket directories of ended controllers in {}", n, user_dir);
   }
   std::random_device rd;
   char suffix[17];
@@ -556,13 +561,24 @@ struct Runtime::Impl {
       return;
     }
     bool all = false;
+    bool given_up = false;
     {
       std::lock_guard lock(hm->mu);
       auto& host = hm->hosts[index];
-      if (host.attached || host.failure) return;
-      host.attached = true;
-      host.hostname = h.args[1];
-      all = ++hm->attached_count == hm->hosts.size();
+      if (host.attached) return;
+      given_up = host.failure.has_value();
+      if (!given_up) {
+        host.attached = true;
+        host.hostname = h.args[1];
+        all = ++hm->attached_count == hm->hosts.size();
+      }
+    }
+    if (given_up) {
+      // HA-10: this controller gave up on the attach (it timed out); the worker must not stay
+      // bound to it. host_tick sent a detach when it gave up; this one covers an answer that
+      // crossed it.
+      release_worker(hm->hosts[index].worker);
+      return;
     }
     spdlog::debug("podium: attached host {} ({})", h.args[1], hm->hosts[index].worker.to_string());
     if (all) hm->initialized_promise.set({});
@@ -715,6 +731,7 @@ struct Runtime::Impl {
     for (auto& [hm, i] : unreachable) {
       host_failed(hm, i, "no answer within " + secs(attach_timeout) +
                              " (unreachable, or not a podium worker)");
+      release_worker(hm->hosts[i].worker);  // HA-10: an attach given up on is not adopted later
     }
     for (auto& [hm, i] : lost) {
       host_failed(hm, i, "no heartbeat for " + secs(host_lost_after));
@@ -729,6 +746,20 @@ struct Runtime::Impl {
     host_timer->async_wait([this](std::error_code ec) {
       if (!ec) host_tick();
     });
+  }
+
+  // HA-10: tells a worker this controller has given up on attaching it, so that an attach
+  // that reaches it late (behind a flood, after a stall) is undone rather than adopted: the
+  // worker serves no controller that no longer counts on it. Detach arrives after the attach
+  // on the same link (CH-1); a worker that never got the attach ignores it.
+  void release_worker(const channel::Address& worker) {
+    uint64_t req = 0;
+    {
+      std::lock_guard lock(mu);
+      if (shut_down) return;
+      req = next_request++;  // nobody waits for its answer
+    }
+    send_to_worker(worker, actor::SystemHeader{"host_detach", {proc_key}, {req, 0}});
   }
 
   // A message to a worker came back. Before it attached, that is its answer (e.g. the secret
@@ -746,7 +777,15 @@ struct Runtime::Impl {
       std::lock_guard lock(ref.mesh->mu);
       attached = ref.mesh->hosts[ref.index].attached;
     }
-    if (!attached) host_failed(ref.mesh, ref.index, why.message);
+    if (attached) return true;
+    std::string reason = why.message;
+    if (why.is(channel::ChannelErrc::kAuthFailed) &&
+        internal::secret_was_generated()) {
+      reason += "; this controller runs on a secret it generated itself, since neither "
+                "PODIUM_SECRET_FILE nor PODIUM_SECRET is set: start it with the workers' secret "
+                "(docs/security.md)";
+    }
+    host_failed(ref.mesh, ref.index, reason);
     return true;
   }
 
@@ -785,8 +824,16 @@ struct Runtime::Impl {
   }
 
   // "host_attach" [controller key, advertised host] [host mesh id, index, lost after ms].
+  // A peer's lost-after is clamped (HA-9): a controller that asks to be kept for days would
+  // lock every other controller out of this worker long after it went away.
+  static constexpr uint64_t kMinLostAfterMs = 100;
+  static constexpr uint64_t kMaxLostAfterMs = 60 * 1000;
   void on_host_attach(const actor::SystemHeader& h) {
-    if (h.args.size() != 2 || h.numbers.size() != 3) return;
+    if (h.args.size() != 2 || h.numbers.size() != 3) {
+      spdlog::warn("podium worker: malformed host_attach ({} texts, {} numbers); ignored",
+                   h.args.size(), h.numbers.size());
+      return;
+    }
     auto controller = channel::Address::parse(h.args[0]);
     if (!controller) {
       spdlog::warn("podium worker: bad attach from {}: {}", h.args[0],
@@ -806,7 +853,13 @@ struct Runtime::Impl {
         w.advertise = h.args[1];
         w.host_mesh = h.numbers[0];
         w.host_index = h.numbers[1];
-        w.lost_after = std::chrono::milliseconds(std::max<uint64_t>(h.numbers[2], 100));
+        uint64_t asked = h.numbers[2];
+        uint64_t used = std::clamp<uint64_t>(asked, kMinLostAfterMs, kMaxLostAfterMs);
+        if (used != asked) {
+          spdlog::warn("podium worker: controller {} asked for a lost-after of {} ms; using {} ms",
+                       h.args[0], asked, used);
+        }
+        w.lost_after = std::chrono::milliseconds(used);
         w.last_heard = std::chrono::steady_clock::now();
       }
     }
@@ -1881,80 +1934,15 @@ void default_root_handler(actor::MeshFailure f) {
   std::thread([] { std::exit(1); }).detach();
 }
 
-// The job's shared secret (channel CH-8): PODIUM_SECRET, or the contents of the file
-// PODIUM_SECRET_FILE names (a trailing newline dropped). Empty when neither is set.
-Result<std::string> job_secret() {
-  if (const char* s = std::getenv("PODIUM_SECRET"); s && *s) return std::string(s);
-  const char* path = std::getenv("PODIUM_SECRET_FILE");
-  if (!path || !*path) return std::string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return std::unexpected(make_error(BaseErrc::kIo, std::string("PODIUM_SECRET_FILE ") + path +
-                                                         ": cannot read it"));
-  }
-  std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
-  if (secret.empty()) {
-    return std::unexpected(make_error(BaseErrc::kInvalidArgument,
-                                      std::string("PODIUM_SECRET_FILE ") + path + " is empty"));
-  }
-  return secret;
-}
-
-// The job's TLS settings (channel CH-9): PODIUM_TLS_CERT, PODIUM_TLS_KEY and PODIUM_TLS_CA,
-// all three or none. Each is a PEM file's path, or PEM text itself (a value that contains
-// "-----BEGIN"), which is how Python's attach_to_workers(ca=bytes, ...) passes them on; the
-// certificate and key variables may name one file that holds both. Procs inherit the
-// variables, so every process of the job runs TLS with the same CA.
-Result<channel::TlsConfig> job_tls() {
-  constexpr std::array<const char*, 3> kNames = {"PODIUM_TLS_CERT", "PODIUM_TLS_KEY",
-                                                 "PODIUM_TLS_CA"};
-  std::array<std::string, 3> values;
-  std::string missing;
-  size_t set = 0;
-  for (size_t i = 0; i < kNames.size(); ++i) {
-    const char* v = std::getenv(kNames[i]);
-    if (v && *v) {
-      values[i] = v;
-      ++set;
-    } else {
-      missing += std::string(missing.empty() ? "" : ", ") + kNames[i];
-    }
-  }
-  if (set == 0) return channel::TlsConfig{};
-  if (!missing.empty()) {
-    return std::unexpected(make_error(
-        BaseErrc::kInvalidArgument,
-        "TLS needs PODIUM_TLS_CERT, PODIUM_TLS_KEY and PODIUM_TLS_CA together; not set: " +
-            missing));
-  }
-  for (size_t i = 0; i < kNames.size(); ++i) {
-    if (values[i].find("-----BEGIN") != std::string::npos) continue;
-    std::ifstream in(values[i], std::ios::binary);
-    if (!in) {
-      return std::unexpected(make_error(BaseErrc::kIo, std::string(kNames[i]) + " " + values[i] +
-                                                           ": cannot read it"));
-    }
-    values[i].assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  channel::TlsConfig tls{std::move(values[0]), std::move(values[1]), std::move(values[2])};
-  if (auto st = channel::check_tls_config(tls); !st) {
-    return std::unexpected(make_error(
-        BaseErrc::kInvalidArgument,
-        "PODIUM_TLS_CERT, PODIUM_TLS_KEY, PODIUM_TLS_CA: " + st.error().message));
-  }
-  return tls;
-}
-
 Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::string sock_dir,
                                               std::optional<channel::Address> parent,
                                               bool reuse_port = false, bool worker = false,
                                               bool persistent = false) {
   auto impl = std::make_unique<Runtime::Impl>();
   impl->sock_dir = std::move(sock_dir);
-  auto secret = job_secret();
+  auto secret = internal::job_secret();
   if (!secret) return std::unexpected(secret.error());
-  auto tls = job_tls();
+  auto tls = internal::job_tls();
   if (!tls) return std::unexpected(tls.error());
   channel::Config net_config;
   net_config.secret = std::move(*secret);
@@ -2134,6 +2122,11 @@ Status init_controller(InitOptions options) {
   mesh::g_options = std::move(options);
   auto dir = mesh::make_socket_dir();
   if (!dir) return std::unexpected(dir.error());
+  if (auto made = mesh::internal::ensure_controller_secret(*dir); !made) {
+    std::error_code ec;
+    std::filesystem::remove_all(*dir, ec);
+    return std::unexpected(made.error());
+  }
   channel::Address listen{channel::Transport::kUnix, *dir + "/controller.sock", 0};
   if (mesh::g_options.listen) listen = *mesh::g_options.listen;
   auto rt = mesh::make_runtime(std::move(listen), *dir, std::nullopt);
@@ -2184,6 +2177,19 @@ Status serve_worker(WorkerOptions options) {
   if (options.listen.transport != channel::Transport::kTcp) {
     return bad("a worker listens on TCP (tcp://HOST:PORT), not " + options.listen.to_string());
   }
+  // SE-2: a worker accepts controllers from other machines; it does so unauthenticated only
+  // when told to.
+  auto secret = mesh::internal::job_secret();
+  if (!secret) return std::unexpected(secret.error());
+  if (secret->empty()) {
+    if (!options.insecure) {
+      return bad("refusing to listen on " + options.listen.to_string() +
+                 " without the job's secret: set PODIUM_SECRET_FILE (a file of mode 0600 holding "
+                 "the secret; PODIUM_SECRET also works), or pass --insecure to accept "
+                 "unauthenticated connections (anyone who can reach this port can then run code "
+                 "in this worker's procs)");
+    }
+  }
   {
     std::lock_guard lock(mesh::g_mu);
     if (mesh::g_runtime) return bad("the podium runtime already runs in this process");
@@ -2194,6 +2200,13 @@ Status serve_worker(WorkerOptions options) {
     mesh::g_current.store(mesh::g_runtime.get(), std::memory_order_release);
   }
   auto& rt = *mesh::g_runtime;
+  if (secret->empty()) {
+    std::fprintf(stderr,
+                 "podium worker: WARNING: --insecure: %s accepts unauthenticated connections; "
+                 "anyone who can reach it can run code here\n",
+                 rt.proc().id().addr.to_string().c_str());
+    std::fflush(stderr);
+  }
   rt.proc().serve_held_system_ops();
   spdlog::debug("podium worker: listening on {} (host {})", rt.proc_key(), actor::host_name());
   if (options.on_listening) options.on_listening(rt.proc().id().addr);

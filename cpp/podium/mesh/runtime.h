@@ -73,6 +73,9 @@ struct WorkerOptions {
   // Keep procs (and their actors) when the controller leaves or goes silent, for a later
   // controller to take over by name (Runtime::find_procs; docs/host_agent.md HA-7).
   bool persistent = false;
+  // Accept controllers that hold no secret (SE-2, docs/security.md): without a secret in the
+  // environment, a worker refuses to start unless this is set, and says so on stderr if it is.
+  bool insecure = false;
   // Called once the worker listens, with the bound address.
   std::function<void(const channel::Address&)> on_listening;
 };

@@ -121,22 +121,21 @@ def _register_sim(subparsers: argparse._SubParsersAction) -> None:
 def _run_worker(args: argparse.Namespace) -> int:
     from podium._src import worker
 
-    return worker.main(["--listen", args.listen] + (["--persistent"] if args.persistent else []))
+    return worker.run(args)
 
 
 def _register_worker(subparsers: argparse._SubParsersAction) -> None:
+    from podium._src import worker
+
     p = subparsers.add_parser(
         "worker",
         help="run this host's agent for a controller on another host",
         description="Serves a controller that attaches with attach_to_workers(); spawns and "
-        "watches its procs on this host (docs/multihost.md).",
+        "watches its procs on this host (docs/multihost.md). It refuses to start without the "
+        "job's secret unless --insecure (docs/security.md).",
         epilog=tls.WORKER_HELP,
     )
-    p.add_argument("--listen", required=True, metavar="tcp://HOST:PORT",
-                   help="where to accept a controller (port 0 picks a free one)")
-    p.add_argument("--persistent", action="store_true",
-                   help="keep procs and their actors when the controller goes away, for the "
-                        "next controller to take over by name")
+    worker.add_arguments(p)
     p.set_defaults(run=_run_worker)
 
 

@@ -26,11 +26,14 @@ def _announce(address: str) -> None:
 
 
 def run_worker_loop_forever(*, address: str, ca: Any = "trust_all_connections",
-                            private_key: Any = None, persistent: bool = False) -> None:
+                            private_key: Any = None, persistent: bool = False,
+                            insecure: bool = False) -> None:
     """Serves as this host's agent on ``address`` (``tcp://HOST:PORT``; port 0 picks one)
     until the process is killed. Prints ``podium worker listening on tcp://HOST:PORT`` once it
-    accepts connections. Connections must prove the job's secret (``PODIUM_SECRET`` or
-    ``PODIUM_SECRET_FILE``) when one is set. A ``persistent`` worker keeps its procs and their
+    accepts connections. Connections must prove the job's secret (``PODIUM_SECRET_FILE``, a
+    file of mode 0600, or ``PODIUM_SECRET``): without one the worker refuses to start, unless
+    ``insecure`` is true (then anyone who reaches the port can run code in its procs, and it
+    says so on stderr; docs/security.md). A ``persistent`` worker keeps its procs and their
     actors when the controller leaves or goes silent; a later controller that attaches takes
     them over by name (``HostMesh.proc_mesh``, ``ProcMesh.actor_mesh``).
 
@@ -43,22 +46,38 @@ def run_worker_loop_forever(*, address: str, ca: Any = "trust_all_connections",
     if not isinstance(address, str):
         raise TypeError(f"run_worker_loop_forever: address is 'tcp://HOST:PORT', not {address!r}")
     tls.configure(ca, private_key, "run_worker_loop_forever", running=_mesh.is_proc())
-    _mesh.serve_worker(address, PROC_ARGV, _zygote_argv(), persistent, _announce)
+    _mesh.serve_worker(address, PROC_ARGV, _zygote_argv(), persistent, _announce,
+                       insecure=bool(insecure))
+
+
+def add_arguments(p: Any) -> None:
+    """The worker's command-line options, on an argparse parser (`podium worker`)."""
+    p.add_argument("--listen", required=True, metavar="tcp://HOST:PORT",
+                   help="where to accept a controller (port 0 picks a free one)")
+    p.add_argument("--persistent", action="store_true",
+                   help="keep procs and their actors when the controller goes away, for the "
+                        "next controller to take over by name")
+    p.add_argument("--insecure", action="store_true",
+                   help="accept controllers that hold no secret when PODIUM_SECRET_FILE and "
+                        "PODIUM_SECRET are unset (anyone who reaches the port can then run code "
+                        "here); without it, such a worker refuses to start")
+
+
+def run(args: Any) -> int:
+    """Runs the worker that parsed `args` ask for; 1 (with the reason on stderr) if it cannot
+    start."""
+    try:
+        run_worker_loop_forever(address=args.listen, persistent=args.persistent,
+                                insecure=args.insecure)
+    except Exception as e:  # a bad address, a port in use, no secret: say so and fail
+        print(f"podium worker: {e}", file=sys.stderr, flush=True)
+        return 1
+    return 0
 
 
 def main(argv: list[str]) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="podium worker", epilog=tls.WORKER_HELP)
-    p.add_argument("--listen", required=True, metavar="tcp://HOST:PORT",
-                   help="where to accept a controller (port 0 picks a free one)")
-    p.add_argument("--persistent", action="store_true",
-                   help="keep procs and their actors when the controller goes away, for the "
-                        "next controller to take over by name")
-    args = p.parse_args(argv)
-    try:
-        run_worker_loop_forever(address=args.listen, persistent=args.persistent)
-    except Exception as e:  # a bad address, a port in use: say so and fail
-        print(f"podium worker: {e}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+    add_arguments(p)
+    return run(p.parse_args(argv))

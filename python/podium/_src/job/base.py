@@ -12,9 +12,9 @@ JSON (never pickle: loading it runs no code), written atomically with mode 0600:
      "meshes": {"hosts": ["tcp://127.0.0.1:40123", ...]}, "run": {...}}
 
 `spec` is the constructor's arguments (a cached job is reused only for an equal spec), `run`
-is what the kind needs to check and end the allocation (local pids, the SLURM job id). The
-secret is never written: workers and controllers share it through PODIUM_SECRET or
-PODIUM_SECRET_FILE.
+is what the kind needs to check and end the allocation (local pids, the SLURM job id),
+`secret_file` the path of the secret the job made (job/secret.py, SE-4), or null when the
+user manages it. The secret itself is never written here.
 
 Invariants:
   JB-1 `state(cached_path)` trusts a state file only after the job kind confirms that the
@@ -40,6 +40,8 @@ import os
 import tempfile
 from abc import ABC, abstractmethod
 from typing import Any, Dict, List, Mapping, Optional, Type
+
+from podium._src.job import secret
 
 logger = logging.getLogger("podium.job")
 
@@ -92,6 +94,8 @@ class JobTrait(ABC):
         self._state_path: Optional[str] = None  # the state file this job wrote
         self._attached: List[Any] = []  # the HostMeshes state() attached in this process
         self._state: Optional[JobState] = None  # what state() returned last
+        self._secret_file: Optional[str] = None  # the secret this job made (SE-4)
+        self._secret_dir: Optional[str] = None  # where apply() makes it (None: a temp dir)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -117,7 +121,15 @@ class JobTrait(ABC):
     def apply(self) -> None:
         """Starts the job as specified; a no-op when it is already running."""
         if self._job_id is None:
-            self._create()
+            made = None
+            if not (secret.user_managed() or secret.insecure()):
+                made = self._secret_file = secret.create(self._secret_dir)
+            try:
+                self._create()
+            except BaseException:
+                secret.remove(made)
+                self._secret_file = None
+                raise
             assert self._job_id is not None and self._workers, "_create sets both"
 
     def state(self, cached_path: Optional[str] = DEFAULT_JOB_PATH) -> JobState:
@@ -131,6 +143,8 @@ class JobTrait(ABC):
         if self._job_id is None:
             adopted = cached_path is not None and self._adopt(cached_path)
             if not adopted:
+                if cached_path is not None:
+                    self._secret_dir = os.path.dirname(os.path.abspath(cached_path))
                 self.apply()
                 if cached_path is not None:
                     self.dump(cached_path)
@@ -153,6 +167,8 @@ class JobTrait(ABC):
         for done in [hosts.shutdown() for hosts in attached]:  # in parallel: each is bounded
             done.get()
         self._kill()
+        secret.remove(self._secret_file)
+        self._secret_file = None
         if self._state_path is not None:
             try:
                 if _read_json(self._state_path).get("job_id") == job_id:
@@ -210,6 +226,14 @@ class JobTrait(ABC):
 
     # --- internals ------------------------------------------------------------------------
 
+    def _worker_env(self) -> Dict[str, str]:
+        """What the workers' environment needs for the job's secret (SE-4)."""
+        return secret.worker_env(self._secret_file)
+
+    def _worker_flags(self) -> List[str]:
+        """`--insecure` when the user turned authentication off (PODIUM_INSECURE=1)."""
+        return ["--insecure"] if secret.insecure() and not secret.user_managed() else []
+
     def _attach(self) -> Dict[str, Any]:
         from podium.actor import attach_to_workers
 
@@ -237,6 +261,7 @@ class JobTrait(ABC):
                 cached._kill()
             except JobError as e:
                 logger.warning("could not end what is left of job %s: %s", cached.job_id, e)
+            secret.remove(cached._secret_file)
             _remove(path)
             return False
         if type(cached) is not type(self) or cached._identity() != self._identity():
@@ -247,10 +272,14 @@ class JobTrait(ABC):
                 cached._kill()
             except JobError as e:
                 logger.warning("could not kill the old job: %s", e)
+            secret.remove(cached._secret_file)
             _remove(path)
             return False
+        if cached._secret_file and not secret.user_managed():
+            secret.use(cached._secret_file, who=f"{type(self).__name__} job {cached.job_id}")
         logger.info("re-attaching to %s job %s from %s", type(self).__name__, cached.job_id, path)
         self._job_id, self._workers = cached._job_id, cached._workers
+        self._secret_file = cached._secret_file
         self._load_run_state(cached._run_state())
         self._state_path = path
         return True
@@ -260,7 +289,7 @@ class JobTrait(ABC):
             raise JobError(f"{type(self).__name__} is not running: apply() it before dump()")
         return {"podium_job_state": _FORMAT_VERSION, "kind": type(self).__name__,
                 "job_id": self._job_id, "spec": self._spec(), "meshes": self._workers,
-                "run": self._run_state()}
+                "run": self._run_state(), "secret_file": self._secret_file}
 
     def __repr__(self) -> str:
         status = f"job {self._job_id}" if self._job_id else "not running"
@@ -302,6 +331,8 @@ def _from_dict(d: Any) -> JobTrait:
         job._job_id = str(d["job_id"])
         job._workers = {str(k): [str(a) for a in v] for k, v in d["meshes"].items()}
         job._load_run_state(d.get("run", {}))
+        secret_file = d.get("secret_file")
+        job._secret_file = str(secret_file) if secret_file else None
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise JobError(f"malformed {d.get('kind')} job state ({type(e).__name__}: {e})",
                        job_id=d.get("job_id")) from None

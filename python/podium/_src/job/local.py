@@ -32,8 +32,9 @@ class LocalJob(JobTrait):
         persistent: start workers with `--persistent`: their procs and actors outlive a
             controller's exit, and the next controller takes them over by name
             (`HostMesh.proc_mesh`, `ProcMesh.actor_mesh`).
-        env: variables added to the workers' environment (which is this process's: the
-            workers share its PODIUM_SECRET / PODIUM_SECRET_FILE).
+        env: variables added to the workers' environment (which is this process's). The
+            workers share its PODIUM_SECRET_FILE / PODIUM_SECRET when set; otherwise the job
+            makes a secret of its own (SE-4, docs/security.md).
         start_timeout: seconds for every worker to print its address.
         log_dir: where the workers' logs go (a new temporary directory by default, removed by
             kill()).
@@ -83,7 +84,7 @@ class LocalJob(JobTrait):
 
     def _worker_argv(self) -> List[str]:
         argv = [self._python_exe, "-m", "podium", "worker", "--listen",
-                f"tcp://{self._listen_host}:0"]
+                f"tcp://{self._listen_host}:0"] + self._worker_flags()
         return argv + (["--persistent"] if self._persistent else [])
 
     def _create(self) -> None:
@@ -98,6 +99,7 @@ class LocalJob(JobTrait):
         if self._listen_host not in ("0.0.0.0", "::"):
             env["PODIUM_HOST_ADDR"] = self._listen_host
         env.update(self._env)
+        env.update(self._worker_env())
         popens, logs, names = [], [], []
         try:
             for name, n in self._hosts.items():

@@ -146,13 +146,14 @@ class SlurmJob(JobTrait):
             d.append("--exclusive")
         d += self._slurm_args
         lines = ["#!/bin/bash"] + [f"#SBATCH {shlex.quote(x)}" for x in d]
-        for k, v in self._env.items():
+        for k, v in {**self._env, **self._worker_env()}.items():  # a path, never the secret
             lines.append(f"export {k}={shlex.quote(v)}")
         if self._bind_to is not None:
             lines.append(f"export PODIUM_HOST_ADDR={shlex.quote(self._bind_to)}")
         host = self._bind_to if self._bind_to is not None else "0.0.0.0"
         worker = [self._python_exe, "-u", "-m", "podium", "worker", "--listen",
-                  f"tcp://{host}:{self._port}"] + (["--persistent"] if self._persistent else [])
+                  f"tcp://{host}:{self._port}"] + self._worker_flags() \
+            + (["--persistent"] if self._persistent else [])
         # One task per node; the job ends when any worker fails.
         lines.append("exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 "
                      + " ".join(shlex.quote(a) for a in worker))
