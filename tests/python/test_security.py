@@ -503,3 +503,30 @@ def _line_with(p: subprocess.Popen, text: str) -> str:
         if text in line:
             return line
     return ""
+
+
+def test_a_worker_refuses_a_spawn_of_more_procs_than_it_starts_per_request(tmp_path, started):
+    # HA-9: a count is checked before it is believed; the worker serves on.
+    env = env_without_secret(PODIUM_SECRET_FILE=secret_file(tmp_path))
+    w = Worker(env)
+    started.append(w)
+    r = run_script(tmp_path, "c", """
+        import sys
+        from podium.actor import Actor, endpoint, attach_to_workers, enable_transport
+        class Echo(Actor):
+            @endpoint
+            def echo(self, x):
+                return x
+        enable_transport("tcp://127.0.0.1:0")
+        hosts = attach_to_workers(workers=[sys.argv[1]])
+        hosts.initialized.get(timeout=30)
+        try:
+            hosts.spawn_procs(per_host={"gpus": 5000}).initialized.get(timeout=30)
+            print("spawned?!")
+        except Exception as e:
+            print("REFUSED", e)
+        a = hosts.spawn_procs(per_host={"gpus": 1}).spawn("echo", Echo)
+        print("GOT", a.echo.call_one(3).get(timeout=30))
+        """, env, w.address)
+    assert "REFUSED" in r.stdout and "asked for 5000 procs" in r.stdout, r.stdout + r.stderr
+    assert "1 to 4096" in r.stdout and "GOT 3" in r.stdout, r.stdout

@@ -828,6 +828,7 @@ struct Runtime::Impl {
   // lock every other controller out of this worker long after it went away.
   static constexpr uint64_t kMinLostAfterMs = 100;
   static constexpr uint64_t kMaxLostAfterMs = 60 * 1000;
+  static constexpr uint64_t kMaxProcsPerSpawn = 4096;
   void on_host_attach(const actor::SystemHeader& h) {
     if (h.args.size() != 2 || h.numbers.size() != 3) {
       spdlog::warn("podium worker: malformed host_attach ({} texts, {} numbers); ignored",
@@ -885,7 +886,11 @@ struct Runtime::Impl {
   // "host_spawn" [controller key, mesh name, extent] [request id, mesh id, first rank, count]:
   // runs on a thread of its own (starting the zygote waits for the loop).
   void on_host_spawn(const actor::SystemHeader& h) {
-    if (h.args.size() != 3 || h.numbers.size() != 4) return;
+    if (h.args.size() != 3 || h.numbers.size() != 4) {
+      spdlog::warn("podium worker: malformed host_spawn ({} texts, {} numbers); ignored",
+                   h.args.size(), h.numbers.size());
+      return;
+    }
     auto controller = channel::Address::parse(h.args[0]);
     if (!controller) return;
     if (!from_controller(h.args[0])) {
@@ -922,6 +927,11 @@ struct Runtime::Impl {
                                             proc_key + "): " + why},
                                            {req}});
     };
+    // HA-9: a count is checked before it is believed (each proc is a fork).
+    if (count == 0 || count > kMaxProcsPerSpawn) {
+      return refuse("asked for " + std::to_string(count) + " procs; a worker starts 1 to " +
+                    std::to_string(kMaxProcsPerSpawn) + " per request");
+    }
     uint64_t serial = 0;
     {
       // The mesh is recorded before its first child starts: an exit, however early, finds it.
