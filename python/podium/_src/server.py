@@ -33,13 +33,17 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 from podium._core import actor as _actor
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
-from podium._src import pickling, supervision
+from podium._src import pickling, ratelimit, supervision
 from podium._src.context import ActorInstance, Context, reset_context, set_context
 from podium._src.endpoint import check_actor_class, endpoints_of
 from podium._src.shape import Point
 
 _POLL_S = 1.0  # how often idle threads look at the shutdown flag
 _CHILD_STOP_S = 10.0  # bound on stopping the meshes an actor spawned, when it stops
+# How often an actor's serve loop is started again after an exception escaped it (EP-3): a
+# failed actor refuses calls without running its code, so only a fault of podium's own could
+# make it fail again and again.
+_MAX_RESTARTS = 8
 
 _lock = threading.Lock()
 _started = False
@@ -165,24 +169,49 @@ def _spawner_main() -> None:
         except BaseException as e:  # cannot start a thread: the spawn fails, the proc lives
             with _lock:
                 _servers.discard(server)
-            req.failed(f"cannot start a thread for {req.inbox.actor_id}: {e}")
+            req.failed(f"cannot start a thread for {req.inbox.actor_id}: {_text(e)}")
+
+
+def _text(e: BaseException) -> str:
+    """``"TypeName: text"`` of ``e``; never raises, even when its ``__str__`` does (EP-1)."""
+    try:
+        text = f"{type(e).__name__}: {e}"
+    except BaseException:  # its __str__ raised: say so rather than lose the call
+        text = f"{type(e).__name__}: <its str() raised>"
+    return _utf8(text)
+
+
+def _utf8(text: str) -> str:
+    # Lone surrogates cannot cross into C++ (std::string); keep them visible, escaped.
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _format(e: BaseException) -> str:
-    text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    return text.replace(
+    """The remote traceback of ``e``; never raises (EP-1)."""
+    try:
+        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    except BaseException:
+        text = f"{_text(e)}\n(its traceback could not be formatted)\n"
+    return _utf8(text.replace(
         "Traceback (most recent call last):",
         "Traceback of where the remote call failed (most recent call last):",
-    )
+    ))
 
 
 def _portable(e: BaseException) -> BaseException:
-    """``e`` if it pickles, else a RuntimeError that keeps its type and text."""
+    """``e`` if it survives pickling and unpickling, else a RuntimeError that keeps its type
+    and text (EP-2): an exception whose ``__reduce__``, ``__setstate__`` or constructor
+    raises (a class whose ``__init__`` takes other arguments than its ``args``) still reaches
+    the caller as one it can read."""
     try:
-        pickling.dumps(e)
+        pickling.loads(pickling.dumps(e))
         return e
-    except Exception:
-        return RuntimeError(f"{type(e).__name__}: {e}")
+    except BaseException:  # whatever it raises, the caller gets the text
+        return RuntimeError(_text(e))
 
 
 class _ActorServer:
@@ -195,22 +224,61 @@ class _ActorServer:
         self.endpoints: Dict[str, Any] = {}
         self.info: Optional[ActorInstance] = None
         self.loop: Optional[asyncio.AbstractEventLoop] = None
+        # An async actor's calls running as tasks (@concurrent_endpoint), and its serve loop.
+        self.tasks: Dict["asyncio.Task[None]", _Call] = {}
+        self.main: Optional["asyncio.Task[None]"] = None
+        self.current: Optional[_Call] = None  # the async call the serve loop awaits
 
     # --- construction ---------------------------------------------------------------------
 
     def run(self) -> None:
         try:
             if self._construct():
-                if self.loop is not None:
-                    self.loop.run_until_complete(self._serve_async())
-                else:
-                    self._serve()
+                self._run_serve()
         finally:
             if self.loop is not None:
                 self.loop.close()
             self.inbox.finished()
             with _lock:
                 _servers.discard(self)
+
+    def _run_serve(self) -> None:
+        """Serves until the stop or the process's end. The thread is never lost to an
+        exception (EP-3): one that escapes the serve loop (an asyncio task the actor created
+        raised SystemExit, which asyncio lets out of the loop; a bug here) fails the actor,
+        and the loop goes on, refusing calls and acknowledging the stop."""
+        loop = self.loop
+        for _ in range(_MAX_RESTARTS):
+            try:
+                if loop is None:
+                    self._serve()
+                else:
+                    if self.main is None or self.main.done():
+                        self.main = loop.create_task(self._serve_async())
+                    loop.run_until_complete(self.main)
+                return
+            except BaseException as e:
+                self._crashed(e)
+        ratelimit.warn("actor thread lost", f"actor {self.inbox.actor_id}: its serve loop "
+                       f"failed {_MAX_RESTARTS} times; its thread ends")
+
+    def _crashed(self, e: BaseException) -> None:
+        why = "outside any call (a BaseException fails the actor)"
+        text = f"raised {_text(e)} {why}\n{_format(e)}"
+        ratelimit.warn("actor failed", f"actor {self.inbox.actor_id} failed: {text}")
+        if not self.inbox.failed:
+            self.inbox.fail(text)
+        # Its calls in progress end with it: their callers learn why, and none waits on. The
+        # one the serve loop awaits runs to its end, but its answer is dropped (answered).
+        current = self.current
+        if current is not None and current.port and not current.answered:
+            current.answered = True
+            self.inbox.reply_failure(current.port, current.rank)
+        for task, call in list(self.tasks.items()):
+            if call.port and not call.answered:
+                call.answered = True
+                self.inbox.reply_failure(call.port, call.rank)
+            task.cancel()
 
     def _construct(self) -> bool:
         """Runs __init__; False when the thread has nothing more to do (it failed, or it was
@@ -250,7 +318,7 @@ class _ActorServer:
             text = _format(e)
             if boot == "run":
                 _bootstrap_finished(text)
-            req.failed(f"__init__ raised {type(e).__name__}: {e}\n{text}")
+            req.failed(f"__init__ raised {_text(e)}\n{text}")
             return False
         if boot == "run":
             _bootstrap_finished(None)
@@ -269,7 +337,10 @@ class _ActorServer:
                 continue
             kind = item.kind
             if kind == "call":
-                self._handle(item)
+                try:
+                    self._handle(item)
+                except BaseException as e:  # _handle answers; see EP-3
+                    self._crashed(e)
             elif kind == "stop":
                 self._stop_children()
                 self._cleanup_sync()
@@ -290,7 +361,7 @@ class _ActorServer:
             ready.set()
 
         loop.add_reader(fd, wake)
-        tasks: Dict["asyncio.Task[None]", _Call] = {}
+        tasks = self.tasks
         try:
             while True:
                 item = inbox.next(0)
@@ -328,7 +399,9 @@ class _ActorServer:
                     tasks[task] = call
                     task.add_done_callback(lambda t: tasks.pop(t, None))
                 else:
+                    self.current = call
                     await self._invoke_async(call)
+                    self.current = None
                 if tasks:
                     # A body that never suspends would keep running tasks (and one just
                     # created) from their next step: give the loop one turn per message.
@@ -368,14 +441,11 @@ class _ActorServer:
         try:
             fn, args, kwargs = call.resolve()
             result = fn(*args, **kwargs)
-        except Exception as e:
+        except BaseException as e:  # raised() sorts them: EP-1
+            reset_context(token)
             call.raised(e)
             return
-        except BaseException as e:
-            self._failed(call.port, call.rank, call.name, e)
-            return
-        finally:
-            reset_context(token)
+        reset_context(token)
         call.returned(result)
 
     async def _invoke_async(self, call: "_Call") -> None:
@@ -386,19 +456,17 @@ class _ActorServer:
             if inspect.isawaitable(result):
                 result = await result
         except asyncio.CancelledError:
+            reset_context(token)
             if call.port and not call.answered:  # the actor is stopping
                 call.answered = True
                 self.inbox.reply_stopped(call.port, call.rank,
                                          f"stopped while {call.name} was running")
             return
-        except Exception as e:
+        except BaseException as e:  # raised() sorts them: EP-1
+            reset_context(token)
             call.raised(e)
             return
-        except BaseException as e:
-            self._failed(call.port, call.rank, call.name, e)
-            return
-        finally:
-            reset_context(token)
+        reset_context(token)
         call.returned(result)
 
     # --- supervision ----------------------------------------------------------------------
@@ -460,7 +528,7 @@ class _ActorServer:
         text = f"{how} the failure of mesh '{failure.mesh_name}' it owns:\n{failure.report()}"
         if e is not None:
             text += f"\n__supervise__ raised:\n{_format(e)}"
-        print(f"podium: actor {self.inbox.actor_id} {text}", file=sys.stderr, flush=True)
+        ratelimit.warn("unhandled child failure", f"actor {self.inbox.actor_id} {text}")
         self.inbox.fail(text)
 
     # --- stop -----------------------------------------------------------------------------
@@ -502,9 +570,9 @@ class _ActorServer:
         token = set_context(Context(self.info, self.info.rank))
         try:
             fn(*args)
-        except BaseException:
-            print(f"podium: {self.inbox.actor_id}: __cleanup__ raised:", file=sys.stderr)
-            traceback.print_exc()
+        except BaseException as e:  # the stop goes on: EP-3
+            ratelimit.warn("__cleanup__ raised",
+                           f"{self.inbox.actor_id}: __cleanup__ raised:\n{_format(e)}")
         finally:
             reset_context(token)
 
@@ -518,18 +586,27 @@ class _ActorServer:
             result = fn(*args)
             if inspect.isawaitable(result):
                 await result
-        except BaseException:
-            print(f"podium: {self.inbox.actor_id}: __cleanup__ raised:", file=sys.stderr)
-            traceback.print_exc()
+        except BaseException as e:  # the stop goes on: EP-3
+            ratelimit.warn("__cleanup__ raised",
+                           f"{self.inbox.actor_id}: __cleanup__ raised:\n{_format(e)}")
         finally:
             reset_context(token)
 
-    def _failed(self, port: str, rank: int, name: str, e: BaseException) -> None:
+    def _failed(self, port: str, rank: int, name: str, e: BaseException,
+                when: str = "") -> None:
+        """Fails this actor for what endpoint ``name`` raised (``when``: at which step, if
+        not in its body) and answers the call with that failure (EP-1)."""
         text = _format(e)
-        why = "in a call nobody awaits (broadcast)" if not port else "(a BaseException)"
-        print(f"podium: actor {self.inbox.actor_id} failed: endpoint {name} raised {why}:\n"
-              f"{text}", file=sys.stderr, flush=True)
-        self.inbox.fail(f"endpoint {name} raised {type(e).__name__}: {e} {why}\n{text}")
+        if not port:
+            why = "in a call nobody awaits (broadcast)"
+        elif when:
+            why = f"{when} (a BaseException)"
+        else:
+            why = "(a BaseException)"
+        ratelimit.warn("actor failed", f"actor {self.inbox.actor_id} failed: endpoint {name} "
+                                       f"raised {why}:\n{text}")
+        if not self.inbox.failed:
+            self.inbox.fail(f"endpoint {name} raised {_text(e)} {why}\n{text}")
         if port:
             self.inbox.reply_failure(port, rank)
 
@@ -579,6 +656,10 @@ class _Call:
         return self.method.__get__(self.server.instance), args, kwargs
 
     def returned(self, result: Any) -> None:
+        """Answers with ``result``. Pickling it may run user code (``__reduce__``): an
+        Exception there fails the call, a BaseException fails the actor (EP-1)."""
+        if self.answered:  # the actor failed while it ran (EP-3): its caller knows already
+            return
         self.answered = True
         if not self.port or self.explicit_port:  # one-way, or the method answers itself
             return
@@ -586,24 +667,41 @@ class _Call:
             payload = pickling.dumps((True, result))
         except Exception as e:
             err = TypeError(f"the result of {self.name} ({type(result).__name__}) cannot be "
-                            f"pickled: {e}")
+                            f"pickled: {_text(e)}")
+            err.__cause__ = e
             payload = self._error_payload(err)
+        except BaseException as e:
+            self.server._failed(self.port, self.rank, self.name, e,
+                                "while its result was pickled")
+            return
         self.server.inbox.reply(self.port, self.rank, payload)
 
-    def raised(self, e: Exception) -> None:
+    def raised(self, e: BaseException) -> None:
+        """Answers with what the endpoint raised (EP-1): an Exception fails the call only
+        (the caller gets ActorError, the actor lives), unless nobody awaits the call; a
+        BaseException (SystemExit, KeyboardInterrupt, ...) fails the actor, and the caller
+        gets SupervisionError. Never raises."""
+        if self.answered:  # the actor failed while it ran (EP-3): its caller knows already
+            return
         self.answered = True
         server = self.server
-        if not self.port:  # nobody awaits this call: the exception fails the actor
+        if not self.port or not isinstance(e, Exception):
             server._failed(self.port, self.rank, self.name, e)
             return
         if self.explicit_port and self.concurrent:
             # The method answers through its port; a concurrent one may already have (Monarch
             # does not forward these exceptions either): report it here, the actor lives on.
-            print(f"podium: {server.inbox.actor_id}: concurrent explicit response-port "
-                  f"endpoint {self.name} raised:\n{_format(e)}", file=sys.stderr, flush=True)
+            ratelimit.warn("concurrent explicit-port endpoint raised",
+                           f"{server.inbox.actor_id}: concurrent explicit response-port "
+                           f"endpoint {self.name} raised:\n{_format(e)}")
             return
         server.inbox.reply(self.port, self.rank, self._error_payload(e))
 
     def _error_payload(self, e: BaseException) -> Any:
+        """The reply that makes the caller raise ActorError for ``e``; never raises."""
         message = f"Actor call {self.server.info.name}.{self.name} failed"
-        return pickling.dumps((False, _portable(e), message, _format(e)))
+        tb = _format(e)
+        try:
+            return pickling.dumps((False, _portable(e), message, tb))
+        except BaseException:  # _portable checked it; a pickler that changes its mind
+            return pickling.dumps((False, RuntimeError(_text(e)), message, tb))
