@@ -41,6 +41,36 @@ class ActorError(Exception):
         return (ActorError, (self.exception, self.message, self.remote_traceback))
 
 
+class ReplyDecodeError(ActorError):
+    """A reply reached the caller but could not be unpickled there (EP-4): its class is not
+    importable here, its ``__setstate__`` or reconstructor raised, ... The endpoint ran and
+    the actor lives on. The message names the actor mesh, endpoint, rank and coordinates (a
+    message to a Port: the port); so do the attributes ``mesh_name``, ``endpoint``, ``rank``
+    (None for a port); ``exception`` (and ``__cause__``) is what unpickling raised."""
+
+    def __init__(self, exception: BaseException, where: str, mesh_name: Optional[str] = None,
+                 endpoint: Optional[str] = None, rank: Optional[int] = None) -> None:
+        try:
+            text = f"{type(exception).__name__}: {exception}"
+        except BaseException:  # its __str__ raised
+            text = f"{type(exception).__name__}: <its str() raised>"
+        if endpoint is not None:
+            message = (f"Actor call {mesh_name}.{endpoint} ({where}): its reply could not be "
+                       f"unpickled here: {text}")
+        else:
+            message = f"{where} could not be unpickled here: {text}"
+        super().__init__(exception, message, f"{text}\n")
+        self.where = where
+        self.mesh_name = mesh_name
+        self.endpoint = endpoint
+        self.rank = rank
+        self.__cause__ = exception
+
+    def __reduce__(self):
+        return (ReplyDecodeError,
+                (self.exception, self.where, self.mesh_name, self.endpoint, self.rank))
+
+
 class SupervisionError(Exception):
     """The actor (or the process hosting it) failed, stopped or exited. The message names the
     mesh and actor, the rank and coordinates, the host, the pid and the cause; so do the

@@ -26,9 +26,16 @@ _REPLY = 1  # messages are kReply for `rank` (the caller's call collects them)
 _DROP = 2  # nobody listens (an explicit response port of a broadcast)
 
 
-def decode_value(parts: Any) -> Any:
-    """The value of one message's parts, or raises the exception it carries."""
-    msg = pickling.loads(parts)
+def decode_value(parts: Any, port_id: str = "") -> Any:
+    """The value of one message's parts, or raises the exception it carries. A message that
+    cannot be unpickled raises ReplyDecodeError naming the port (EP-4): a port's messages do
+    not say which actor sent them (the endpoint's own errors do, in their message)."""
+    try:
+        msg = pickling.loads(parts)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # SystemExit from a __setstate__ included
+        raise errors.ReplyDecodeError(e, f"a message to port {port_id}") from e
     if msg[0]:
         return msg[1]
     if len(msg) == 2:  # port.exception(e): the receiver raises e itself
@@ -108,9 +115,10 @@ class PortReceiver(Generic[R]):
 
     def __init__(self, core: Any) -> None:
         self._core = core
+        self._port_id = core.port_id
 
     def recv(self) -> "Future[R]":
-        return Future(self._core.recv(), _decode_one)
+        return Future(self._core.recv(), _decode_one, self._port_id)
 
     def close(self) -> None:
         self._core.close()
@@ -122,14 +130,14 @@ class PortReceiver(Generic[R]):
 _NO_SUCH_PORT = (4, 102)  # (Subsystem::kActor, ActorErrc::kNoSuchPort): the receiver closed
 
 
-def _decode_one(core: Any) -> Any:
+def _decode_one(core: Any, port_id: str) -> Any:
     ((ok, payload),) = core.replies()
     if not ok:
         subsystem, code, message = payload
         if (subsystem, code) == _NO_SUCH_PORT:
             raise RuntimeError(message)
         raise errors.from_core(subsystem, code, message)
-    return decode_value(payload)
+    return decode_value(payload, port_id)
 
 
 class Channel(Generic[R]):
