@@ -18,6 +18,7 @@ from podium.actor import (
     ActorError,
     Channel,
     SupervisionError,
+    concurrent_endpoint,
     endpoint,
     send,
 )
@@ -166,6 +167,49 @@ class Async(Actor):
         asyncio.get_running_loop().create_task(bad())
         await asyncio.sleep(0.2)
         return "survived"
+
+
+class Answers(Actor):
+    """Explicit response-port endpoints, plain and concurrent."""
+
+    @endpoint(explicit_response_port=True)
+    async def exits_before_answering(self, port):
+        raise SystemExit(31)
+
+    @concurrent_endpoint(explicit_response_port=True)
+    async def raises_before_answering(self, port):
+        await asyncio.sleep(0)
+        raise ValueError("no answer from me")
+
+    @concurrent_endpoint(explicit_response_port=True)
+    async def raises_after_answering(self, port):
+        port.send("answered")
+        raise ValueError("raised after the answer")
+
+    @endpoint
+    async def ok(self):
+        return os.getpid()
+
+
+class Owner(Actor):
+    """Owns a child mesh; its __supervise__ raises SystemExit."""
+
+    @endpoint
+    def spawn_child(self, procs):
+        self.child = procs.spawn(f"child-of-{os.getpid()}", Sync)
+        self.child.initialized.get(timeout=T)
+        return self.child.name
+
+    @endpoint
+    def fail_child(self):
+        self.child.slice(gpus=0).system_exit.broadcast()
+
+    @endpoint
+    def ok(self):
+        return 1
+
+    def __supervise__(self, failure):
+        raise SystemExit(41)
 
 
 class ExitInInit(Actor):
@@ -328,6 +372,40 @@ def test_a_stray_task_that_raises_system_exit_fails_the_actor_and_the_thread_ser
         one.ok.call_one().get(timeout=T)
     _stops_at_once(mesh)
     assert [f.rank for f in faults.wait(1) if f.mesh_name == mesh.name] == [0]
+
+
+def test_explicit_response_port_endpoints(spawn, faults):
+    """EP-1 for explicit response ports: a BaseException before answering fails the actor
+    (SupervisionError naming it); a concurrent one that raises before answering fails the
+    call (before issue 16 its caller waited forever); one that answered first keeps its
+    answer, and the exception is only reported."""
+    mesh = spawn(Answers)
+    with pytest.raises(ActorError) as info:
+        mesh.slice(gpus=0).raises_before_answering.call_one().get(timeout=T)
+    _names(info.value, mesh, 0, "raises_before_answering")
+    assert "no answer from me" in str(info.value)
+    assert mesh.slice(gpus=0).raises_after_answering.call_one().get(timeout=T) == "answered"
+    assert mesh.slice(gpus=0).ok.call_one().get(timeout=T) > 0
+    with pytest.raises(SupervisionError) as info:
+        mesh.slice(gpus=1).exits_before_answering.call_one().get(timeout=T)
+    _failed_actor(info.value, mesh, 1, "exits_before_answering", "SystemExit: 31")
+    assert [f.rank for f in faults.wait(1) if f.mesh_name == mesh.name] == [1]
+
+
+def test_system_exit_in_supervise_fails_the_owner(spawn, procs, faults):
+    """EP-1 for __supervise__: SystemExit there means "not handled": the owner fails, its
+    owner (here the root) is told, with both causes, and callers of the owner learn it."""
+    owner = spawn(Owner).slice(gpus=1)
+    child = owner.spawn_child.call_one(procs).get(timeout=T)
+    owner.fail_child.call_one().get(timeout=T)
+    got = [f for f in faults.wait(1) if f.mesh_name == owner.name]
+    assert got, [f.report() for f in faults()]
+    report = got[0].report()
+    assert "raised in __supervise__" in report and "SystemExit: 41" in report, report
+    assert f"mesh '{child}'" in report and "SystemExit: 3" in report, report
+    with pytest.raises(SupervisionError) as info:
+        owner.ok.call_one().get(timeout=T)
+    assert "SystemExit: 41" in str(info.value) and info.value.endpoint == "ok"
 
 
 def test_system_exit_in_init_and_in_cleanup(spawn, faults):

@@ -63,12 +63,13 @@ class Port(Generic[R]):
     sender; ``exception(e)`` makes the receiver raise ``e``. Picklable: pass it to actors as
     an argument and send from there."""
 
-    __slots__ = ("_kind", "_port_id", "_rank")
+    __slots__ = ("_kind", "_port_id", "_rank", "_answered")
 
     def __init__(self, port_id: str, rank: Optional[int] = None, _kind: int = _CHANNEL) -> None:
         self._port_id = port_id
         self._rank = rank
         self._kind = _kind
+        self._answered = False  # a reply port: something was sent (server.py, EP-1)
 
     @classmethod
     def _reply(cls, port_id: str, rank: int) -> "Port[R]":
@@ -87,6 +88,7 @@ class Port(Generic[R]):
 
         ensure_runtime()
         if self._kind == _REPLY:
+            self._answered = True
             _mesh.send_reply(self._port_id, self._rank or 0, parts)
         else:
             _mesh.send_port(self._port_id, parts)

@@ -615,7 +615,7 @@ class _Call:
     """One call being handled: how to run it and how to answer it."""
 
     __slots__ = ("server", "item", "name", "port", "rank", "point", "meta", "parts",
-                 "explicit_port", "concurrent", "method", "answered")
+                 "explicit_port", "concurrent", "method", "answered", "reply_port")
 
     def __init__(self, server: _ActorServer, item: Any, name: str, port: str, rank: int,
                  point: Any, meta: Optional[Dict[str, Any]], parts: Any) -> None:
@@ -628,6 +628,7 @@ class _Call:
         self.meta = meta
         self.parts = parts
         self.answered = False  # returned() or raised() ran (or the stop answered it)
+        # reply_port: the Port an explicit response-port method answers by, set by resolve()
         cls = server.cls
         ep = server.endpoints.get(name)
         if ep is not None:
@@ -652,7 +653,8 @@ class _Call:
         if self.explicit_port:
             from podium._src.ports import Port
 
-            args = (Port._reply(self.port, self.rank), *args)
+            self.reply_port = Port._reply(self.port, self.rank)
+            args = (self.reply_port, *args)
         return self.method.__get__(self.server.instance), args, kwargs
 
     def returned(self, result: Any) -> None:
@@ -688,12 +690,15 @@ class _Call:
         if not self.port or not isinstance(e, Exception):
             server._failed(self.port, self.rank, self.name, e)
             return
-        if self.explicit_port and self.concurrent:
-            # The method answers through its port; a concurrent one may already have (Monarch
-            # does not forward these exceptions either): report it here, the actor lives on.
+        port = getattr(self, "reply_port", None)
+        if self.explicit_port and self.concurrent and port is not None and port._answered:
+            # It answered through its port before it raised: the caller has its answer, so
+            # the exception is reported here (Monarch does not forward it either), and the
+            # actor lives on. One that raised before answering fails the call below instead
+            # of leaving its caller waiting.
             ratelimit.warn("concurrent explicit-port endpoint raised",
                            f"{server.inbox.actor_id}: concurrent explicit response-port "
-                           f"endpoint {self.name} raised:\n{_format(e)}")
+                           f"endpoint {self.name} raised after it answered:\n{_format(e)}")
             return
         server.inbox.reply(self.port, self.rank, self._error_payload(e))
 
