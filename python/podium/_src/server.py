@@ -342,9 +342,11 @@ class _ActorServer:
                 except BaseException as e:  # _handle answers; see EP-3
                     self._crashed(e)
             elif kind == "stop":
-                self._stop_children()
-                self._cleanup_sync()
-                item.stopped()
+                try:
+                    self._stop_children()
+                    self._cleanup_sync()
+                finally:  # acknowledged whatever happened, or it is escalated to a kill
+                    item.stopped()
                 return
             elif kind == "supervise":
                 self._supervise(item.failure)
@@ -374,19 +376,10 @@ class _ActorServer:
                         await ready.wait()
                         continue
                 if item.kind == "stop":
-                    running = dict(tasks)
-                    for t in running:
-                        t.cancel()
-                    if running:
-                        await asyncio.gather(*running, return_exceptions=True)
-                    for call in running.values():
-                        if not call.answered and call.port:  # cancelled before it started
-                            call.answered = True
-                            self.inbox.reply_stopped(call.port, call.rank,
-                                                     f"stopped before {call.name} ran")
-                    self._stop_children()
-                    await self._cleanup_async()
-                    item.stopped()
+                    try:
+                        await self._stop_async(tasks)
+                    finally:  # acknowledged whatever happened, or it is escalated to a kill
+                        item.stopped()
                     return
                 if item.kind == "supervise":
                     await self._supervise_async(item.failure)
@@ -412,6 +405,20 @@ class _ActorServer:
                 for t in tasks:
                     t.cancel()
                 await asyncio.wait(list(tasks), timeout=_POLL_S)
+
+    async def _stop_async(self, tasks: Dict["asyncio.Task[None]", "_Call"]) -> None:
+        running = dict(tasks)
+        for t in running:
+            t.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        for call in running.values():
+            if not call.answered and call.port:  # cancelled before it started
+                call.answered = True
+                self.inbox.reply_stopped(call.port, call.rank,
+                                         f"stopped before {call.name} ran")
+        self._stop_children()
+        await self._cleanup_async()
 
     def _prepare(self, item: Any) -> Optional["_Call"]:
         """The call of `item`, or None when it has been answered already (failed actor, bad
@@ -558,7 +565,7 @@ class _ActorServer:
         try:
             params = [p for p in inspect.signature(fn).parameters.values()
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
-        except (TypeError, ValueError):
+        except Exception:  # no signature to read (TypeError, ValueError, or its own)
             params = []
         return fn, ((None,) if params else ())  # __cleanup__(self, exc): None for a stop
 
