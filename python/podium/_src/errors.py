@@ -19,6 +19,26 @@ _ACTOR_GONE = {
 }
 
 
+def describe(e: BaseException) -> str:
+    """``"TypeName: text"`` of ``e``; never raises, even when its ``__str__`` does (then the
+    text is ``<its str() raised>``), and the result can cross into C++ (lone surrogates are
+    escaped). EP-2."""
+    try:
+        text = f"{type(e).__name__}: {e}"
+    except BaseException:  # its __str__ raised: say so rather than lose the error
+        text = f"{type(e).__name__}: <its str() raised>"
+    return utf8(text)
+
+
+def utf8(text: str) -> str:
+    """``text``, with what UTF-8 cannot encode (lone surrogates) backslash-escaped."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class ActorError(Exception):
     """An endpoint raised: ``.exception`` is the original exception, the message carries the
     remote traceback. The actor that raised lives on."""
@@ -50,10 +70,7 @@ class ReplyDecodeError(ActorError):
 
     def __init__(self, exception: BaseException, where: str, mesh_name: Optional[str] = None,
                  endpoint: Optional[str] = None, rank: Optional[int] = None) -> None:
-        try:
-            text = f"{type(exception).__name__}: {exception}"
-        except BaseException:  # its __str__ raised
-            text = f"{type(exception).__name__}: <its str() raised>"
+        text = describe(exception)
         if endpoint is not None:
             message = (f"Actor call {mesh_name}.{endpoint} ({where}): its reply could not be "
                        f"unpickled here: {text}")

@@ -48,14 +48,15 @@ def _payload(what: str, value: Any) -> Any:
     try:
         return pickling.dumps((True, value))
     except Exception as e:
-        raise TypeError(f"{what}: the value ({type(value).__name__}) cannot be pickled: {e}") from e
+        raise TypeError(f"{what}: the value ({type(value).__name__}) cannot be pickled: "
+                        f"{errors.describe(e)}") from e
 
 
 def _exception_payload(exc: BaseException) -> Any:
     try:
         return pickling.dumps((False, exc))
-    except Exception:
-        return pickling.dumps((False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+    except BaseException:  # whatever its __reduce__ raises, the receiver gets its text (EP-2)
+        return pickling.dumps((False, RuntimeError(errors.describe(exc))))
 
 
 class Port(Generic[R]):

@@ -34,6 +34,7 @@ from podium._core import actor as _actor
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
 from podium._src import pickling, ratelimit, supervision
+from podium._src.errors import describe, utf8
 from podium._src.context import ActorInstance, Context, reset_context, set_context
 from podium._src.endpoint import check_actor_class, endpoints_of
 from podium._src.shape import Point
@@ -169,25 +170,7 @@ def _spawner_main() -> None:
         except BaseException as e:  # cannot start a thread: the spawn fails, the proc lives
             with _lock:
                 _servers.discard(server)
-            req.failed(f"cannot start a thread for {req.inbox.actor_id}: {_text(e)}")
-
-
-def _text(e: BaseException) -> str:
-    """``"TypeName: text"`` of ``e``; never raises, even when its ``__str__`` does (EP-1)."""
-    try:
-        text = f"{type(e).__name__}: {e}"
-    except BaseException:  # its __str__ raised: say so rather than lose the call
-        text = f"{type(e).__name__}: <its str() raised>"
-    return _utf8(text)
-
-
-def _utf8(text: str) -> str:
-    # Lone surrogates cannot cross into C++ (std::string); keep them visible, escaped.
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+            req.failed(f"cannot start a thread for {req.inbox.actor_id}: {describe(e)}")
 
 
 def _format(e: BaseException) -> str:
@@ -195,8 +178,8 @@ def _format(e: BaseException) -> str:
     try:
         text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
     except BaseException:
-        text = f"{_text(e)}\n(its traceback could not be formatted)\n"
-    return _utf8(text.replace(
+        text = f"{describe(e)}\n(its traceback could not be formatted)\n"
+    return utf8(text.replace(
         "Traceback (most recent call last):",
         "Traceback of where the remote call failed (most recent call last):",
     ))
@@ -211,7 +194,7 @@ def _portable(e: BaseException) -> BaseException:
         pickling.loads(pickling.dumps(e))
         return e
     except BaseException:  # whatever it raises, the caller gets the text
-        return RuntimeError(_text(e))
+        return RuntimeError(describe(e))
 
 
 class _ActorServer:
@@ -264,7 +247,7 @@ class _ActorServer:
 
     def _crashed(self, e: BaseException) -> None:
         why = "outside any call (a BaseException fails the actor)"
-        text = f"raised {_text(e)} {why}\n{_format(e)}"
+        text = f"raised {describe(e)} {why}\n{_format(e)}"
         ratelimit.warn("actor failed", f"actor {self.inbox.actor_id} failed: {text}")
         if not self.inbox.failed:
             self.inbox.fail(text)
@@ -318,7 +301,7 @@ class _ActorServer:
             text = _format(e)
             if boot == "run":
                 _bootstrap_finished(text)
-            req.failed(f"__init__ raised {_text(e)}\n{text}")
+            req.failed(f"__init__ raised {describe(e)}\n{text}")
             return False
         if boot == "run":
             _bootstrap_finished(None)
@@ -613,7 +596,7 @@ class _ActorServer:
         ratelimit.warn("actor failed", f"actor {self.inbox.actor_id} failed: endpoint {name} "
                                        f"raised {why}:\n{text}")
         if not self.inbox.failed:
-            self.inbox.fail(f"endpoint {name} raised {_text(e)} {why}\n{text}")
+            self.inbox.fail(f"endpoint {name} raised {describe(e)} {why}\n{text}")
         if port:
             self.inbox.reply_failure(port, rank)
 
@@ -676,7 +659,7 @@ class _Call:
             payload = pickling.dumps((True, result))
         except Exception as e:
             err = TypeError(f"the result of {self.name} ({type(result).__name__}) cannot be "
-                            f"pickled: {_text(e)}")
+                            f"pickled: {describe(e)}")
             err.__cause__ = e
             payload = self._error_payload(err)
         except BaseException as e:
@@ -716,4 +699,4 @@ class _Call:
         try:
             return pickling.dumps((False, _portable(e), message, tb))
         except BaseException:  # _portable checked it; a pickler that changes its mind
-            return pickling.dumps((False, RuntimeError(_text(e)), message, tb))
+            return pickling.dumps((False, RuntimeError(describe(e)), message, tb))
