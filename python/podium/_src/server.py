@@ -248,8 +248,7 @@ class _ActorServer:
     def _crashed(self, e: BaseException) -> None:
         why = "outside any call (a BaseException fails the actor)"
         text = f"raised {describe(e)} {why}\n{_format(e)}"
-        ratelimit.warn("actor failed", f"actor {self.inbox.actor_id} failed: {text}")
-        if not self.inbox.failed:
+        if not self.inbox.failed:  # the runtime logs the failure, with this text, once
             self.inbox.fail(text)
         # Its calls in progress end with it: their callers learn why, and none waits on. The
         # one the serve loop awaits runs to its end, but its answer is dropped (answered).
@@ -518,8 +517,7 @@ class _ActorServer:
         text = f"{how} the failure of mesh '{failure.mesh_name}' it owns:\n{failure.report()}"
         if e is not None:
             text += f"\n__supervise__ raised:\n{_format(e)}"
-        ratelimit.warn("unhandled child failure", f"actor {self.inbox.actor_id} {text}")
-        self.inbox.fail(text)
+        self.inbox.fail(text)  # the runtime logs the failure, with this text, once
 
     # --- stop -----------------------------------------------------------------------------
 
@@ -593,9 +591,7 @@ class _ActorServer:
             why = f"{when} (a BaseException)"
         else:
             why = "(a BaseException)"
-        ratelimit.warn("actor failed", f"actor {self.inbox.actor_id} failed: endpoint {name} "
-                                       f"raised {why}:\n{text}")
-        if not self.inbox.failed:
+        if not self.inbox.failed:  # the runtime logs the failure, with this text, once
             self.inbox.fail(f"endpoint {name} raised {describe(e)} {why}\n{text}")
         if port:
             self.inbox.reply_failure(port, rank)
