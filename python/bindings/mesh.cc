@@ -328,15 +328,19 @@ class PortReceiver {
 
 // --- mesh state, for pickling -------------------------------------------------------------
 
-// (proc id text, pid) per base rank of the root mesh.
-using ProcsState = std::vector<std::pair<std::string, int>>;
+// (proc id text, pid, host name) per base rank of the root mesh. The host is named even for
+// this host (empty in ProcInfo), so that a reference unpickled on another host still names
+// the host the procs run on (SV-4).
+using ProcsState = std::vector<std::tuple<std::string, int, std::string>>;
 // (addr, mailbox dest, actor id, proc key) per base rank; None where no actor was spawned.
 using TargetState = std::optional<std::tuple<std::string, std::string, std::string, std::string>>;
 
 ProcsState procs_state(mesh::ProcMeshState& st) {
   ProcsState out;
   std::lock_guard lock(st.mu);
-  for (const auto& p : st.procs) out.emplace_back(p.id.to_string(), p.pid);
+  for (const auto& p : st.procs) {
+    out.emplace_back(p.id.to_string(), p.pid, p.host.empty() ? actor::host_name() : p.host);
+  }
   return out;
 }
 
@@ -350,9 +354,9 @@ std::shared_ptr<mesh::ProcMeshState> procs_from_state(const std::vector<std::str
   if (procs.size() != st->extent.num_ranks()) {
     throw nb::value_error("mesh state: one proc per rank of the root extent expected");
   }
-  for (const auto& [id, pid] : procs) {
+  for (const auto& [id, pid, host] : procs) {
     auto addr = unwrap(channel::Address::parse(id));
-    st->procs.push_back(mesh::ProcInfo{actor::ProcId{addr}, pid, true, std::nullopt});
+    st->procs.push_back(mesh::ProcInfo{actor::ProcId{addr}, pid, true, std::nullopt, host});
   }
   st->ready_count = st->procs.size();
   st->initialized = st->initialized_promise.future();
@@ -397,7 +401,8 @@ ActorMeshBase actor_mesh_from_state(const std::string& name,
   if (targets.size() != st->procs->procs.size()) {
     throw nb::value_error("actor mesh state: one target per rank of the root extent expected");
   }
-  for (const auto& t : targets) {
+  for (size_t b = 0; b < targets.size(); ++b) {
+    const auto& t = targets[b];
     mesh::ActorTarget target;
     if (t) {
       const auto& [addr, dest, actor, key] = *t;
@@ -405,6 +410,7 @@ ActorMeshBase actor_mesh_from_state(const std::string& name,
       target.dest = dest;
       target.actor = actor;
       target.proc_key = key;
+      target.host = st->procs->procs[b].host;
     }
     st->targets.push_back(std::move(target));
   }
@@ -974,7 +980,10 @@ void bind_mesh(nb::module_& m) {
               pid = a.state()->procs->procs[b].pid;
             }
             auto point = a.state()->procs->extent.point_of_rank(b);
-            return nb::make_tuple(t.actor, pid, actor::host_name(), b,
+            // The host the actor runs on (an attached host's name as its worker gave it),
+            // not this process's: SV-4.
+            const std::string& host = t.host.empty() ? actor::host_name() : t.host;
+            return nb::make_tuple(t.actor, pid, host, b,
                                   point ? point->to_string() : std::string());
           },
           nb::arg("rank"),

@@ -38,30 +38,43 @@ _NO_META = b""
 STOP_GRACE_S = 10.0
 
 
-def _decode_reply(ok: bool, payload: Any, where: Callable[[], str], endpoint: str,
-                  locate: Optional[Callable[[Exception], Exception]] = None) -> Any:
-    """The value of one rank's reply, or raises its exception; ``where()`` names the rank
-    (computed only for an error) and ``locate`` gives a SupervisionError the failed actor's
-    place."""
+def _undecodable(e: BaseException, endpoint: "Endpoint[Any]", rank: int) -> Exception:
+    """What the caller raises for a reply of ``rank`` that it cannot unpickle (EP-4): a
+    ReplyDecodeError that names the actor mesh, the endpoint and the actor's rank."""
+    mesh = endpoint._mesh
+    error = errors.ReplyDecodeError(e, endpoint._where(rank), mesh.name, endpoint._name,
+                                    mesh._core.rank_info(rank)[3])
+    return error
+
+
+def _decode_reply(ok: bool, payload: Any, endpoint: "Endpoint[Any]", rank: int) -> Any:
+    """The value of rank ``rank``'s reply, or raises its exception (a SupervisionError with
+    the failed actor's place). The one place where a caller unpickles what an endpoint
+    answered: what unpickling raises becomes ReplyDecodeError (EP-4), but a
+    KeyboardInterrupt, which may be the user's Ctrl-C, stays one."""
     if not ok:
         subsystem, code, message = payload
-        e = errors.from_core(subsystem, code, message, endpoint)
-        raise (locate(e) if locate is not None else e)
-    reply = pickling.loads(payload)
+        e = errors.from_core(subsystem, code, message, endpoint._name)
+        raise endpoint._locate(rank)(e)
+    try:
+        reply = pickling.loads(payload)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # SystemExit from a __setstate__ included
+        raise _undecodable(e, endpoint, rank) from e
     if reply[0]:
         return reply[1]
     if len(reply) == 2:  # Port.exception(e) of an explicit response port
         raise reply[1]
     _, exc, message, tb = reply
-    raise errors.ActorError(exc, f"{message} ({where()})", tb)
+    raise errors.ActorError(exc, f"{message} ({endpoint._where(rank)})", tb)
 
 
 def _decode_single(fut: Any, endpoint_rank: Tuple["Endpoint[Any]", int]) -> Any:
     """Decoder of the futures of call_one() and choose()."""
     ((ok, payload),) = fut.replies()
     endpoint, rank = endpoint_rank
-    return _decode_reply(ok, payload, lambda: endpoint._where(rank), endpoint._name,
-                         None if ok else endpoint._locate(rank))
+    return _decode_reply(ok, payload, endpoint, rank)
 
 
 def _decode_none(core: Any) -> None:
@@ -166,8 +179,10 @@ class Endpoint(Generic[R]):
         return pickling.dumps_call(self._what, args, kwargs)
 
     def _where(self, rank: int) -> str:
-        point = self._mesh._core.region.extent.point_of_rank(rank)
-        return f"{self._mesh.name} rank {rank} {point}"
+        """Rank ``rank`` of the called region as the actor's rank and coordinates in the mesh
+        it was spawned on (as SupervisionError and MeshFailure name it), and its host."""
+        _, _, host, base, point = self._mesh._core.rank_info(rank)
+        return f"{self._mesh.name} rank {base} {point}, host {host}"
 
     def _locate(self, rank: int) -> Callable[[Exception], Exception]:
         """Names the mesh, actor, rank, coordinates, host and pid in a SupervisionError."""
@@ -203,13 +218,13 @@ class Endpoint(Generic[R]):
             runs = []
             rank = 0
             for count, ok, payload in fut.reply_runs():
-                value = _decode_reply(ok, payload, lambda r=rank: self._where(r), name,
-                                      None if ok else self._locate(rank))
+                value = _decode_reply(ok, payload, self, rank)
                 if count == 1 or shareable(value):
                     runs.append((count, value))
                 else:
                     runs.append((1, value))
-                    runs.extend((1, pickling.loads(payload)[1]) for _ in range(count - 1))
+                    runs.extend((1, _decode_reply(ok, payload, self, rank + k))
+                                for k in range(1, count))
                 rank += count
             vm = ValueMesh._from_values(list(region_extent.labels), list(region_extent.sizes),
                                         RunValues(runs))
@@ -252,8 +267,7 @@ class Endpoint(Generic[R]):
 
         def decode(fut: Any) -> R:
             ((ok, payload),) = fut.replies()
-            return _decode_reply(ok, payload, lambda: self._where(fut.rank()), name,
-                                 None if ok else self._locate(fut.rank()))
+            return _decode_reply(ok, payload, self, fut.rank())
 
         return iter([Future(f, decode) for f in core.stream(name, per_rank)])
 

@@ -19,6 +19,26 @@ _ACTOR_GONE = {
 }
 
 
+def describe(e: BaseException) -> str:
+    """``"TypeName: text"`` of ``e``; never raises, even when its ``__str__`` does (then the
+    text is ``<its str() raised>``), and the result can cross into C++ (lone surrogates are
+    escaped). EP-2."""
+    try:
+        text = f"{type(e).__name__}: {e}"
+    except BaseException:  # its __str__ raised: say so rather than lose the error
+        text = f"{type(e).__name__}: <its str() raised>"
+    return utf8(text)
+
+
+def utf8(text: str) -> str:
+    """``text``, with what UTF-8 cannot encode (lone surrogates) backslash-escaped."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class ActorError(Exception):
     """An endpoint raised: ``.exception`` is the original exception, the message carries the
     remote traceback. The actor that raised lives on."""
@@ -39,6 +59,33 @@ class ActorError(Exception):
 
     def __reduce__(self):
         return (ActorError, (self.exception, self.message, self.remote_traceback))
+
+
+class ReplyDecodeError(ActorError):
+    """A reply reached the caller but could not be unpickled there (EP-4): its class is not
+    importable here, its ``__setstate__`` or reconstructor raised, ... The endpoint ran and
+    the actor lives on. The message names the actor mesh, endpoint, rank and coordinates (a
+    message to a Port: the port); so do the attributes ``mesh_name``, ``endpoint``, ``rank``
+    (None for a port); ``exception`` (and ``__cause__``) is what unpickling raised."""
+
+    def __init__(self, exception: BaseException, where: str, mesh_name: Optional[str] = None,
+                 endpoint: Optional[str] = None, rank: Optional[int] = None) -> None:
+        text = describe(exception)
+        if endpoint is not None:
+            message = (f"Actor call {mesh_name}.{endpoint} ({where}): its reply could not be "
+                       f"unpickled here: {text}")
+        else:
+            message = f"{where} could not be unpickled here: {text}"
+        super().__init__(exception, message, f"{text}\n")
+        self.where = where
+        self.mesh_name = mesh_name
+        self.endpoint = endpoint
+        self.rank = rank
+        self.__cause__ = exception
+
+    def __reduce__(self):
+        return (ReplyDecodeError,
+                (self.exception, self.where, self.mesh_name, self.endpoint, self.rank))
 
 
 class SupervisionError(Exception):

@@ -26,9 +26,16 @@ _REPLY = 1  # messages are kReply for `rank` (the caller's call collects them)
 _DROP = 2  # nobody listens (an explicit response port of a broadcast)
 
 
-def decode_value(parts: Any) -> Any:
-    """The value of one message's parts, or raises the exception it carries."""
-    msg = pickling.loads(parts)
+def decode_value(parts: Any, port_id: str = "") -> Any:
+    """The value of one message's parts, or raises the exception it carries. A message that
+    cannot be unpickled raises ReplyDecodeError naming the port (EP-4): a port's messages do
+    not say which actor sent them (the endpoint's own errors do, in their message)."""
+    try:
+        msg = pickling.loads(parts)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # SystemExit from a __setstate__ included
+        raise errors.ReplyDecodeError(e, f"a message to port {port_id}") from e
     if msg[0]:
         return msg[1]
     if len(msg) == 2:  # port.exception(e): the receiver raises e itself
@@ -41,14 +48,15 @@ def _payload(what: str, value: Any) -> Any:
     try:
         return pickling.dumps((True, value))
     except Exception as e:
-        raise TypeError(f"{what}: the value ({type(value).__name__}) cannot be pickled: {e}") from e
+        raise TypeError(f"{what}: the value ({type(value).__name__}) cannot be pickled: "
+                        f"{errors.describe(e)}") from e
 
 
 def _exception_payload(exc: BaseException) -> Any:
     try:
         return pickling.dumps((False, exc))
-    except Exception:
-        return pickling.dumps((False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+    except BaseException:  # whatever its __reduce__ raises, the receiver gets its text (EP-2)
+        return pickling.dumps((False, RuntimeError(errors.describe(exc))))
 
 
 class Port(Generic[R]):
@@ -56,12 +64,13 @@ class Port(Generic[R]):
     sender; ``exception(e)`` makes the receiver raise ``e``. Picklable: pass it to actors as
     an argument and send from there."""
 
-    __slots__ = ("_kind", "_port_id", "_rank")
+    __slots__ = ("_kind", "_port_id", "_rank", "_answered")
 
     def __init__(self, port_id: str, rank: Optional[int] = None, _kind: int = _CHANNEL) -> None:
         self._port_id = port_id
         self._rank = rank
         self._kind = _kind
+        self._answered = False  # a reply port: something was sent (server.py, EP-1)
 
     @classmethod
     def _reply(cls, port_id: str, rank: int) -> "Port[R]":
@@ -80,6 +89,7 @@ class Port(Generic[R]):
 
         ensure_runtime()
         if self._kind == _REPLY:
+            self._answered = True
             _mesh.send_reply(self._port_id, self._rank or 0, parts)
         else:
             _mesh.send_port(self._port_id, parts)
@@ -108,9 +118,10 @@ class PortReceiver(Generic[R]):
 
     def __init__(self, core: Any) -> None:
         self._core = core
+        self._port_id = core.port_id
 
     def recv(self) -> "Future[R]":
-        return Future(self._core.recv(), _decode_one)
+        return Future(self._core.recv(), _decode_one, self._port_id)
 
     def close(self) -> None:
         self._core.close()
@@ -122,14 +133,14 @@ class PortReceiver(Generic[R]):
 _NO_SUCH_PORT = (4, 102)  # (Subsystem::kActor, ActorErrc::kNoSuchPort): the receiver closed
 
 
-def _decode_one(core: Any) -> Any:
+def _decode_one(core: Any, port_id: str) -> Any:
     ((ok, payload),) = core.replies()
     if not ok:
         subsystem, code, message = payload
         if (subsystem, code) == _NO_SUCH_PORT:
             raise RuntimeError(message)
         raise errors.from_core(subsystem, code, message)
-    return decode_value(payload)
+    return decode_value(payload, port_id)
 
 
 class Channel(Generic[R]):

@@ -33,13 +33,18 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 from podium._core import actor as _actor
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
-from podium._src import pickling, supervision
+from podium._src import pickling, ratelimit, supervision
+from podium._src.errors import describe, utf8
 from podium._src.context import ActorInstance, Context, reset_context, set_context
 from podium._src.endpoint import check_actor_class, endpoints_of
 from podium._src.shape import Point
 
 _POLL_S = 1.0  # how often idle threads look at the shutdown flag
 _CHILD_STOP_S = 10.0  # bound on stopping the meshes an actor spawned, when it stops
+# How often an actor's serve loop is started again after an exception escaped it (EP-3): a
+# failed actor refuses calls without running its code, so only a fault of podium's own could
+# make it fail again and again.
+_MAX_RESTARTS = 8
 
 _lock = threading.Lock()
 _started = False
@@ -165,24 +170,31 @@ def _spawner_main() -> None:
         except BaseException as e:  # cannot start a thread: the spawn fails, the proc lives
             with _lock:
                 _servers.discard(server)
-            req.failed(f"cannot start a thread for {req.inbox.actor_id}: {e}")
+            req.failed(f"cannot start a thread for {req.inbox.actor_id}: {describe(e)}")
 
 
 def _format(e: BaseException) -> str:
-    text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    return text.replace(
+    """The remote traceback of ``e``; never raises (EP-1)."""
+    try:
+        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    except BaseException:
+        text = f"{describe(e)}\n(its traceback could not be formatted)\n"
+    return utf8(text.replace(
         "Traceback (most recent call last):",
         "Traceback of where the remote call failed (most recent call last):",
-    )
+    ))
 
 
 def _portable(e: BaseException) -> BaseException:
-    """``e`` if it pickles, else a RuntimeError that keeps its type and text."""
+    """``e`` if it survives pickling and unpickling, else a RuntimeError that keeps its type
+    and text (EP-2): an exception whose ``__reduce__``, ``__setstate__`` or constructor
+    raises (a class whose ``__init__`` takes other arguments than its ``args``) still reaches
+    the caller as one it can read."""
     try:
-        pickling.dumps(e)
+        pickling.loads(pickling.dumps(e))
         return e
-    except Exception:
-        return RuntimeError(f"{type(e).__name__}: {e}")
+    except BaseException:  # whatever it raises, the caller gets the text
+        return RuntimeError(describe(e))
 
 
 class _ActorServer:
@@ -195,22 +207,60 @@ class _ActorServer:
         self.endpoints: Dict[str, Any] = {}
         self.info: Optional[ActorInstance] = None
         self.loop: Optional[asyncio.AbstractEventLoop] = None
+        # An async actor's calls running as tasks (@concurrent_endpoint), and its serve loop.
+        self.tasks: Dict["asyncio.Task[None]", _Call] = {}
+        self.main: Optional["asyncio.Task[None]"] = None
+        self.current: Optional[_Call] = None  # the async call the serve loop awaits
 
     # --- construction ---------------------------------------------------------------------
 
     def run(self) -> None:
         try:
             if self._construct():
-                if self.loop is not None:
-                    self.loop.run_until_complete(self._serve_async())
-                else:
-                    self._serve()
+                self._run_serve()
         finally:
             if self.loop is not None:
                 self.loop.close()
             self.inbox.finished()
             with _lock:
                 _servers.discard(self)
+
+    def _run_serve(self) -> None:
+        """Serves until the stop or the process's end. The thread is never lost to an
+        exception (EP-3): one that escapes the serve loop (an asyncio task the actor created
+        raised SystemExit, which asyncio lets out of the loop; a bug here) fails the actor,
+        and the loop goes on, refusing calls and acknowledging the stop."""
+        loop = self.loop
+        for _ in range(_MAX_RESTARTS):
+            try:
+                if loop is None:
+                    self._serve()
+                else:
+                    if self.main is None or self.main.done():
+                        self.main = loop.create_task(self._serve_async())
+                    loop.run_until_complete(self.main)
+                return
+            except BaseException as e:
+                self._crashed(e)
+        ratelimit.warn("actor thread lost", f"actor {self.inbox.actor_id}: its serve loop "
+                       f"failed {_MAX_RESTARTS} times; its thread ends")
+
+    def _crashed(self, e: BaseException) -> None:
+        why = "outside any call (a BaseException fails the actor)"
+        text = f"raised {describe(e)} {why}\n{_format(e)}"
+        if not self.inbox.failed:  # the runtime logs the failure, with this text, once
+            self.inbox.fail(text)
+        # Its calls in progress end with it: their callers learn why, and none waits on. The
+        # one the serve loop awaits runs to its end, but its answer is dropped (answered).
+        current = self.current
+        if current is not None and current.port and not current.answered:
+            current.answered = True
+            self.inbox.reply_failure(current.port, current.rank)
+        for task, call in list(self.tasks.items()):
+            if call.port and not call.answered:
+                call.answered = True
+                self.inbox.reply_failure(call.port, call.rank)
+            task.cancel()
 
     def _construct(self) -> bool:
         """Runs __init__; False when the thread has nothing more to do (it failed, or it was
@@ -250,7 +300,7 @@ class _ActorServer:
             text = _format(e)
             if boot == "run":
                 _bootstrap_finished(text)
-            req.failed(f"__init__ raised {type(e).__name__}: {e}\n{text}")
+            req.failed(f"__init__ raised {describe(e)}\n{text}")
             return False
         if boot == "run":
             _bootstrap_finished(None)
@@ -269,11 +319,16 @@ class _ActorServer:
                 continue
             kind = item.kind
             if kind == "call":
-                self._handle(item)
+                try:
+                    self._handle(item)
+                except BaseException as e:  # _handle answers; see EP-3
+                    self._crashed(e)
             elif kind == "stop":
-                self._stop_children()
-                self._cleanup_sync()
-                item.stopped()
+                try:
+                    self._stop_children()
+                    self._cleanup_sync()
+                finally:  # acknowledged whatever happened, or it is escalated to a kill
+                    item.stopped()
                 return
             elif kind == "supervise":
                 self._supervise(item.failure)
@@ -290,7 +345,7 @@ class _ActorServer:
             ready.set()
 
         loop.add_reader(fd, wake)
-        tasks: Dict["asyncio.Task[None]", _Call] = {}
+        tasks = self.tasks
         try:
             while True:
                 item = inbox.next(0)
@@ -303,19 +358,10 @@ class _ActorServer:
                         await ready.wait()
                         continue
                 if item.kind == "stop":
-                    running = dict(tasks)
-                    for t in running:
-                        t.cancel()
-                    if running:
-                        await asyncio.gather(*running, return_exceptions=True)
-                    for call in running.values():
-                        if not call.answered and call.port:  # cancelled before it started
-                            call.answered = True
-                            self.inbox.reply_stopped(call.port, call.rank,
-                                                     f"stopped before {call.name} ran")
-                    self._stop_children()
-                    await self._cleanup_async()
-                    item.stopped()
+                    try:
+                        await self._stop_async(tasks)
+                    finally:  # acknowledged whatever happened, or it is escalated to a kill
+                        item.stopped()
                     return
                 if item.kind == "supervise":
                     await self._supervise_async(item.failure)
@@ -328,7 +374,9 @@ class _ActorServer:
                     tasks[task] = call
                     task.add_done_callback(lambda t: tasks.pop(t, None))
                 else:
+                    self.current = call
                     await self._invoke_async(call)
+                    self.current = None
                 if tasks:
                     # A body that never suspends would keep running tasks (and one just
                     # created) from their next step: give the loop one turn per message.
@@ -339,6 +387,20 @@ class _ActorServer:
                 for t in tasks:
                     t.cancel()
                 await asyncio.wait(list(tasks), timeout=_POLL_S)
+
+    async def _stop_async(self, tasks: Dict["asyncio.Task[None]", "_Call"]) -> None:
+        running = dict(tasks)
+        for t in running:
+            t.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        for call in running.values():
+            if not call.answered and call.port:  # cancelled before it started
+                call.answered = True
+                self.inbox.reply_stopped(call.port, call.rank,
+                                         f"stopped before {call.name} ran")
+        self._stop_children()
+        await self._cleanup_async()
 
     def _prepare(self, item: Any) -> Optional["_Call"]:
         """The call of `item`, or None when it has been answered already (failed actor, bad
@@ -368,14 +430,11 @@ class _ActorServer:
         try:
             fn, args, kwargs = call.resolve()
             result = fn(*args, **kwargs)
-        except Exception as e:
+        except BaseException as e:  # raised() sorts them: EP-1
+            reset_context(token)
             call.raised(e)
             return
-        except BaseException as e:
-            self._failed(call.port, call.rank, call.name, e)
-            return
-        finally:
-            reset_context(token)
+        reset_context(token)
         call.returned(result)
 
     async def _invoke_async(self, call: "_Call") -> None:
@@ -386,19 +445,17 @@ class _ActorServer:
             if inspect.isawaitable(result):
                 result = await result
         except asyncio.CancelledError:
+            reset_context(token)
             if call.port and not call.answered:  # the actor is stopping
                 call.answered = True
                 self.inbox.reply_stopped(call.port, call.rank,
                                          f"stopped while {call.name} was running")
             return
-        except Exception as e:
+        except BaseException as e:  # raised() sorts them: EP-1
+            reset_context(token)
             call.raised(e)
             return
-        except BaseException as e:
-            self._failed(call.port, call.rank, call.name, e)
-            return
-        finally:
-            reset_context(token)
+        reset_context(token)
         call.returned(result)
 
     # --- supervision ----------------------------------------------------------------------
@@ -460,8 +517,7 @@ class _ActorServer:
         text = f"{how} the failure of mesh '{failure.mesh_name}' it owns:\n{failure.report()}"
         if e is not None:
             text += f"\n__supervise__ raised:\n{_format(e)}"
-        print(f"podium: actor {self.inbox.actor_id} {text}", file=sys.stderr, flush=True)
-        self.inbox.fail(text)
+        self.inbox.fail(text)  # the runtime logs the failure, with this text, once
 
     # --- stop -----------------------------------------------------------------------------
 
@@ -490,7 +546,7 @@ class _ActorServer:
         try:
             params = [p for p in inspect.signature(fn).parameters.values()
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
-        except (TypeError, ValueError):
+        except Exception:  # no signature to read (TypeError, ValueError, or its own)
             params = []
         return fn, ((None,) if params else ())  # __cleanup__(self, exc): None for a stop
 
@@ -502,9 +558,9 @@ class _ActorServer:
         token = set_context(Context(self.info, self.info.rank))
         try:
             fn(*args)
-        except BaseException:
-            print(f"podium: {self.inbox.actor_id}: __cleanup__ raised:", file=sys.stderr)
-            traceback.print_exc()
+        except BaseException as e:  # the stop goes on: EP-3
+            ratelimit.warn("__cleanup__ raised",
+                           f"{self.inbox.actor_id}: __cleanup__ raised:\n{_format(e)}")
         finally:
             reset_context(token)
 
@@ -518,18 +574,25 @@ class _ActorServer:
             result = fn(*args)
             if inspect.isawaitable(result):
                 await result
-        except BaseException:
-            print(f"podium: {self.inbox.actor_id}: __cleanup__ raised:", file=sys.stderr)
-            traceback.print_exc()
+        except BaseException as e:  # the stop goes on: EP-3
+            ratelimit.warn("__cleanup__ raised",
+                           f"{self.inbox.actor_id}: __cleanup__ raised:\n{_format(e)}")
         finally:
             reset_context(token)
 
-    def _failed(self, port: str, rank: int, name: str, e: BaseException) -> None:
+    def _failed(self, port: str, rank: int, name: str, e: BaseException,
+                when: str = "") -> None:
+        """Fails this actor for what endpoint ``name`` raised (``when``: at which step, if
+        not in its body) and answers the call with that failure (EP-1)."""
         text = _format(e)
-        why = "in a call nobody awaits (broadcast)" if not port else "(a BaseException)"
-        print(f"podium: actor {self.inbox.actor_id} failed: endpoint {name} raised {why}:\n"
-              f"{text}", file=sys.stderr, flush=True)
-        self.inbox.fail(f"endpoint {name} raised {type(e).__name__}: {e} {why}\n{text}")
+        if not port:
+            why = "in a call nobody awaits (broadcast)"
+        elif when:
+            why = f"{when} (a BaseException)"
+        else:
+            why = "(a BaseException)"
+        if not self.inbox.failed:  # the runtime logs the failure, with this text, once
+            self.inbox.fail(f"endpoint {name} raised {describe(e)} {why}\n{text}")
         if port:
             self.inbox.reply_failure(port, rank)
 
@@ -538,7 +601,7 @@ class _Call:
     """One call being handled: how to run it and how to answer it."""
 
     __slots__ = ("server", "item", "name", "port", "rank", "point", "meta", "parts",
-                 "explicit_port", "concurrent", "method", "answered")
+                 "explicit_port", "concurrent", "method", "answered", "reply_port")
 
     def __init__(self, server: _ActorServer, item: Any, name: str, port: str, rank: int,
                  point: Any, meta: Optional[Dict[str, Any]], parts: Any) -> None:
@@ -551,6 +614,7 @@ class _Call:
         self.meta = meta
         self.parts = parts
         self.answered = False  # returned() or raised() ran (or the stop answered it)
+        # reply_port: the Port an explicit response-port method answers by, set by resolve()
         cls = server.cls
         ep = server.endpoints.get(name)
         if ep is not None:
@@ -575,10 +639,15 @@ class _Call:
         if self.explicit_port:
             from podium._src.ports import Port
 
-            args = (Port._reply(self.port, self.rank), *args)
+            self.reply_port = Port._reply(self.port, self.rank)
+            args = (self.reply_port, *args)
         return self.method.__get__(self.server.instance), args, kwargs
 
     def returned(self, result: Any) -> None:
+        """Answers with ``result``. Pickling it may run user code (``__reduce__``): an
+        Exception there fails the call, a BaseException fails the actor (EP-1)."""
+        if self.answered:  # the actor failed while it ran (EP-3): its caller knows already
+            return
         self.answered = True
         if not self.port or self.explicit_port:  # one-way, or the method answers itself
             return
@@ -586,24 +655,44 @@ class _Call:
             payload = pickling.dumps((True, result))
         except Exception as e:
             err = TypeError(f"the result of {self.name} ({type(result).__name__}) cannot be "
-                            f"pickled: {e}")
+                            f"pickled: {describe(e)}")
+            err.__cause__ = e
             payload = self._error_payload(err)
+        except BaseException as e:
+            self.server._failed(self.port, self.rank, self.name, e,
+                                "while its result was pickled")
+            return
         self.server.inbox.reply(self.port, self.rank, payload)
 
-    def raised(self, e: Exception) -> None:
+    def raised(self, e: BaseException) -> None:
+        """Answers with what the endpoint raised (EP-1): an Exception fails the call only
+        (the caller gets ActorError, the actor lives), unless nobody awaits the call; a
+        BaseException (SystemExit, KeyboardInterrupt, ...) fails the actor, and the caller
+        gets SupervisionError. Never raises."""
+        if self.answered:  # the actor failed while it ran (EP-3): its caller knows already
+            return
         self.answered = True
         server = self.server
-        if not self.port:  # nobody awaits this call: the exception fails the actor
+        if not self.port or not isinstance(e, Exception):
             server._failed(self.port, self.rank, self.name, e)
             return
-        if self.explicit_port and self.concurrent:
-            # The method answers through its port; a concurrent one may already have (Monarch
-            # does not forward these exceptions either): report it here, the actor lives on.
-            print(f"podium: {server.inbox.actor_id}: concurrent explicit response-port "
-                  f"endpoint {self.name} raised:\n{_format(e)}", file=sys.stderr, flush=True)
+        port = getattr(self, "reply_port", None)
+        if self.explicit_port and self.concurrent and port is not None and port._answered:
+            # It answered through its port before it raised: the caller has its answer, so
+            # the exception is reported here (Monarch does not forward it either), and the
+            # actor lives on. One that raised before answering fails the call below instead
+            # of leaving its caller waiting.
+            ratelimit.warn("concurrent explicit-port endpoint raised",
+                           f"{server.inbox.actor_id}: concurrent explicit response-port "
+                           f"endpoint {self.name} raised after it answered:\n{_format(e)}")
             return
         server.inbox.reply(self.port, self.rank, self._error_payload(e))
 
     def _error_payload(self, e: BaseException) -> Any:
+        """The reply that makes the caller raise ActorError for ``e``; never raises."""
         message = f"Actor call {self.server.info.name}.{self.name} failed"
-        return pickling.dumps((False, _portable(e), message, _format(e)))
+        tb = _format(e)
+        try:
+            return pickling.dumps((False, _portable(e), message, tb))
+        except BaseException:  # _portable checked it; a pickler that changes its mind
+            return pickling.dumps((False, RuntimeError(describe(e)), message, tb))
