@@ -530,3 +530,128 @@ def test_a_worker_refuses_a_spawn_of_more_procs_than_it_starts_per_request(tmp_p
         """, env, w.address)
     assert "REFUSED" in r.stdout and "asked for 5000 procs" in r.stdout, r.stdout + r.stderr
     assert "1 to 4096" in r.stdout and "GOT 3" in r.stdout, r.stdout
+
+
+# --- peers that lie about lengths, and peers that never finish a handshake -------------------
+
+def _worker_rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def test_an_insider_announcing_a_2_gib_header_costs_the_worker_nothing(tmp_path, started):
+    # The liar proves the secret (the worst case), then sends a frame prefix announcing a
+    # ~2 GiB header: the worker refuses it from the prefix, allocating nothing, and every
+    # legitimate call made meanwhile completes.
+    from podium._src.bench_attack import LIAR_PREFIX, _prove
+
+    path = secret_file(tmp_path)
+    env = env_without_secret(PODIUM_SECRET_FILE=path)
+    w = Worker(env)
+    started.append(w)
+    ctl = subprocess.Popen([sys.executable, "-c", textwrap.dedent(LOAD), w.address, "300"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=env, cwd=tmp_path)
+    try:
+        assert ctl.stdout.readline().strip() == "READY", ctl.stderr.read()
+        before = _worker_rss(w.proc.pid)
+        secret = Path(path).read_text().strip().encode()
+        liars = []
+        for _ in range(20):
+            s = _connect(w.port)
+            assert _prove(s, secret)
+            s.sendall(LIAR_PREFIX)
+            liars.append(s)
+        ctl.stdin.write("go\n")
+        ctl.stdin.flush()
+        out, err = ctl.communicate(timeout=CHILD_TIMEOUT_S)
+        assert "DONE 300" in out, out + err
+        for s in liars:
+            assert _closed_by_peer(s)
+            s.close()
+        grown = _worker_rss(w.proc.pid) - before
+        assert grown < 64 * 2**20, f"the worker grew by {grown} bytes"
+    finally:
+        if ctl.poll() is None:
+            ctl.kill()
+    assert w.proc.poll() is None, "the worker died"
+    log = w.output()
+    assert "header" in log and "exceeds" in log, log
+
+
+def test_a_half_open_flood_does_not_keep_a_controller_out(tmp_path, started):
+    # Hundreds of connections that never answer the challenge: those past the worker's cap are
+    # closed at once, the rest at the handshake deadline, and a controller attaches meanwhile.
+    env = env_without_secret(PODIUM_SECRET_FILE=secret_file(tmp_path))
+    w = Worker(env)
+    started.append(w)
+    flood = [_connect(w.port) for _ in range(300)]
+    try:
+        closed = eventually(lambda: sum(1 for s in flood if _peer_closed_now(s)) >= 100, 10,
+                            "the worker closing connections past its cap")
+        assert closed
+        r = run_script(tmp_path, "c", """
+            import sys, time
+            from podium.actor import Actor, endpoint, attach_to_workers, enable_transport
+            class Echo(Actor):
+                @endpoint
+                def echo(self, x):
+                    return x
+            enable_transport("tcp://127.0.0.1:0")
+            t = time.monotonic()
+            hosts = attach_to_workers(workers=[sys.argv[1]])
+            hosts.initialized.get(timeout=30)
+            a = hosts.spawn_procs(per_host={"gpus": 1}).spawn("echo", Echo)
+            got = [a.echo.call_one(i).get(timeout=30) for i in range(100)]
+            print("DONE", got == list(range(100)), flush=True)
+            """, env, w.address)
+        assert "DONE True" in r.stdout, r.stdout + r.stderr
+    finally:
+        for s in flood:
+            s.close()
+    assert w.proc.poll() is None, "the worker died"
+
+
+def _peer_closed_now(s: socket.socket) -> bool:
+    """Whether the peer has closed `s` by now (reads and drops a pending challenge)."""
+    s.setblocking(False)
+    try:
+        while True:
+            data = s.recv(4096)
+            if not data:
+                return True
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+    finally:
+        s.setblocking(True)
+
+
+def test_a_malformed_message_fails_its_call_and_the_actor_serves_on(spawn):
+    # EP-6: before, a message whose metadata did not unpickle failed the actor for good.
+    from unittest import mock
+
+    from podium.actor import Actor, ActorError, endpoint
+    from podium._src import actor_mesh
+
+    class Counter(Actor):
+        def __init__(self):
+            self.n = 0
+
+        @endpoint
+        def incr(self) -> int:
+            self.n += 1
+            return self.n
+
+    c = spawn(Counter).slice(gpus=0)
+    assert c.incr.call_one().get(timeout=30) == 1
+    garbage = b"\x80\x05\x95not a pickle"
+    with mock.patch.object(actor_mesh.Endpoint, "_meta", lambda self, rank=None: garbage):
+        with pytest.raises(ActorError) as info:
+            c.incr.call_one().get(timeout=30)
+    assert "could not be decoded" in str(info.value) and "incr" in str(info.value), info.value
+    assert c.incr.call_one().get(timeout=30) == 2  # the same actor, alive, its state kept

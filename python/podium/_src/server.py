@@ -417,10 +417,24 @@ class _ActorServer:
                 point = tuple(meta["rank"])  # (rank, labels, sizes): Context makes the Point
             else:
                 point = (rank, labels, sizes)
-        except BaseException as e:
-            self._failed(port, rank, name, e)
+        except BaseException as e:  # a malformed message fails its call, not the actor
+            self._bad_message(port, rank, name, e)
             return None
         return _Call(self, item, name, port, rank, point, meta, parts)
+
+    def _bad_message(self, port: str, rank: int, name: str, e: BaseException) -> None:
+        """A message whose call metadata cannot be decoded (EP-6): its caller gets ActorError
+        naming the endpoint and why; the actor serves on, as for an endpoint's Exception."""
+        ratelimit.warn("undecodable message",
+                       f"podium: actor {self.inbox.actor_id}: a message for endpoint {name} "
+                       f"could not be decoded ({describe(e)}); its call fails, the actor "
+                       f"serves on")
+        if not port:
+            return
+        err = ValueError(f"the message for endpoint {name} could not be decoded: {describe(e)}")
+        message = (f"Actor call {self.info.name}.{name} failed: its message could not be "
+                   f"decoded ({describe(e)})")
+        self.inbox.reply(port, rank, pickling.dumps((False, err, message, _format(e))))
 
     def _handle(self, item: Any) -> None:
         call = self._prepare(item)
