@@ -3,6 +3,8 @@
 // flood the log (CH-15, BL-2). A legitimate link on the same Net delivers all the while.
 #include <gtest/gtest.h>
 #include <malloc.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 
 #include <thread>
 
@@ -229,6 +231,55 @@ TEST(ChannelLimits, RefusalWarningsAreRateLimitedAndCountTheRest) {  // CH-15, B
         return log.count("similar lines suppressed") > 0;
       },
       5s));
+}
+
+TEST(ChannelLimits, TheAcceptLoopSurvivesRunningOutOfDescriptors) {  // CH-14
+  LogCapture log;
+  TempDir dir;
+  Receiver receiver;
+  Returns returns;
+  IoThreads io(1);
+  Config c = test_config();
+  c.max_unauthenticated = 1000;  // let descriptors, not the cap, run out
+  Net rx(io.io(), c, receiver.fn(), returns.fn());
+  auto to = rx.listen(*Address::parse("unix:" + dir.path("rx")));
+  ASSERT_TRUE(to);
+  // A child process (its own descriptor table) opens 64 connections and holds them.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::vector<int> fds;
+    for (int i = 0; i < 64; ++i) fds.push_back(dial(*to));
+    char b = 1;
+    (void)!::write(ready[1], &b, 1);
+    ::pause();  // killed by the parent
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  // This process may open only a few more descriptors meanwhile.
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  int probe = ::dup(0);
+  ASSERT_GE(probe, 0);
+  ::close(probe);
+  rlimit low = old;
+  low.rlim_cur = rlim_t(probe + 8);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  char b;
+  EXPECT_EQ(::read(ready[0], &b, 1), 1);
+  bool emfile = log.wait_for({"accept on", "Too many open files", "retrying"}, 5s);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  EXPECT_TRUE(emfile);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ::close(ready[0]);
+  // Descriptors are back: the listener accepts again and a real sender gets through.
+  Net tx(io.io(), c, [](wire::Envelope&&) {}, returns.fn());
+  for (uint64_t i = 0; i < 100; ++i) tx.send(*to, numbered(i));
+  EXPECT_TRUE(receiver.wait_for(100, 10s)) << receiver.count() << " of 100";
+  EXPECT_EQ(receiver.error(), "");
 }
 
 }  // namespace
