@@ -189,7 +189,7 @@ void run_one(const Input& in) {
 int main(int argc, char** argv) {
   double seconds = 10;
   uint64_t runs = 0;  // 0: until the time is up
-  size_t max_len = 1 << 16;
+  size_t max_len = 1 << 18;  // room for a seed that is a large part cut short
   g_seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
   std::vector<std::string> files;
   for (int i = 1; i < argc; ++i) {

@@ -108,5 +108,12 @@ std::vector<podium::fuzz::Input> podium::fuzz::seeds() {
   std::vector<std::byte> ack;
   encode(Ack{9}, ack);
   with_mode(0, ack);
+  // A part over kEagerPartBytes, cut short: the growing path (WI-6) and direct reads (WI-4).
+  std::vector<std::byte> big;
+  e.parts = {Buffer::from_string(std::string(3 << 20, 'b'))};
+  encode_data(3, e, big);
+  big.resize(big.size() + (150 << 10), std::byte{'b'});
+  with_mode(0, big);
+  with_mode(4 * 60, big);
   return out;
 }
