@@ -35,7 +35,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 std::vector<podium::fuzz::Input> podium::fuzz::seeds() {
   std::vector<Input> out;
   std::vector<std::string> ports;
-  for (int i = 0; i < 12; ++i) ports.push_back("unix:/run/m-" + std::to_string(i / 4) + ".sock#p" + std::to_string(100 + i));
+  for (int i = 0; i < 12; ++i) {
+    ports.push_back("unix:/run/m-" + std::to_string(i / 4) + ".sock#p" + std::to_string(100 + i));
+  }
   std::string s;
   PortRuns::build(std::span<const std::string>(ports)).encode(s);
   Input a{1, uint8_t(ports.size())};

@@ -50,7 +50,8 @@ void report_crash() {
                      std::to_string(g_seed) + ".bin";
   if (g_current) {
     std::ofstream(path, std::ios::binary)
-        .write(reinterpret_cast<const char*>(g_current->data()), std::streamsize(g_current->size()));
+        .write(reinterpret_cast<const char*>(g_current->data()),
+               std::streamsize(g_current->size()));
   }
   std::fprintf(stderr, "fuzz %s: crash at iteration %llu; input (%zu bytes) written to %s\n",
                podium::fuzz::kTargetName, (unsigned long long)g_iterations,

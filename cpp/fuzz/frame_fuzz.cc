@@ -18,7 +18,9 @@ namespace {
 void check_round_trip(const Data& d) {
   std::vector<std::byte> head;
   encode_data(d.seq, d.envelope, head);
-  for (const Buffer& p : d.envelope.parts) head.insert(head.end(), p.span().begin(), p.span().end());
+  for (const Buffer& p : d.envelope.parts) {
+    head.insert(head.end(), p.span().begin(), p.span().end());
+  }
   FrameDecoder again(FrameLimits{});
   int frames = 0;
   auto s = again.feed(head, [&](RawFrame&& f) {
@@ -48,7 +50,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ++data;
   --size;
   FrameLimits limits;  // the defaults a Net uses
-  if (mode & 1) limits = FrameLimits{.max_frame_bytes = 1 << 16, .max_parts = 4, .max_header_bytes = 512};
+  if (mode & 1) {
+    limits = FrameLimits{.max_frame_bytes = 1 << 16, .max_parts = 4, .max_header_bytes = 512};
+  }
   size_t buffer = (mode & 2) ? 4096 : FrameDecoder::kDefaultBufferBytes;
   size_t chunk = (mode >> 2) ? size_t(mode >> 2) : size;  // bytes per read
   FrameDecoder d(limits, buffer);

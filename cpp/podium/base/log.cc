@@ -8,7 +8,8 @@ void init_logging() {
   static std::once_flag once;
   std::call_once(once, [] {
     auto previous = spdlog::default_logger();
-    auto logger = std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+    auto logger = std::make_shared<spdlog::logger>("", std::move(sink));
     logger->set_level(previous->level());
     logger->flush_on(previous->flush_level());
     spdlog::set_default_logger(std::move(logger));

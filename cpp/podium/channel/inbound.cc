@@ -108,7 +108,8 @@ void Inbound::on_auth_response(const std::error_code& ec) {
   std::lock_guard lock(mu_);
   if (closed_) return;
   if (ec) {
-    close_locked("authentication: the peer left before answering (" + ec.message() + ")", R::kAuth);
+    close_locked("authentication: the peer left before answering (" + ec.message() + ")",
+                 R::kAuth);
     return;
   }
   Nonce client_nonce{};
@@ -127,7 +128,8 @@ void Inbound::on_auth_response(const std::error_code& ec) {
     asio::write(socket_, asio::buffer(verdict_), wec);
     close_locked(looks_like_tls(std::as_bytes(std::span(response_)))
                      ? "refused: the peer speaks TLS, and this listener has no TLS configured"
-                     : "refused: authentication failed (wrong or missing secret)", R::kAuth);
+                     : "refused: authentication failed (wrong or missing secret)",
+                 R::kAuth);
     return;
   }
   asio::async_write(socket_, asio::buffer(verdict_),
@@ -157,7 +159,8 @@ void Inbound::start_tls_locked() {
   iovec v{greeting.data(), greeting.size()};
   if (ssize_t n = send_iov(socket_.native_handle(), &v, 1); n != ssize_t(greeting.size())) {
     close_locked(n < 0 ? errno_error("TLS: write", int(-n)).message
-                       : std::string("TLS: the greeting did not fit the socket buffer"), R::kNone);
+                       : std::string("TLS: the greeting did not fit the socket buffer"),
+                 R::kNone);
     return;
   }
   read_tls_locked();
@@ -188,7 +191,8 @@ void Inbound::on_tls_input(const std::error_code& ec, size_t n) {
                  : tls_step_ == TlsStep::kResponse
                      ? "refused: the peer closed the connection instead of answering the "
                        "authentication challenge (it holds no secret?)"
-                     : "refused: the peer closed the connection during the TLS handshake", R::kAuth);
+                     : "refused: the peer closed the connection during the TLS handshake",
+                 R::kAuth);
     return;
   }
   if (std::exchange(first_read_, false) && !looks_like_tls({read_into_, n})) {
@@ -292,7 +296,8 @@ bool Inbound::write_tls_locked(const uint8_t* data, size_t n) {
   if (w != ssize_t(n)) {
     close_locked(w == -EPROTO ? "TLS: " + tls_->error()
                  : w < 0      ? errno_error("TLS: write", int(-w)).message
-                              : std::string("TLS: the setup did not fit the output buffer"), R::kNone);
+                              : std::string("TLS: the setup did not fit the output buffer"),
+                 R::kNone);
     return false;
   }
   return send_tls_locked();
@@ -506,7 +511,8 @@ bool Inbound::accept_hello(const wire::Hello& hello) {
   }
   if (hello.protocol_version != wire::kSessionProtocolVersion) {
     close("session protocol version " + std::to_string(hello.protocol_version) +
-              ", this build speaks " + std::to_string(wire::kSessionProtocolVersion), R::kMalformed);
+              ", this build speaks " + std::to_string(wire::kSessionProtocolVersion),
+          R::kMalformed);
     return false;
   }
   auto session = attach_session(*core_, hello.session_id);

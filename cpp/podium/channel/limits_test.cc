@@ -34,7 +34,9 @@ std::vector<std::byte> claimed(uint32_t header_len, std::vector<uint64_t> parts,
   uint16_t n = part_count_field ? part_count_field : uint16_t(parts.size());
   std::memcpy(b.data() + 6, &n, 2);  // little-endian hosts only, as the tests run on
   std::memcpy(b.data() + 8, &header_len, 4);
-  for (size_t p = 0; p < parts.size(); ++p) std::memcpy(b.data() + wire::table_end(p), &parts[p], 8);
+  for (size_t p = 0; p < parts.size(); ++p) {
+    std::memcpy(b.data() + wire::table_end(p), &parts[p], 8);
+  }
   return b;
 }
 
