@@ -123,8 +123,8 @@ TEST(ChannelLimits, ClaimedHugeLengthsCostWhatWasSentAndCloseOnlyTheirConnection
     }
     size_t grown = heap_in_use() - std::min(heap_in_use(), heap_before);
     // 16 x (64 KiB read buffer + 64 KiB first piece of the part) and the legit stream's
-    // buffers; believing the claims would be 32 GiB.
-    EXPECT_LT(grown, size_t{16} << 20) << "heap grew by " << grown << " bytes";
+    // buffers (measured: 2.1 MiB); believing the claims would be 32 GiB.
+    EXPECT_LT(grown, size_t{8} << 20) << "heap grew by " << grown << " bytes";
     for (int fd : held) ::close(fd);
     EXPECT_TRUE(receiver.wait_for(1000, 20s)) << receiver.count() << " of 1000";
     EXPECT_EQ(returns.size(), 0u);
