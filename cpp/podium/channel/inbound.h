@@ -3,7 +3,10 @@
 // A SocketListener accepts connections; each becomes an Inbound that reads Hello, then Data,
 // delivers each envelope whose seq is above what its Session has delivered (CH-1, CH-2), and
 // answers on the same socket with HelloAck and batched cumulative Acks. A malformed frame
-// closes only that connection, with a warning naming the peer and the reason (CH-5).
+// closes only that connection, with a warning naming the peer and the reason (CH-5), counted
+// and rate-limited (CH-15). A connection is closed when its handshake (TLS, secret, Hello) has
+// not completed within Config::handshake_timeout (CH-13); a listener closes at once a
+// connection accepted while Config::max_unauthenticated others are mid-handshake (CH-14).
 //
 // Threads: only the read chain (one outstanding read per connection) decodes and delivers;
 // Inbound::mu_ guards the socket and the ack state it shares with the ack timer, close()
