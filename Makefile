@@ -6,7 +6,8 @@
 #   make test    setup, then every C++ test (ctest) and every Python test (pytest)
 #   make demo    setup, then the main demo ($(DEMO))
 #   make bench   setup, then `podium bench core --json`
-#   make clean   remove the build tree ($(BUILD_DIR))
+#   make fuzz    build the fuzz targets with sanitizers ($(FUZZ_DIR)), run each FUZZ_SECONDS
+#   make clean   remove the build trees ($(BUILD_DIR), $(FUZZ_DIR))
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -19,6 +20,12 @@ NPROC     := $(shell nproc 2>/dev/null || echo 2)
 # (podium_test() sets one), pytest's to every Python test.
 CTEST_TIMEOUT  ?= 300
 PYTEST_TIMEOUT ?= 120
+# make fuzz (docs/fuzzing.md): its own sanitizer build; seconds per target; `make test`
+# runs it too, for TEST_FUZZ_SECONDS per target.
+FUZZ_DIR ?= build/fuzz
+FUZZ_SECONDS ?= 60
+TEST_FUZZ_SECONDS ?= 10
+FUZZ_TARGETS := frame message auth actor_message cast_plan
 # The main demo (the C++ one: $(BUILD_DIR)/examples/cpp/hello)
 DEMO ?= $(PYTHON) examples/quickstart.py
 
@@ -38,7 +45,45 @@ CTEST = $(or $(shell sed -n 's/^CMAKE_CTEST_COMMAND:INTERNAL=//p' $(BUILD_DIR)/C
                 2>/dev/null),ctest)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup apt-packages pip-packages build test demo bench clean
+.PHONY: help setup apt-packages pip-packages build test demo bench fuzz fuzz-run clean
+
+# $(call fuzz_run,SECONDS): configures $(FUZZ_DIR) (PODIUM_FUZZ=ON: ASan + UBSan, libFuzzer
+# with clang), builds only the fuzz targets and what they compile, runs each for SECONDS and
+# prints one summary line per target; exits non-zero on a crash. A shell script rather than a
+# sub-make, so that `make -n test` prints it instead of running it.
+define fuzz_run
+cmake=$$($(PYTHON) -c 'import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, "cmake"))' \
+          2>/dev/null || command -v cmake); \
+gen=; if ninja=$$($(PYTHON) -c 'import ninja, os; print(os.path.join(ninja.BIN_DIR, "ninja"))' \
+          2>/dev/null) && [ -x "$$ninja" ]; then gen="-G Ninja -DCMAKE_MAKE_PROGRAM=$$ninja"; \
+elif command -v ninja >/dev/null; then gen="-G Ninja"; fi; \
+mkdir -p $(FUZZ_DIR); \
+if [ ! -f $(FUZZ_DIR)/CMakeCache.txt ]; then \
+  "$$cmake" -S . -B $(FUZZ_DIR) $$gen -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPODIUM_FUZZ=ON \
+    -DPODIUM_TESTS=OFF >$(FUZZ_DIR)/configure.log 2>&1 || \
+    { cat $(FUZZ_DIR)/configure.log; echo "make fuzz: configure failed"; exit 1; }; \
+fi; \
+echo "fuzz: building $(FUZZ_TARGETS:%=fuzz_%) in $(FUZZ_DIR)"; \
+"$$cmake" --build $(FUZZ_DIR) --target fuzz_all -j$(NPROC) >$(FUZZ_DIR)/build.log 2>&1 || \
+  { tail -50 $(FUZZ_DIR)/build.log; echo "make fuzz: build failed"; exit 1; }; \
+mkdir -p $(FUZZ_DIR)/runs; status=0; \
+for t in $(FUZZ_TARGETS); do \
+  log=$(FUZZ_DIR)/runs/$$t.log; \
+  if (cd $(FUZZ_DIR)/runs && ../cpp/fuzz/fuzz_$$t -max_total_time=$(1)) >$$log 2>&1; then \
+    line=$$(grep -E "^fuzz $$t: " $$log | tail -1); \
+    if [ -z "$$line" ]; then \
+      runs=$$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' $$log | tail -1); \
+      line="fuzz $$t: $${runs:-?} iterations in $(1) s, 0 crashes (libFuzzer)"; \
+    fi; \
+    echo "$$line"; \
+  else \
+    status=1; grep -E "ERROR|SUMMARY|fuzz check|^fuzz $$t" $$log | head -8; \
+    echo "fuzz $$t: CRASHED (see $$log, inputs in $(FUZZ_DIR)/runs)"; \
+  fi; \
+done; \
+if [ $$status -eq 0 ]; then echo "make fuzz: 0 crashes"; else echo "make fuzz: FAILED"; fi; \
+exit $$status
+endef
 
 help:
 	@sed -n '3,9s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
@@ -84,6 +129,8 @@ test: setup
 	elif [ $$rc -ne 0 ]; then \
 	  status=1; \
 	fi; \
+	echo "== Fuzz targets ($(TEST_FUZZ_SECONDS) s each) =="; \
+	( $(call fuzz_run,$(TEST_FUZZ_SECONDS)) ) || status=1; \
 	if [ $$status -eq 0 ]; then echo "make test: all passed"; else echo "make test: FAILED"; fi; \
 	exit $$status
 
@@ -96,5 +143,11 @@ demo: setup
 bench: setup
 	$(PYTHON) -m podium bench core --json
 
+fuzz: pip-packages
+	@$(call fuzz_run,$(FUZZ_SECONDS))
+
+fuzz-run:
+	@$(call fuzz_run,$(FUZZ_SECONDS))
+
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_DIR)

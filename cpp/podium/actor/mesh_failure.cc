@@ -6,6 +6,7 @@
 #include <msgpack.hpp>
 
 #include "podium/actor/ids.h"
+#include "podium/wire/peer_msgpack.h"
 
 namespace podium::actor {
 
@@ -41,7 +42,8 @@ Buffer encode_mesh_failure(const MeshFailure& f) {
 
 Result<MeshFailure> decode_mesh_failure(const Buffer& b) {
   try {
-    auto oh = msgpack::unpack(reinterpret_cast<const char*>(b.data()), b.size());
+    auto oh = msgpack::unpack(reinterpret_cast<const char*>(b.data()), b.size(), nullptr, nullptr,
+                              wire::peer_unpack_limit(b.size()));  // WI-7
     const auto& o = oh.get();
     if (o.type != msgpack::type::ARRAY || o.via.array.size != 10) {
       return std::unexpected(make_error(ActorErrc::kBadArguments, "mesh failure is not a 10-array"));

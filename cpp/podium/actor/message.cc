@@ -3,6 +3,7 @@
 #include <msgpack.hpp>
 
 #include "podium/actor/ids.h"
+#include "podium/wire/peer_msgpack.h"
 
 namespace podium::actor {
 namespace {
@@ -33,7 +34,8 @@ Buffer to_buffer(const msgpack::sbuffer& sb) {
 class ScratchObject {
  public:
   explicit ScratchObject(const Buffer& b)
-      : obj_(msgpack::unpack(zone(), reinterpret_cast<const char*>(b.data()), b.size())) {}
+      : obj_(msgpack::unpack(zone(), reinterpret_cast<const char*>(b.data()), b.size(), nullptr,
+                             nullptr, wire::peer_unpack_limit(b.size()))) {}  // WI-7
   ~ScratchObject() { zone().clear(); }
   const msgpack::object& get() const { return obj_; }
 

@@ -27,6 +27,7 @@
 
 #include "podium/actor/actor.h"
 #include "podium/actor/proc.h"
+#include "podium/wire/peer_msgpack.h"
 
 namespace podium {
 
@@ -77,7 +78,9 @@ Result<T> unpack(const Buffer& b, std::string_view what) {
     ~Reset() { z.clear(); }
   } reset{zone};
   try {
-    return msgpack::unpack(zone, reinterpret_cast<const char*>(b.data()), b.size()).as<T>();
+    return msgpack::unpack(zone, reinterpret_cast<const char*>(b.data()), b.size(), nullptr,
+                           nullptr, wire::peer_unpack_limit(b.size()))
+        .as<T>();
   } catch (const std::exception& e) {
     return std::unexpected(make_error(actor::ActorErrc::kBadArguments,
                                       std::string(what) + ": " + e.what()));

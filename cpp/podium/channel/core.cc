@@ -21,6 +21,17 @@ Core::Core(asio::io_context& io, Config config, DeliverFn deliver, Undeliverable
   }
 }
 
+void Core::count(Refusal r) {
+  auto bump = [](std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); };
+  switch (r) {
+    case Refusal::kNone: return;
+    case Refusal::kOversize: return bump(counters.refused_oversize);
+    case Refusal::kMalformed: return bump(counters.refused_malformed);
+    case Refusal::kAuth: return bump(counters.refused_auth);
+    case Refusal::kTimeout: return bump(counters.handshake_timeouts);
+  }
+}
+
 Gate::Scope::Scope(Gate& g) : gate_(g), outer_(tl_innermost) {
   // seq_cst on both sides: either close_and_wait() sees this increment, or this load sees
   // the close.

@@ -18,6 +18,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "podium/base/log.h"
 #include "podium/channel/net.h"
 #include "podium/channel/tls.h"
 
@@ -135,6 +136,19 @@ struct Core {
   // Net::on_batch_end(): set before the first listen() or send(), then only read.
   std::function<void()> batch_end;
   Gate gate;
+
+  // CH-13..CH-15: what was refused (relaxed atomics: counters only), and one rate limit per
+  // kind of warning a flood of bad peers could repeat (BL-2).
+  struct Counters {
+    std::atomic<uint64_t> refused_oversize{0}, refused_malformed{0}, refused_auth{0},
+        handshake_timeouts{0}, unauthenticated_cap_hits{0};
+  } counters;
+  enum class Refusal : uint8_t { kNone, kOversize, kMalformed, kAuth, kTimeout };
+  void count(Refusal r);
+  base::RateLimitedLog& warnings(Refusal r) { return warn_limits[static_cast<size_t>(r)]; }
+  base::RateLimitedLog warn_limits[5];
+  base::RateLimitedLog cap_warnings;     // CH-14
+  base::RateLimitedLog accept_warnings;  // accept errors (EMFILE)
 
   std::mutex mu;  // guards everything below
   bool stopped = false;

@@ -20,50 +20,6 @@ namespace {
 
 using namespace testing;
 
-// A blocking client socket connected to `a` (unix or tcp), or -1.
-int dial(const Address& a) {
-  if (a.transport == Transport::kUnix) {
-    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    std::memcpy(sa.sun_path, a.target.data(), a.target.size());
-    if (a.target[0] == '@') sa.sun_path[0] = '\0';
-    socklen_t len = offsetof(sockaddr_un, sun_path) + a.target.size() + (a.target[0] != '@');
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), len) == 0) return fd;
-    ::close(fd);
-    return -1;
-  }
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(a.port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) return fd;
-  ::close(fd);
-  return -1;
-}
-
-void write_all(int fd, std::span<const std::byte> b) {
-  while (!b.empty()) {
-    ssize_t n = ::send(fd, b.data(), b.size(), MSG_NOSIGNAL);
-    if (n <= 0) return;  // the Net may close first; that is what the test waits for
-    b = b.subspan(size_t(n));
-  }
-}
-
-// True when the peer closes `fd` within `limit` (whatever it sent before, e.g. a HelloAck).
-bool closed_by_peer(int fd, std::chrono::milliseconds limit) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  char buf[4096];
-  while (std::chrono::steady_clock::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 20) <= 0) continue;
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) return true;
-  }
-  return false;
-}
-
 std::vector<std::byte> hello_bytes(uint32_t version = wire::kSessionProtocolVersion) {
   std::vector<std::byte> b;
   wire::encode(wire::Hello{version, 42, "garbage-test"}, b);

@@ -13,6 +13,16 @@
 namespace podium::channel::internal {
 namespace {
 
+using R = Core::Refusal;
+
+// CH-15: which counter a frame decoder's error bumps.
+R refusal_of(const Error& e) {
+  return e.is(wire::WireErrc::kFrameTooLarge) || e.is(wire::WireErrc::kTooManyParts) ||
+                 e.is(wire::WireErrc::kHeaderTooLarge)
+             ? R::kOversize
+             : R::kMalformed;
+}
+
 std::shared_ptr<Session> attach_session(Core& core, uint64_t id) {
   std::lock_guard lock(core.mu);
   // Sessions arrive only with a Hello, so sweeping here bounds the table.
@@ -35,7 +45,8 @@ Inbound::Inbound(std::shared_ptr<Core> core, Socket socket, Transport transport,
     : core_(std::move(core)),
       local_(std::move(local)),
       peer_(peer_name(socket, transport)),
-      decoder_(wire::FrameLimits{core_->config.max_frame_bytes, core_->config.max_parts}),
+      decoder_(wire::FrameLimits{core_->config.max_frame_bytes, core_->config.max_parts,
+                                 core_->config.max_header_bytes}),
       socket_(std::move(socket)),
       ack_timer_(core_->io),
       transport_(transport),
@@ -43,7 +54,14 @@ Inbound::Inbound(std::shared_ptr<Core> core, Socket socket, Transport transport,
   configure_stream(socket_, transport);
 }
 
+Inbound::Inbound(std::shared_ptr<Core> core, Socket socket, Transport transport,
+                 std::string local, std::shared_ptr<std::atomic<uint32_t>> unauthenticated)
+    : Inbound(std::move(core), std::move(socket), transport, std::move(local)) {
+  unauthenticated_ = std::move(unauthenticated);
+}
+
 Inbound::~Inbound() {
+  if (unauthenticated_) unauthenticated_->fetch_sub(1, std::memory_order_relaxed);
   if (!session_) return;
   std::lock_guard lock(core_->mu);
   if (--session_->connections == 0) session_->idle_since = Clock::now();
@@ -52,6 +70,12 @@ Inbound::~Inbound() {
 void Inbound::start() {
   std::lock_guard lock(mu_);
   if (closed_) return;
+  // CH-13: every connection, whatever its transport, finishes its handshake (TLS, secret,
+  // Hello) within the deadline or goes.
+  auth_timer_.expires_after(core_->config.handshake_timeout);
+  auth_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
+    if (!ec) self->on_handshake_timeout();
+  });
   if (transport_ == Transport::kTcp && core_->tls_enabled()) {
     start_tls_locked();
   } else if (transport_ == Transport::kTcp && !core_->config.secret.empty()) {
@@ -65,18 +89,14 @@ void Inbound::start_auth_locked() {
   try {
     server_nonce_ = random_nonce();
   } catch (const std::exception& e) {
-    close_locked(std::string("authentication: ") + e.what(), true);
+    close_locked(std::string("authentication: ") + e.what(), R::kAuth);
     return;
   }
   challenge_ = auth_challenge(server_nonce_);
-  auth_timer_.expires_after(kAuthTimeout);
-  auth_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
-    if (!ec) self->close("refused: no answer to the authentication challenge within 10 s", true);
-  });
   // The challenge is small enough to go out at once; the response is read as one block.
   asio::async_write(socket_, asio::buffer(challenge_),
                     [self = shared_from_this()](const std::error_code& ec, size_t) {
-                      if (ec) self->close("authentication: write: " + ec.message(), false);
+                      if (ec) self->close("authentication: write: " + ec.message(), R::kNone);
                     });
   asio::async_read(socket_, asio::buffer(response_),
                    [self = shared_from_this()](const std::error_code& ec, size_t) {
@@ -88,9 +108,8 @@ void Inbound::on_auth_response(const std::error_code& ec) {
   std::lock_guard lock(mu_);
   if (closed_) return;
   if (ec) {
-    auth_timer_.cancel();
     close_locked("authentication: the peer left before answering (" + ec.message() + ")",
-                 true);
+                 R::kAuth);
     return;
   }
   Nonce client_nonce{};
@@ -99,10 +118,10 @@ void Inbound::on_auth_response(const std::error_code& ec) {
     ok = verify_response(core_->config.secret, server_nonce_, response_, client_nonce);
     verdict_ = auth_verdict(ok, core_->config.secret, client_nonce, server_nonce_);
   } catch (const std::exception& e) {
-    close_locked(std::string("authentication: ") + e.what(), true);
+    close_locked(std::string("authentication: ") + e.what(), R::kAuth);
     return;
   }
-  auth_timer_.cancel();
+  authenticated_ = ok;
   if (!ok) {
     // Tell the dialler why (best effort, the socket is non-blocking and empty), then go.
     std::error_code wec;
@@ -110,12 +129,12 @@ void Inbound::on_auth_response(const std::error_code& ec) {
     close_locked(looks_like_tls(std::as_bytes(std::span(response_)))
                      ? "refused: the peer speaks TLS, and this listener has no TLS configured"
                      : "refused: authentication failed (wrong or missing secret)",
-                 true);
+                 R::kAuth);
     return;
   }
   asio::async_write(socket_, asio::buffer(verdict_),
                     [self = shared_from_this()](const std::error_code& ec, size_t) {
-                      if (ec) self->close("authentication: write: " + ec.message(), false);
+                      if (ec) self->close("authentication: write: " + ec.message(), R::kNone);
                     });
   start_read_locked();
 }
@@ -124,19 +143,15 @@ void Inbound::on_auth_response(const std::error_code& ec) {
 
 void Inbound::start_tls_locked() {
   if (!core_->tls) {
-    close_locked("refused: " + core_->tls_error, true);
+    close_locked("refused: " + core_->tls_error, R::kAuth);
     return;
   }
   auto session = TlsSession::make(*core_->tls, TlsSession::Role::kListener);
   if (!session) {
-    close_locked("refused: " + session.error().message, true);
+    close_locked("refused: " + session.error().message, R::kAuth);
     return;
   }
   tls_ = std::move(*session);
-  auth_timer_.expires_after(kAuthTimeout);
-  auth_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
-    if (!ec) self->close("refused: the TLS setup did not finish within 10 s", true);
-  });
   // The greeting goes out before anything is read: a plaintext dialler with a secret waits
   // for a challenge, and learns from the greeting that this listener requires TLS. A fresh
   // socket's buffer takes it whole.
@@ -145,7 +160,7 @@ void Inbound::start_tls_locked() {
   if (ssize_t n = send_iov(socket_.native_handle(), &v, 1); n != ssize_t(greeting.size())) {
     close_locked(n < 0 ? errno_error("TLS: write", int(-n)).message
                        : std::string("TLS: the greeting did not fit the socket buffer"),
-                 false);
+                 R::kNone);
     return;
   }
   read_tls_locked();
@@ -154,7 +169,7 @@ void Inbound::start_tls_locked() {
 void Inbound::read_tls_locked() {
   auto into = tls_->input_space();
   if (into.empty()) {  // the peer sent more than the setup consumes
-    close_locked("refused: protocol error: unexpected data during the TLS setup", true);
+    close_locked("refused: protocol error: unexpected data during the TLS setup", R::kAuth);
     return;
   }
   read_into_ = into.data();
@@ -177,11 +192,11 @@ void Inbound::on_tls_input(const std::error_code& ec, size_t n) {
                      ? "refused: the peer closed the connection instead of answering the "
                        "authentication challenge (it holds no secret?)"
                      : "refused: the peer closed the connection during the TLS handshake",
-                 true);
+                 R::kAuth);
     return;
   }
   if (std::exchange(first_read_, false) && !looks_like_tls({read_into_, n})) {
-    close_locked("refused: the peer does not speak TLS, and this listener requires it", true);
+    close_locked("refused: the peer does not speak TLS, and this listener requires it", R::kAuth);
     return;
   }
   tls_->commit_input(n);
@@ -199,7 +214,7 @@ void Inbound::advance_tls_locked() {
         if (step == TlsSession::Step::kFailed) {
           // The alert that tells the dialler why goes first, best effort.
           (void)tls_->flush(socket_.native_handle());
-          close_locked("refused: TLS handshake failed: " + tls_->error(), true);
+          close_locked("refused: TLS handshake failed: " + tls_->error(), R::kAuth);
           return;
         }
         if (!send_tls_locked()) return;
@@ -215,7 +230,7 @@ void Inbound::advance_tls_locked() {
           try {
             server_nonce_ = random_nonce();
           } catch (const std::exception& e) {
-            close_locked(std::string("authentication: ") + e.what(), true);
+            close_locked(std::string("authentication: ") + e.what(), R::kAuth);
             return;
           }
           challenge_ = auth_challenge(server_nonce_);
@@ -239,12 +254,12 @@ void Inbound::advance_tls_locked() {
           ok = verify_response(secret, server_nonce_, setup_in_, client_nonce);
           verdict_ = auth_verdict(ok, secret, client_nonce, server_nonce_);
         } catch (const std::exception& e) {
-          close_locked(std::string("authentication: ") + e.what(), true);
+          close_locked(std::string("authentication: ") + e.what(), R::kAuth);
           return;
         }
         if (!write_tls_locked(verdict_.data(), verdict_.size())) return;
         if (!ok) {
-          close_locked("refused: authentication failed (wrong or missing secret)", true);
+          close_locked("refused: authentication failed (wrong or missing secret)", R::kAuth);
           return;
         }
         tls_ready_locked();
@@ -261,11 +276,11 @@ bool Inbound::take_tls_locked(size_t need) {
   auto r = tls_->read(std::as_writable_bytes(std::span(setup_in_).subspan(have)));
   setup_in_.resize(have + r.n);
   if (r.failed) {
-    close_locked("refused: TLS: " + tls_->error(), true);
+    close_locked("refused: TLS: " + tls_->error(), R::kAuth);
     return false;
   }
   if (r.closed) {
-    close_locked("the peer closed the TLS stream during the setup", true);
+    close_locked("the peer closed the TLS stream during the setup", R::kAuth);
     return false;
   }
   if (setup_in_.size() < need) {
@@ -282,7 +297,7 @@ bool Inbound::write_tls_locked(const uint8_t* data, size_t n) {
     close_locked(w == -EPROTO ? "TLS: " + tls_->error()
                  : w < 0      ? errno_error("TLS: write", int(-w)).message
                               : std::string("TLS: the setup did not fit the output buffer"),
-                 false);
+                 R::kNone);
     return false;
   }
   return send_tls_locked();
@@ -290,7 +305,7 @@ bool Inbound::write_tls_locked(const uint8_t* data, size_t n) {
 
 bool Inbound::send_tls_locked() {
   if (int rc = tls_->flush(socket_.native_handle()); rc < 0) {
-    close_locked(errno_error("TLS: write", -rc).message, false);
+    close_locked(errno_error("TLS: write", -rc).message, R::kNone);
     return false;
   }
   if (tls_->output_pending() && !write_waiting_) {
@@ -303,7 +318,7 @@ bool Inbound::send_tls_locked() {
 }
 
 void Inbound::tls_ready_locked() {
-  auth_timer_.cancel();
+  authenticated_ = true;
   tls_step_ = TlsStep::kReady;
   if (tls_->input_buffered()) {
     // Bytes that came with the end of the setup: decode them before reading more.
@@ -313,21 +328,44 @@ void Inbound::tls_ready_locked() {
   }
 }
 
-void Inbound::close(const std::string& why, bool warn) {
+void Inbound::on_handshake_timeout() {
   std::lock_guard lock(mu_);
-  close_locked(why, warn);
+  if (closed_ || session_) return;
+  auto ms = std::to_string(core_->config.handshake_timeout.count()) + " ms";
+  close_locked(tls_ && tls_step_ == TlsStep::kHandshake
+                   ? "refused: the TLS setup did not finish within " + ms
+               : !authenticated_ && transport_ == Transport::kTcp &&
+                       !core_->config.secret.empty()
+                   ? "refused: no answer to the authentication challenge within " + ms
+                   : "refused: no Hello within " + ms + " of connecting",
+               R::kTimeout);
 }
 
-void Inbound::close_locked(const std::string& why, bool warn) {
+void Inbound::release_unauthenticated_locked() {
+  if (auto slot = std::exchange(unauthenticated_, nullptr)) {
+    slot->fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void Inbound::close(const std::string& why, Core::Refusal refusal) {
+  std::lock_guard lock(mu_);
+  close_locked(why, refusal);
+}
+
+void Inbound::close_locked(const std::string& why, Core::Refusal refusal) {
   if (closed_) return;
   closed_ = true;
+  core_->count(refusal);  // before the peer can see the close
   std::error_code ec;
   socket_.close(ec);
   ack_timer_.cancel();
   auth_timer_.cancel();
+  release_unauthenticated_locked();
   std::string from = hello_from_.empty() ? peer_ : peer_ + " (" + hello_from_ + ")";
-  if (warn) {
-    spdlog::warn("channel: closing connection from {} to {}: {}", from, local_, why);
+  if (refusal != R::kNone) {
+    // CH-5's warning, at most a few per second per kind under a flood (BL-2).
+    core_->warnings(refusal).warn("channel: closing connection from {} to {}: {}", from, local_,
+                                  why);
   } else {
     spdlog::debug("channel: closing connection from {} to {}: {}", from, local_, why);
   }
@@ -345,7 +383,7 @@ void Inbound::close_locked(const std::string& why, bool warn) {
 void Inbound::start_read_locked() {
   auto into = tls_ ? tls_->input_space() : decoder_.prepare();
   if (into.empty()) {  // a TLS input ring that a partial record cannot fill
-    close_locked("TLS: protocol error: input buffer full", true);
+    close_locked("TLS: protocol error: input buffer full", R::kMalformed);
     return;
   }
   read_into_ = into.data();
@@ -361,9 +399,11 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
     bool truncated = decoder_.mid_frame();
     if (ec == asio::error::eof) {
       close(truncated ? "connection closed inside a frame (truncated frame)" : "closed by peer",
-            truncated);
+            truncated ? R::kMalformed : R::kNone);
     } else {
-      close("read: " + ec.message(), false);
+      // A reset inside a frame is a truncated frame too.
+      close("read: " + ec.message() + (truncated ? " (inside a frame: truncated frame)" : ""),
+            truncated ? R::kMalformed : R::kNone);
     }
     return;
   }
@@ -373,12 +413,13 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
     iovec v{notice.data(), notice.size()};
     std::lock_guard lock(mu_);
     (void)send_iov(socket_.native_handle(), &v, 1);
-    close_locked("refused: the peer speaks TLS, and this listener has no TLS configured", true);
+    close_locked("refused: the peer speaks TLS, and this listener has no TLS configured",
+                 R::kAuth);
     return;
   }
   Gate::Scope gate(core_->gate);
   if (!gate) {
-    close("net stopped", false);
+    close("net stopped", R::kNone);
     return;
   }
   BatchEnd batch{*core_};  // after every lock below is released
@@ -393,13 +434,13 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
         if (!deliver_frames(batch, delivering)) return;
       }
       if (r.failed) {
-        close("TLS: " + tls_->error(), true);
+        close("TLS: " + tls_->error(), R::kMalformed);
         return;
       }
       if (r.closed) {
         bool truncated = decoder_.mid_frame();
         close(truncated ? "connection closed inside a frame (truncated frame)" : "closed by peer",
-              truncated);
+              truncated ? R::kMalformed : R::kNone);
         return;
       }
       if (r.n == 0) break;
@@ -431,24 +472,24 @@ bool Inbound::deliver_frames(BatchEnd& batch, std::unique_lock<std::mutex>& deli
   for (;;) {
     auto ready = decoder_.next(frame);
     if (!ready) {
-      close(ready.error().message, true);
+      close(ready.error().message, refusal_of(ready.error()));
       return false;
     }
     if (!*ready) return true;
     auto m = wire::decode(std::move(frame));
     if (!m) {
-      close(m.error().message, true);
+      close(m.error().message, R::kMalformed);
       return false;
     }
     if (auto* d = std::get_if<wire::Data>(&*m)) {
       if (!session_) {
-        close("Data before Hello", true);
+        close("Data before Hello", R::kMalformed);
         return false;
       }
       if (!delivering) delivering = std::unique_lock(session_->mu);
       if (d->seq <= session_->delivered.load(std::memory_order_relaxed)) continue;  // resent
       if (core_->gate.closed()) {  // stop() is waiting for this read to finish
-        close("net stopped", false);
+        close("net stopped", R::kNone);
         return false;
       }
       session_->delivered.store(d->seq, std::memory_order_release);
@@ -457,7 +498,7 @@ bool Inbound::deliver_frames(BatchEnd& batch, std::unique_lock<std::mutex>& deli
     } else if (auto* hello = std::get_if<wire::Hello>(&*m)) {
       if (!accept_hello(*hello)) return false;
     } else {
-      close("protocol error: Ack or HelloAck sent to a listener", true);
+      close("protocol error: Ack or HelloAck sent to a listener", R::kMalformed);
       return false;
     }
   }
@@ -465,19 +506,22 @@ bool Inbound::deliver_frames(BatchEnd& batch, std::unique_lock<std::mutex>& deli
 
 bool Inbound::accept_hello(const wire::Hello& hello) {
   if (session_) {
-    close("protocol error: second Hello", true);
+    close("protocol error: second Hello", R::kMalformed);
     return false;
   }
   if (hello.protocol_version != wire::kSessionProtocolVersion) {
     close("session protocol version " + std::to_string(hello.protocol_version) +
               ", this build speaks " + std::to_string(wire::kSessionProtocolVersion),
-          true);
+          R::kMalformed);
     return false;
   }
   auto session = attach_session(*core_, hello.session_id);
   std::lock_guard lock(mu_);
   session_ = std::move(session);  // ~Inbound releases it even if closed meanwhile
   if (closed_) return false;
+  // The handshake is complete: the deadline and the slot under the cap go (CH-13, CH-14).
+  auth_timer_.cancel();
+  release_unauthenticated_locked();
   hello_from_ = hello.listen_address;
   if (auto from = Address::parse(hello.listen_address)) {
     std::lock_guard core_lock(core_->mu);
@@ -510,8 +554,7 @@ void Inbound::write_locked() {
                    : send_iov(socket_.native_handle(), &v, 1);
   if (n < 0) {
     close_locked(tls_ && n == -EPROTO ? "TLS: " + tls_->error()
-                                      : errno_error("write", int(-n)).message,
-                 false);
+                                      : errno_error("write", int(-n)).message, R::kNone);
     return;
   }
   out_off_ += size_t(n);
@@ -529,7 +572,7 @@ void Inbound::on_writable(const std::error_code& ec) {
   write_waiting_ = false;
   if (closed_) return;
   if (ec) {
-    close_locked("write: " + ec.message(), false);
+    close_locked("write: " + ec.message(), R::kNone);
     return;
   }
   write_locked();
@@ -655,7 +698,9 @@ void SocketListener::on_accept(const std::error_code& ec, Socket socket) {
   std::lock_guard lock(mu_);
   if (closed_ || ec == asio::error::operation_aborted) return;
   if (ec) {
-    spdlog::warn("channel: accept on {}: {}; retrying in 100 ms", bound_text_, ec.message());
+    // EMFILE and the like: the loop waits, then accepts again; it never stops (CH-14).
+    core_->accept_warnings.warn("channel: accept on {}: {}; retrying in 100 ms", bound_text_,
+                                ec.message());
     retry_.expires_after(std::chrono::milliseconds(100));
     retry_.async_wait([self = shared_from_this()](const std::error_code& ec) {
       std::lock_guard lock(self->mu_);
@@ -663,7 +708,23 @@ void SocketListener::on_accept(const std::error_code& ec, Socket socket) {
     });
     return;
   }
-  auto in = std::make_shared<Inbound>(core_, std::move(socket), bound_.transport, bound_text_);
+  // CH-14: past the cap of connections mid-handshake, a new one is closed at once, before
+  // anything is allocated or read for it.
+  if (unauthenticated_->load(std::memory_order_relaxed) >= core_->config.max_unauthenticated) {
+    core_->counters.unauthenticated_cap_hits.fetch_add(1, std::memory_order_relaxed);
+    std::error_code ignored;
+    std::string peer = peer_name(socket, bound_.transport);
+    socket.close(ignored);
+    core_->cap_warnings.warn(
+        "channel: closing connection from {} to {}: refused: {} connections are already "
+        "mid-handshake (max_unauthenticated)",
+        peer, bound_text_, core_->config.max_unauthenticated);
+    accept_locked();
+    return;
+  }
+  unauthenticated_->fetch_add(1, std::memory_order_relaxed);
+  auto in = std::make_shared<Inbound>(core_, std::move(socket), bound_.transport, bound_text_,
+                                      unauthenticated_);
   bool stopped;
   {
     std::lock_guard core_lock(core_->mu);
@@ -671,7 +732,7 @@ void SocketListener::on_accept(const std::error_code& ec, Socket socket) {
     if (!stopped) core_->inbounds.insert(in);
   }
   if (stopped) {
-    in->close("net stopped", false);
+    in->close("net stopped", R::kNone);
     return;
   }
   in->start();

@@ -3,7 +3,10 @@
 // A SocketListener accepts connections; each becomes an Inbound that reads Hello, then Data,
 // delivers each envelope whose seq is above what its Session has delivered (CH-1, CH-2), and
 // answers on the same socket with HelloAck and batched cumulative Acks. A malformed frame
-// closes only that connection, with a warning naming the peer and the reason (CH-5).
+// closes only that connection, with a warning naming the peer and the reason (CH-5), counted
+// and rate-limited (CH-15). A connection is closed when its handshake (TLS, secret, Hello) has
+// not completed within Config::handshake_timeout (CH-13); a listener closes at once a
+// connection accepted while Config::max_unauthenticated others are mid-handshake (CH-14).
 //
 // Threads: only the read chain (one outstanding read per connection) decodes and delivers;
 // Inbound::mu_ guards the socket and the ack state it shares with the ack timer, close()
@@ -43,16 +46,23 @@ struct Session {
 class Inbound : public std::enable_shared_from_this<Inbound> {
  public:
   Inbound(std::shared_ptr<Core> core, Socket socket, Transport transport, std::string local);
+  // `unauthenticated` counts its listener's connections mid-handshake (CH-14): this one is
+  // counted in it until its Hello is accepted or it closes.
+  Inbound(std::shared_ptr<Core> core, Socket socket, Transport transport, std::string local,
+          std::shared_ptr<std::atomic<uint32_t>> unauthenticated);
   ~Inbound();
   void start();
-  // Closes the connection; logs `why` as a warning when `warn`, else at debug. Thread-safe.
-  void close(const std::string& why, bool warn);
+  // Closes the connection. A refusal is counted (CH-15) and logged as a rate-limited
+  // warning (CH-5); kNone logs `why` at debug. Thread-safe.
+  void close(const std::string& why, Core::Refusal refusal);
   // Acknowledges now what this connection has delivered, and disarms the delayed ack: the
   // Net is sending to this peer anyway (CH-10). Thread-safe.
   void flush_ack();
 
  private:
-  void close_locked(const std::string& why, bool warn);
+  void close_locked(const std::string& why, Core::Refusal refusal);
+  void on_handshake_timeout();  // CH-13
+  void release_unauthenticated_locked();
   void start_read_locked();
   void on_read(const std::error_code& ec, size_t n);
   // Decodes and delivers the frames in decoder_ (the caller entered the gate); false when
@@ -104,7 +114,12 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   std::array<uint8_t, kChallengeBytes> challenge_{};
   std::array<uint8_t, kResponseBytes> response_{};
   std::array<uint8_t, kVerdictBytes> verdict_{};
-  asio::steady_timer auth_timer_;  // bounds the CH-8 exchange, and the CH-9 setup
+  // CH-13: armed by start(), cancelled once Hello is accepted; bounds the CH-9 setup, the
+  // CH-8 exchange and the Hello together.
+  asio::steady_timer auth_timer_;
+  bool authenticated_ = false;  // the CH-8 or CH-9 setup passed (for the timeout's reason)
+  // CH-14: the listener's count of connections mid-handshake; null once released.
+  std::shared_ptr<std::atomic<uint32_t>> unauthenticated_;
   // CH-9. tls_ is set by start() under mu_ before the first read and never changes after;
   // the session has its own mutex, so the read chain decrypts without mu_. The rest: the
   // read chain, under mu_ during the setup.
@@ -141,6 +156,10 @@ class SocketListener final : public ListenerBase,
   Acceptor acceptor_;
   asio::steady_timer retry_;  // re-accept after an error such as EMFILE
   bool closed_ = false;
+  // CH-14: connections accepted here that have not completed their handshake (each Inbound
+  // holds it and gives its unit back once).
+  const std::shared_ptr<std::atomic<uint32_t>> unauthenticated_ =
+      std::make_shared<std::atomic<uint32_t>>(0);
   // The socket file this listener bound, to unlink on close only if nobody replaced it.
   std::string path_;
   uint64_t dev_ = 0, ino_ = 0;

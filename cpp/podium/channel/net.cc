@@ -35,6 +35,13 @@ Net::~Net() {
 
 const Config& Net::config() const { return impl_->core->config; }
 
+NetStats Net::stats() const {
+  const auto& c = impl_->core->counters;
+  auto get = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
+  return NetStats{get(c.refused_oversize), get(c.refused_malformed), get(c.refused_auth),
+                  get(c.handshake_timeouts), get(c.unauthenticated_cap_hits)};
+}
+
 Result<Address> Net::listen(const Address& addr) {
   const auto& core = impl_->core;
   auto stopped = [&] {
@@ -85,11 +92,19 @@ void Net::send(const Address& to, wire::Envelope env) {
                   "envelope for " + to.to_string() + " has " + std::to_string(env.parts.size()) +
                       " parts, the limit is " + std::to_string(core.config.max_parts));
   }
-  if (size_t bound = wire::data_frame_bound(env); bound > core.config.max_frame_bytes) {
+  size_t header_bound = 0;
+  if (size_t bound = wire::data_frame_bound(env, &header_bound);
+      bound > core.config.max_frame_bytes) {
     return refuse(ChannelErrc::kFrameTooLarge,
                   "envelope for " + to.to_string() + " of up to " + std::to_string(bound) +
                       " bytes exceeds max_frame_bytes " +
                       std::to_string(core.config.max_frame_bytes));
+  }
+  if (header_bound > core.config.max_header_bytes) {  // the receiver would refuse it (WI-5)
+    return refuse(ChannelErrc::kFrameTooLarge,
+                  "envelope for " + to.to_string() + " has a header of up to " +
+                      std::to_string(header_bound) + " bytes, over max_header_bytes " +
+                      std::to_string(core.config.max_header_bytes));
   }
   if (!core.tls_error.empty() && to.transport == Transport::kTcp) {
     return refuse(ChannelErrc::kTlsFailed, "TLS to " + to.to_string() + ": " + core.tls_error);
@@ -142,7 +157,7 @@ void Net::stop() {
   core.gate.close_and_wait();
   if (again) return;
   for (auto& l : listeners) l->close();
-  for (auto& in : inbounds) in->close("net stopped", false);
+  for (auto& in : inbounds) in->close("net stopped", internal::Core::Refusal::kNone);
   for (auto& link : links) link->stop();
 }
 
@@ -175,7 +190,7 @@ void Net::reset_connections_for_test() {
     inbounds.assign(core.inbounds.begin(), core.inbounds.end());
   }
   for (auto& link : links) link->reset_for_test();
-  for (auto& in : inbounds) in->close("connection reset for test", false);
+  for (auto& in : inbounds) in->close("connection reset for test", internal::Core::Refusal::kNone);
 }
 
 void Net::on_batch_end(std::function<void()> fn) { impl_->core->batch_end = std::move(fn); }

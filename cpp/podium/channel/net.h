@@ -47,6 +47,21 @@
 //        the oldest of it has waited Config::ack_with_send_after, and disarms that
 //        connection's delayed-ack timer: requests and replies carry each other's acks, so
 //        neither end wakes again for an ack timer or for reading an ack later.
+//   CH-13 Every inbound socket connection (Unix or TCP, with or without a secret or TLS)
+//        that has not completed its handshake (authentication, TLS and Hello) within
+//        Config::handshake_timeout is closed, with a logged reason and
+//        NetStats::handshake_timeouts counted: a peer that connects and says nothing, or half
+//        a Hello, holds nothing for longer.
+//   CH-14 Each listener holds at most Config::max_unauthenticated connections that have not
+//        completed their handshake; one accepted past that is closed at once (counted in
+//        NetStats::unauthenticated_cap_hits, logged rate-limited), so a flood of half-open
+//        connections costs at most the cap in memory and descriptors, and a real peer gets in
+//        once slots free up. The accept loop survives EMFILE (it retries after 100 ms).
+//   CH-15 A peer's frame is refused for a claimed length over the limits (WI-5) before
+//        anything is allocated for it, and the connection's memory grows only with the bytes
+//        that arrived (WI-6): a peer announcing a 2 GiB header or part costs what it sent.
+//        Each refusal is counted in NetStats (refused_oversize, refused_malformed,
+//        refused_auth) and its CH-5 warning is rate-limited per kind (base/log.h, BL-2).
 #pragma once
 
 #include <chrono>
@@ -84,6 +99,14 @@ constexpr Subsystem subsystem_of(ChannelErrc) { return Subsystem::kChannel; }
 struct Config {
   size_t max_frame_bytes = size_t{1} << 31;
   uint32_t max_parts = 1024;  // parts per envelope (at most 65535)
+  // A Data frame's msgpack header (dest, sender, string headers): small, far below the frame
+  // limit (WI-5). send() refuses an envelope whose header could exceed it.
+  uint32_t max_header_bytes = 1u << 20;
+  // CH-13: an inbound connection that has not finished its handshake (TLS, secret, Hello)
+  // this long after it was accepted is closed.
+  std::chrono::milliseconds handshake_timeout{10'000};
+  // CH-14: connections per listener that may be mid-handshake at once.
+  uint32_t max_unauthenticated = 64;
   std::chrono::milliseconds delivery_timeout{30'000};
   std::chrono::milliseconds reconnect_min{2};
   std::chrono::milliseconds reconnect_max{500};
@@ -151,6 +174,15 @@ class FlushLater {
   bool outer_;
 };
 
+// What a Net refused of its peers since it was made (CH-13..CH-15). Each counter only grows.
+struct NetStats {
+  uint64_t refused_oversize = 0;   // a claimed length over a limit (WI-3, WI-5)
+  uint64_t refused_malformed = 0;  // bad bytes, a truncated frame, a protocol error
+  uint64_t refused_auth = 0;       // a wrong or missing secret, a refused TLS peer
+  uint64_t handshake_timeouts = 0;        // CH-13
+  uint64_t unauthenticated_cap_hits = 0;  // CH-14
+};
+
 using DeliverFn = std::function<void(wire::Envelope&&)>;
 using UndeliverableFn = std::function<void(wire::Envelope&&, Error)>;
 
@@ -182,6 +214,9 @@ class Net {
 
   // How many peers this Net holds a link to (tests).
   size_t link_count() const;
+
+  // What this Net refused of its peers so far (CH-13..CH-15). Thread-safe.
+  NetStats stats() const;
 
   const Config& config() const;
 

@@ -3,8 +3,12 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <asio/executor_work_guard.hpp>
@@ -189,6 +193,61 @@ class Returns {
   std::vector<std::pair<wire::Envelope, Error>> items_;
 };
 
+// A blocking client socket connected to `a` (unix or tcp), or -1.
+inline int dial(const Address& a) {
+  if (a.transport == Transport::kUnix) {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::memcpy(sa.sun_path, a.target.data(), a.target.size());
+    if (a.target[0] == '@') sa.sun_path[0] = '\0';
+    socklen_t len = offsetof(sockaddr_un, sun_path) + a.target.size() + (a.target[0] != '@');
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), len) == 0) return fd;
+    ::close(fd);
+    return -1;
+  }
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(a.port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) return fd;
+  ::close(fd);
+  return -1;
+}
+
+inline void write_all(int fd, std::span<const std::byte> b) {
+  while (!b.empty()) {
+    ssize_t n = ::send(fd, b.data(), b.size(), MSG_NOSIGNAL);
+    if (n <= 0) return;  // the Net may close first; that is what the test waits for
+    b = b.subspan(size_t(n));
+  }
+}
+
+// True when the peer closes `fd` within `limit` (whatever it sent before, e.g. a HelloAck).
+inline bool closed_by_peer(int fd, std::chrono::milliseconds limit) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20) <= 0) continue;
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return true;
+  }
+  return false;
+}
+
+// Polls `done` every 2 ms until it holds or `limit` passes; true when it held.
+template <class Pred>
+bool eventually(Pred done, std::chrono::milliseconds limit) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+}
+
 // Routes spdlog's default logger (warnings and up) into a ring buffer for the test's life.
 // Create it before any thread that logs and destroy it after them.
 class LogCapture {
@@ -200,6 +259,12 @@ class LogCapture {
   }
   ~LogCapture() { spdlog::set_default_logger(previous_); }
   // Waits for a logged line that contains every one of `parts`.
+  // Logged lines that contain `part`.
+  size_t count(std::string_view part) {
+    size_t n = 0;
+    for (const auto& line : sink_->last_formatted()) n += line.find(part) != std::string::npos;
+    return n;
+  }
   bool wait_for(std::initializer_list<std::string_view> parts, std::chrono::milliseconds limit) {
     auto end = std::chrono::steady_clock::now() + limit;
     do {

@@ -5,6 +5,7 @@
 #include <msgpack.hpp>
 
 #include "podium/actor/ids.h"
+#include "podium/wire/peer_msgpack.h"
 
 namespace podium::mesh {
 namespace {
@@ -168,7 +169,8 @@ void PortRuns::encode(std::string& out) const {
 
 Result<PortRuns> PortRuns::decode(std::string_view data, size_t* offset, size_t expect) {
   try {
-    msgpack::object_handle oh = msgpack::unpack(data.data(), data.size(), *offset);
+    msgpack::object_handle oh = msgpack::unpack(data.data(), data.size(), *offset, nullptr,
+                                                nullptr, wire::peer_unpack_limit(data.size()));
     const msgpack::object& o = oh.get();
     if (o.type != msgpack::type::ARRAY) return std::unexpected(plan_error("ports not an array"));
     PortRuns out;
@@ -260,7 +262,8 @@ void SeqRuns::encode(std::string& out) const {
 
 Result<SeqRuns> SeqRuns::decode(std::string_view data, size_t* offset, size_t expect) {
   try {
-    msgpack::object_handle oh = msgpack::unpack(data.data(), data.size(), *offset);
+    msgpack::object_handle oh = msgpack::unpack(data.data(), data.size(), *offset, nullptr,
+                                                nullptr, wire::peer_unpack_limit(data.size()));
     const msgpack::object& o = oh.get();
     if (o.type != msgpack::type::ARRAY || o.via.array.size % 2 != 0) {
       return std::unexpected(plan_error("seqs not an even array"));

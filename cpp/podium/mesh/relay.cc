@@ -15,6 +15,7 @@
 #include "podium/actor/message.h"
 #include "podium/actor/proc.h"
 #include "podium/mesh/runtime.h"
+#include "podium/wire/peer_msgpack.h"
 
 namespace podium::mesh {
 namespace {
@@ -100,8 +101,9 @@ template <class Fill>
 Status decode_runs(const std::vector<Buffer>& parts, Fill&& fill) {
   try {
     if (parts.empty()) return std::unexpected(relay_error("reduced reply without a run table"));
-    msgpack::object_handle oh = msgpack::unpack(reinterpret_cast<const char*>(parts[0].data()),
-                                                parts[0].size());
+    msgpack::object_handle oh =
+        msgpack::unpack(reinterpret_cast<const char*>(parts[0].data()), parts[0].size(), nullptr,
+                        nullptr, wire::peer_unpack_limit(parts[0].size()));  // WI-7
     const auto& o = oh.get();
     if (o.type != msgpack::type::ARRAY || o.via.array.size != 2) {
       return std::unexpected(relay_error("reduced reply: run table is not a 2-array"));
@@ -159,7 +161,8 @@ Status decode_plan_part(const Buffer& b, size_t ranks, CastPlan& p) {
   std::string_view data(reinterpret_cast<const char*>(b.data()), b.size());
   size_t off = 0;
   try {
-    msgpack::object_handle oh = msgpack::unpack(data.data(), data.size(), off);
+    msgpack::object_handle oh = msgpack::unpack(data.data(), data.size(), off, nullptr, nullptr,
+                                                wire::peer_unpack_limit(data.size()));
     const auto& o = oh.get();
     if (o.type != msgpack::type::ARRAY || o.via.array.size != 2) {
       return std::unexpected(relay_error("cast plan: region is not a 2-array"));

@@ -1,4 +1,5 @@
 #include "podium/mesh/runtime.h"
+#include "podium/base/log.h"
 
 #include <spdlog/spdlog.h>
 #include <arpa/inet.h>
@@ -1948,6 +1949,7 @@ Result<std::unique_ptr<Runtime>> make_runtime(channel::Address listen, std::stri
                                               std::optional<channel::Address> parent,
                                               bool reuse_port = false, bool worker = false,
                                               bool persistent = false) {
+  base::init_logging();  // BL-1: log lines to stderr, the user's output alone on stdout
   auto impl = std::make_unique<Runtime::Impl>();
   impl->sock_dir = std::move(sock_dir);
   auto secret = internal::job_secret();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -42,7 +43,19 @@ std::string hex(const std::byte* p, size_t n) {
   return out;
 }
 
+const char* kind_name(FrameKind k) {
+  switch (k) {
+    case FrameKind::kHello: return "Hello";
+    case FrameKind::kHelloAck: return "HelloAck";
+    case FrameKind::kData: return "Data";
+    case FrameKind::kAck: return "Ack";
+  }
+  return "?";
+}
+
 }  // namespace
+
+void FrameDecoder::Free::operator()(std::byte* p) const { std::free(p); }
 
 HeadWriter::HeadWriter(std::vector<std::byte>& out, FrameKind kind, std::span<const Buffer> parts,
                        size_t header_hint)
@@ -78,6 +91,8 @@ void FrameDecoder::reset() {
   header_saved_ = false;
   parts_.clear();
   part_.reset();
+  big_.reset();
+  part_cap_ = 0;
 }
 
 std::span<const std::byte> FrameDecoder::header() const {
@@ -87,11 +102,18 @@ std::span<const std::byte> FrameDecoder::header() const {
 
 std::span<std::byte> FrameDecoder::prepare() {
   direct_ = false;
-  if (state_ == State::kParts && part_ && begin_ == end_) {
-    size_t rest = part_lens_[parts_.size()] - part_filled_;
-    if (rest >= kDirectReadMin) {
-      direct_ = true;
-      return {part_.get() + part_filled_, rest};
+  if (state_ == State::kParts && part_data() && begin_ == end_) {
+    size_t len = part_lens_[parts_.size()];
+    if (len - part_filled_ >= kDirectReadMin) {
+      // A big part grows before the read when its room runs short (WI-6); should that fail,
+      // the read goes to the buffer and read_parts() reports it.
+      if (big_ && part_cap_ - part_filled_ < kDirectReadMin) {
+        (void)grow_big(part_filled_ + kDirectReadMin);
+      }
+      if (part_cap_ > part_filled_) {
+        direct_ = true;
+        return {part_data() + part_filled_, part_cap_ - part_filled_};
+      }
     }
   }
   // In the head states the whole head must become contiguous in buf_ (its size was checked
@@ -113,7 +135,11 @@ std::span<std::byte> FrameDecoder::prepare() {
   if (end_ == 0 && state_ == State::kPrefix && buf_.size() > min_buffer_) {
     buf_ = std::vector<std::byte>(min_buffer_);  // give back the room a huge head needed
   }
-  if (buf_.size() < need) buf_.resize(need);
+  if (buf_.size() < need && buf_.size() - end_ < kMinFree) {
+    // WI-6: the buffer grows with the bytes that arrived (doubling once its tail is full),
+    // not to the size the head claims.
+    buf_.resize(std::min(need, std::max(2 * buf_.size(), end_ + kMinFree)));
+  }
   return {buf_.data() + end_, buf_.size() - end_};
 }
 
@@ -155,6 +181,21 @@ Status FrameDecoder::parse_prefix() {
                                           " parts, the limit is " +
                                           std::to_string(limits_.max_parts)));
   }
+  if (kind_ != FrameKind::kData && part_count_ != 0) {
+    return std::unexpected(make_error(WireErrc::kControlFrameParts,
+                                      std::string("a ") + kind_name(kind_) + " frame carries " +
+                                          std::to_string(part_count_) +
+                                          " parts (control frames carry none)"));
+  }
+  uint32_t max_header =
+      kind_ == FrameKind::kData ? limits_.max_header_bytes : kMaxControlHeaderBytes;
+  if (header_len_ > max_header) {
+    return std::unexpected(make_error(
+        WireErrc::kHeaderTooLarge, std::string(kind_name(kind_)) + " header of " +
+                                       std::to_string(header_len_) +
+                                       " bytes exceeds the limit of " +
+                                       std::to_string(max_header) + " bytes"));
+  }
   if (table_end(part_count_) + header_len_ > limits_.max_frame_bytes) {
     return std::unexpected(make_error(
         WireErrc::kFrameTooLarge, "frame head of " + std::to_string(header_len_) +
@@ -185,24 +226,56 @@ Status FrameDecoder::parse_table() {
   return ok();
 }
 
-bool FrameDecoder::read_parts() {
+bool FrameDecoder::grow_big(size_t need) {
+  size_t len = part_lens_[parts_.size()];
+  size_t cap = std::min<size_t>(len, std::max(need, part_cap_ * 2));
+  if (cap <= part_cap_) return cap >= need;
+  void* p = std::realloc(big_.get(), cap);
+  if (!p) return false;
+  (void)big_.release();  // realloc freed or kept it
+  big_.reset(static_cast<std::byte*>(p));
+  part_cap_ = cap;
+  return true;
+}
+
+Result<bool> FrameDecoder::read_parts() {
   while (parts_.size() < part_count_) {
     size_t len = part_lens_[parts_.size()];
     size_t avail = end_ - begin_;
-    if (!part_) {
+    if (!part_data()) {
       if (len == 0) {
         parts_.emplace_back();
         continue;
       }
-      part_ = std::make_shared_for_overwrite<std::byte[]>(len);
       part_filled_ = 0;
+      part_cap_ = 0;
+      if (len <= kEagerPartBytes) {
+        part_ = std::make_shared_for_overwrite<std::byte[]>(len);
+        part_cap_ = len;
+      }
     }
     size_t n = std::min(avail, len - part_filled_);
-    std::memcpy(part_.get() + part_filled_, buf_.data() + begin_, n);
+    // A big part starts at kBigPartFirstBytes (or what already arrived) and doubles (WI-6).
+    size_t need = std::max(part_filled_ + n, part_cap_ ? size_t{0} : kBigPartFirstBytes);
+    if (!part_ && need > part_cap_ && !grow_big(need)) {
+      return std::unexpected(make_error(
+          WireErrc::kFrameTooLarge, "no memory for part " + std::to_string(parts_.size()) +
+                                        " of " + std::to_string(len) + " bytes"));
+    }
+    std::memcpy(part_data() + part_filled_, buf_.data() + begin_, n);
     begin_ += n;
     part_filled_ += n;
     if (part_filled_ < len) return false;
-    parts_.push_back(own(std::move(part_), len));
+    if (part_) {
+      parts_.push_back(own(std::move(part_), len));
+    } else {
+      std::byte* p = big_.release();
+      parts_.emplace_back(std::shared_ptr<const void>(p, [](const void* q) {
+                            std::free(const_cast<void*>(q));
+                          }),
+                          p, len);
+    }
+    part_cap_ = 0;
   }
   return true;
 }
@@ -227,14 +300,17 @@ Result<bool> FrameDecoder::next(RawFrame& out) {
       parts_.reserve(part_count_);
       state_ = State::kParts;
       [[fallthrough]];
-    case State::kParts:
-      if (!read_parts()) return false;
+    case State::kParts: {
+      auto done = read_parts();
+      if (!done) return std::unexpected(std::move(done.error()));
+      if (!*done) return false;
       out.kind = kind_;
       out.header = header();
       out.parts = std::move(parts_);
       parts_ = {};
       state_ = State::kPrefix;
       return true;
+    }
   }
   return false;
 }

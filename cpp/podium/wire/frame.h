@@ -21,6 +21,13 @@
 //        lengths is an error naming the field; the stream is unusable after an error.
 //   WI-4 Each part lands in its own allocation. While kDirectReadMin or more bytes of a part
 //        are still to come, prepare() points reads straight into that allocation.
+//   WI-5 Lengths are checked before they are believed: a header longer than its kind allows
+//        (FrameLimits::max_header_bytes for Data, kMaxControlHeaderBytes for Hello, HelloAck
+//        and Ack) or a control frame with parts is an error from the 12-byte prefix alone.
+//   WI-6 A peer costs what it sent, not what it claimed: the decoder's memory grows with the
+//        bytes that arrive (the read buffer and a part over kEagerPartBytes grow
+//        geometrically as they fill), so a frame announcing 2 GiB that sends 12 bytes holds
+//        about kDefaultBufferBytes, never the announced size.
 #pragma once
 
 #include <algorithm>
@@ -44,6 +51,8 @@ enum class WireErrc : uint16_t {
   kTooManyParts = 104,
   kFrameTooLarge = 105,
   kMalformedHeader = 106,
+  kHeaderTooLarge = 107,     // WI-5
+  kControlFrameParts = 108,  // WI-5: Hello, HelloAck and Ack carry no parts
 };
 constexpr Subsystem subsystem_of(WireErrc) { return Subsystem::kWire; }
 
@@ -53,10 +62,15 @@ inline constexpr uint8_t kFrameVersion = 1;
 inline constexpr size_t kPrefixBytes = 12;
 inline constexpr size_t kPartLenBytes = 8;
 inline constexpr uint32_t kMaxPartsLimit = 0xffff;  // part_count is a u16
+// Hello, HelloAck and Ack headers: a few integers and one address (WI-5).
+inline constexpr uint32_t kMaxControlHeaderBytes = 4096;
 
 struct FrameLimits {
   size_t max_frame_bytes = size_t{1} << 31;  // prefix + table + header + parts
   uint32_t max_parts = 1024;                 // at most kMaxPartsLimit
+  // A Data frame's msgpack header (addresses and a few string headers): far below the frame
+  // limit, since the decoder holds a whole head in one buffer (WI-5).
+  uint32_t max_header_bytes = 1u << 20;
 };
 
 // Bytes of the prefix and part table for `part_count` parts.
@@ -98,8 +112,18 @@ class FrameDecoder {
  public:
   static constexpr size_t kDefaultBufferBytes = 64 * 1024;
   static constexpr size_t kDirectReadMin = 16 * 1024;
+  // A part up to this size is allocated whole once its length is known; a larger one starts
+  // at kBigPartFirstBytes (or what already arrived) and doubles as its bytes arrive (WI-6).
+  static constexpr size_t kEagerPartBytes = 1 << 20;
+  static constexpr size_t kBigPartFirstBytes = 64 * 1024;
 
   explicit FrameDecoder(FrameLimits limits, size_t buffer_bytes = kDefaultBufferBytes);
+  FrameDecoder(FrameDecoder&&) = default;
+  FrameDecoder& operator=(FrameDecoder&&) = default;
+
+  // Bytes the decoder holds for the stream now (read buffer, saved header, part being
+  // filled): what WI-6 bounds. For tests and the fuzz targets.
+  size_t held_bytes() const { return buf_.capacity() + saved_.capacity() + part_cap_; }
 
   // Where the next read should write (never empty): the free tail of the read buffer, or
   // the unfilled rest of a large part's own allocation (WI-4). Call after next() returned
@@ -125,8 +149,17 @@ class FrameDecoder {
 
   Status parse_prefix();
   Status parse_table();
-  bool read_parts();
+  // True once every part is in; an error when a part's memory cannot be had.
+  Result<bool> read_parts();
   std::span<const std::byte> header() const;
+  // The part being filled, in whichever allocation holds it.
+  std::byte* part_data() const { return part_ ? part_.get() : big_.get(); }
+  // Grows big_ to at least `need` bytes (at most the part's length), doubling; false when the
+  // memory cannot be had.
+  bool grow_big(size_t need);
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
 
   FrameLimits limits_;
   size_t min_buffer_;
@@ -145,7 +178,12 @@ class FrameDecoder {
   std::vector<std::byte> saved_;
   std::vector<uint64_t> part_lens_;
   std::vector<Buffer> parts_;
-  std::shared_ptr<std::byte[]> part_;  // part being filled, part_filled_ of part_lens_[i]
+  // The part being filled, part_filled_ of part_lens_[i] bytes in: part_ when it is at most
+  // kEagerPartBytes, else big_ (malloc'd, grown by realloc, which moves pages rather than
+  // bytes for large blocks), with part_cap_ bytes of room in either.
+  std::shared_ptr<std::byte[]> part_;
+  std::unique_ptr<std::byte, Free> big_;
+  size_t part_cap_ = 0;
   size_t part_filled_ = 0;
   bool direct_ = false;  // the span from prepare() is the rest of part_
 };

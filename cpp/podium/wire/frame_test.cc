@@ -192,6 +192,13 @@ TEST(WireFrame, DecodesTheSameFramesUnderRandomChunkings) {  // WI-2
   }
 }
 
+Result<bool> feed_one(std::span<const std::byte> bytes, FrameLimits limits = {}) {
+  FrameDecoder d(limits);
+  auto s = d.feed(bytes, [](RawFrame&&) {});
+  if (!s) return std::unexpected(s.error());
+  return d.mid_frame();
+}
+
 TEST(WireFrame, LargePartIsReadStraightIntoItsOwnAllocation) {  // WI-4
   Envelope e = sample({pattern(10, 1), pattern(3 << 20, 2)});
   std::vector<std::byte> head;
@@ -216,21 +223,96 @@ TEST(WireFrame, LargePartIsReadStraightIntoItsOwnAllocation) {  // WI-4
   ASSERT_EQ(f.parts.size(), 2u);
   const Buffer& big = f.parts[1];
   EXPECT_EQ(0, std::memcmp(big.data(), e.parts[1].data(), big.size()));
-  // After the first read (64 KiB into the read buffer) every read lands inside the part.
-  ASSERT_GE(targets.size(), 2u);
-  for (size_t i = 1; i < targets.size(); ++i) {
-    EXPECT_GE(targets[i].data(), big.data());
-    EXPECT_LE(targets[i].data() + targets[i].size(), big.data() + big.size());
+  // One read into the buffer, then reads straight into the part, whose allocation doubles
+  // from kBigPartFirstBytes as it fills (WI-6): 128 KiB, 256 KiB, ... 2 MiB, 3 MiB.
+  EXPECT_EQ(targets.size(), 7u);
+  for (size_t i = 2; i + 1 < targets.size(); ++i) {
+    EXPECT_EQ(targets[i].size(), (size_t{64} << 10) << (i - 1)) << i;
   }
-  EXPECT_EQ(targets.size(), 2u);  // one read into the buffer, one for the rest of the part
+  // The last read lands inside the finished part.
+  EXPECT_GE(targets.back().data(), big.data());
+  EXPECT_EQ(targets.back().data() + targets.back().size(), big.data() + big.size());
 }
 
-Result<bool> feed_one(std::span<const std::byte> bytes, FrameLimits limits = {}) {
-  FrameDecoder d(limits);
-  auto s = d.feed(bytes, [](RawFrame&&) {});
-  if (!s) return std::unexpected(s.error());
-  return d.mid_frame();
+// A Data head whose prefix claims `header_len` header bytes and whose table claims `parts`.
+std::vector<std::byte> claimed_head(uint32_t header_len, std::vector<uint64_t> parts,
+                                    FrameKind kind = FrameKind::kData) {
+  std::vector<std::byte> b(table_end(parts.size()));
+  std::memcpy(b.data(), "PDM", 3);
+  b[3] = std::byte{kFrameVersion};
+  b[4] = std::byte{uint8_t(kind)};
+  b[6] = std::byte(parts.size() & 0xff);
+  b[7] = std::byte(parts.size() >> 8);
+  for (int i = 0; i < 4; ++i) b[8 + i] = std::byte((header_len >> (8 * i)) & 0xff);
+  for (size_t p = 0; p < parts.size(); ++p) {
+    for (int i = 0; i < 8; ++i) b[table_end(p) + i] = std::byte((parts[p] >> (8 * i)) & 0xff);
+  }
+  return b;
 }
+
+TEST(WireFrame, RefusesAHeaderOverItsKindsLimitFromThePrefixAlone) {  // WI-5
+  // A Data header of 2 GiB - 1 against the 1 MiB default: refused from 12 bytes.
+  auto r = feed_one(claimed_head(0x7fffffff, {}));
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(WireErrc::kHeaderTooLarge)) << r.error().to_string();
+  EXPECT_NE(r.error().message.find("Data header of 2147483647 bytes exceeds the limit of 1048576"),
+            std::string::npos)
+      << r.error().message;
+  // Control frames: small headers and no parts, whatever the frame limit allows.
+  r = feed_one(claimed_head(kMaxControlHeaderBytes + 1, {}, FrameKind::kAck));
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(WireErrc::kHeaderTooLarge)) << r.error().to_string();
+  r = feed_one(claimed_head(3, {1}, FrameKind::kHello));
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(WireErrc::kControlFrameParts)) << r.error().to_string();
+  EXPECT_NE(r.error().message.find("a Hello frame carries 1 parts"), std::string::npos);
+  // A configured header limit applies to Data.
+  r = feed_one(claimed_head(101, {}), FrameLimits{.max_header_bytes = 100});
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(WireErrc::kHeaderTooLarge));
+}
+
+TEST(WireFrame, AClaimedHugeHeaderCostsWhatArrivedNotWhatItClaimed) {  // WI-6
+  // The limits allow a 2 GiB header here; the peer sends its prefix and 100 bytes.
+  FrameLimits limits{.max_header_bytes = 0x7fffffff};
+  FrameDecoder d(limits);
+  auto head = claimed_head(0x7fff0000, {});
+  head.resize(head.size() + 100);
+  ASSERT_TRUE(d.feed(head, [](RawFrame&&) {}).has_value());
+  EXPECT_TRUE(d.mid_frame());
+  EXPECT_LE(d.held_bytes(), 2 * FrameDecoder::kDefaultBufferBytes);
+  // 1 MiB more arrives: the buffer grows with it, doubling, not to 2 GiB.
+  std::vector<std::byte> more(1 << 20);
+  ASSERT_TRUE(d.feed(more, [](RawFrame&&) {}).has_value());
+  EXPECT_LE(d.held_bytes(), 3u << 20);
+}
+
+TEST(WireFrame, AClaimedHugePartCostsWhatArrivedNotWhatItClaimed) {  // WI-6
+  Envelope e = sample({});
+  std::vector<std::byte> stream;
+  encode_data(1, e, stream);
+  // Rewrite the head to announce one part of 2 GiB - 4 KiB.
+  uint32_t header_len = uint32_t(stream.size() - kPrefixBytes);
+  auto head = claimed_head(header_len, {(uint64_t{1} << 31) - 4096});
+  head.insert(head.end(), stream.begin() + kPrefixBytes, stream.end());
+  head.resize(head.size() + 10);  // 10 bytes of the part
+  FrameDecoder d(FrameLimits{});
+  ASSERT_TRUE(d.feed(head, [](RawFrame&&) {}).has_value());
+  EXPECT_LE(d.held_bytes(), 2 * FrameDecoder::kDefaultBufferBytes);
+  std::vector<std::byte> more(3 << 20);
+  ASSERT_TRUE(d.feed(more, [](RawFrame&&) {}).has_value());
+  EXPECT_LE(d.held_bytes(), FrameDecoder::kDefaultBufferBytes + (8u << 20));
+  // Huge part counts are refused from the prefix: 65535 parts against the 1024 limit.
+  auto r = feed_one(claimed_head(1, std::vector<uint64_t>(1)), FrameLimits{.max_parts = 0});
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(WireErrc::kTooManyParts));
+  std::vector<std::byte> many(kPrefixBytes);
+  std::memcpy(many.data(), "PDM\x01\x03\x00\xff\xff\x10\x00\x00\x00", kPrefixBytes);
+  r = feed_one(many);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(WireErrc::kTooManyParts)) << r.error().to_string();
+}
+
 
 std::vector<std::byte> valid_ack() {
   std::vector<std::byte> b;
@@ -301,10 +383,10 @@ TEST(WireFrame, RejectsOversizedFramesBeforeAllocating) {  // WI-3
   ASSERT_FALSE(r);
   EXPECT_TRUE(r.error().is(WireErrc::kFrameTooLarge));
   EXPECT_NE(r.error().message.find("overflow"), std::string::npos);
-  // A header length over the limit is refused from the 12-byte prefix alone.
-  head = valid_ack();
-  head[11] = std::byte{0x7f};
-  r = feed_one(std::span(head).first(kPrefixBytes), limits);
+  // A header length over the frame limit is refused from the 12-byte prefix alone (one over
+  // its kind's header limit too: WI-5, kHeaderTooLarge).
+  head = claimed_head(5000, {});
+  r = feed_one(head, limits);
   ASSERT_FALSE(r);
   EXPECT_TRUE(r.error().is(WireErrc::kFrameTooLarge));
   // Exactly at the limit is fine.

@@ -188,16 +188,18 @@ void encode_data(uint64_t seq, const Envelope& env, std::vector<std::byte>& out)
   w.finish();
 }
 
-size_t data_frame_bound(const Envelope& env) {
+size_t data_frame_bound(const Envelope& env, size_t* header_bound) {
   constexpr size_t kStrMax = std::numeric_limits<uint32_t>::max();
   // msgpack worst cases: 5-byte str/map/array headers, 9-byte uints.
-  size_t n = table_end(env.parts.size()) + 5 + 9 + 2 + 9 + 9 + 5;
+  size_t n = 5 + 9 + 2 + 9 + 9 + 5;
   bool fits = env.dest.size() <= kStrMax && env.sender.size() <= kStrMax;
   n += 5 + env.dest.size() + 5 + env.sender.size();
   for (const auto& [k, v] : env.headers) {
     fits = fits && k.size() <= kStrMax && v.size() <= kStrMax;
     n += 10 + k.size() + v.size();
   }
+  if (header_bound) *header_bound = fits ? n : std::numeric_limits<size_t>::max();
+  n += table_end(env.parts.size());
   for (const auto& p : env.parts) n += p.size();
   return fits ? n : std::numeric_limits<size_t>::max();
 }

@@ -53,8 +53,9 @@ void encode(const HelloAck& m, std::vector<std::byte>& out);
 void encode(const Ack& m, std::vector<std::byte>& out);
 void encode_data(uint64_t seq, const Envelope& env, std::vector<std::byte>& out);
 
-// An upper bound on the bytes of `env`'s Data frame, to refuse it before queueing.
-size_t data_frame_bound(const Envelope& env);
+// An upper bound on the bytes of `env`'s Data frame, to refuse it before queueing; with
+// `header_bound`, also one on its msgpack header alone (WI-5).
+size_t data_frame_bound(const Envelope& env, size_t* header_bound = nullptr);
 
 // Decodes a frame's header (and moves its parts into a Data envelope).
 [[nodiscard]] Result<Message> decode(RawFrame&& frame);

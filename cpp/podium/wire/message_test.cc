@@ -4,6 +4,8 @@
 
 #include <msgpack.hpp>
 
+#include "podium/wire/peer_msgpack.h"
+
 namespace podium::wire {
 namespace {
 
@@ -99,6 +101,29 @@ TEST(WireMessage, RejectsMalformedHeaders) {  // WI-3
   const uint8_t huge[] = {0x97, 1, 2, 0xa1, 'd', 0xa1, 's', 0, 0, 0xdf, 0xff, 0xff, 0xff, 0xff};
   expect_bad(decode(RawFrame{FrameKind::kData, std::as_bytes(std::span(huge)), {}}),
              "bad headers");
+}
+
+TEST(WireMessage, PeerMsgpackLimitRefusesCountsTheBytesCannotHold) {  // WI-7
+  // 5 bytes announcing 2^32 - 1 array elements (msgpack-cxx would ask for 96 GiB), a map, a
+  // str and a bin of 4 GiB, and nesting past kMaxPeerDepth: each a decode error.
+  std::vector<std::string> claims = {"\xdd\xff\xff\xff\xff", "\xdf\xff\xff\xff\xff",
+                                     "\xdb\xff\xff\xff\xff", "\xc6\xff\xff\xff\xff",
+                                     std::string(kMaxPeerDepth + 1, '\x91') + "\x01"};
+  for (const auto& c : claims) {
+    SCOPED_TRACE(c.size());
+    bool refused = false;
+    try {
+      (void)msgpack::unpack(c.data(), c.size(), nullptr, nullptr, peer_unpack_limit(c.size()));
+    } catch (const msgpack::unpack_error&) {
+      refused = true;  // size or depth overflow, or the bytes ran out
+    }
+    EXPECT_TRUE(refused);
+  }
+  // Values within their bytes decode as before.
+  msgpack::sbuffer sb;
+  msgpack::pack(sb, std::make_tuple(std::vector<int>(1000, 7), std::string(300, 'x')));
+  auto oh = msgpack::unpack(sb.data(), sb.size(), nullptr, nullptr, peer_unpack_limit(sb.size()));
+  EXPECT_EQ(oh.get().via.array.size, 2u);
 }
 
 }  // namespace
