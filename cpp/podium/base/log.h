@@ -36,16 +36,15 @@ class RateLimitedLog {
   // Total lines held back so far (tests).
   uint64_t total_suppressed() const;
 
-  // Logs at `level` unless rate-limited; appends " (N similar lines suppressed)" when some
-  // were held back before this one.
+  // Logs at `level` unless rate-limited; appends " (N similar lines suppressed before this
+  // one)" when some were held back since the last line let through.
   template <class... Args>
   void log(spdlog::level::level_enum level, fmt::format_string<Args...> f, Args&&... args) {
     uint64_t suppressed = 0;
     if (!spdlog::default_logger_raw()->should_log(level) || !allow(suppressed)) return;
     std::string line = fmt::format(f, std::forward<Args>(args)...);
     if (suppressed) {
-      line += fmt::format(" ({} similar lines suppressed in the last {} ms)", suppressed,
-                          std::chrono::duration_cast<std::chrono::milliseconds>(interval_).count());
+      line += fmt::format(" ({} similar lines suppressed before this one)", suppressed);
     }
     spdlog::log(level, "{}", line);
   }

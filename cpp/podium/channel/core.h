@@ -149,6 +149,7 @@ struct Core {
   base::RateLimitedLog warn_limits[5];
   base::RateLimitedLog cap_warnings;     // CH-14
   base::RateLimitedLog accept_warnings;  // accept errors (EMFILE)
+  base::RateLimitedLog link_warnings;    // a dialler's bad frames from a listener
 
   std::mutex mu;  // guards everything below
   bool stopped = false;

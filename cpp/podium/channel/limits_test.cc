@@ -206,6 +206,31 @@ TEST_P(ChannelHalfOpen, FloodIsCappedThenTimedOutAndARealPeerStillGetsIn) {  // 
 INSTANTIATE_TEST_SUITE_P(UnixAndTcp, ChannelHalfOpen, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Tcp" : "Unix"; });
 
+TEST(ChannelLimits, ASilentPeerOfASecretListenerIsDroppedAtTheDeadline) {  // CH-13 with CH-8
+  LogCapture log;
+  Receiver receiver;
+  Returns returns;
+  IoThreads io(1);
+  Config c = test_config();
+  c.secret = "s3cret";
+  c.handshake_timeout = 200ms;
+  Net rx(io.io(), c, receiver.fn(), returns.fn());
+  auto to = rx.listen(*Address::parse("tcp:127.0.0.1:0"));
+  ASSERT_TRUE(to);
+  int fd = dial(*to);  // reads the challenge, never answers
+  ASSERT_GE(fd, 0);
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(closed_by_peer(fd, 5s));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 150ms);
+  ::close(fd);
+  EXPECT_TRUE(log.wait_for({"no answer to the authentication challenge within 200 ms"}, 5s));
+  EXPECT_EQ(rx.stats().handshake_timeouts, 1u);
+  // A peer with the secret still gets in.
+  Net tx(io.io(), c, [](wire::Envelope&&) {}, returns.fn());
+  for (uint64_t i = 0; i < 10; ++i) tx.send(*to, numbered(i));
+  EXPECT_TRUE(receiver.wait_for(10, 10s));
+}
+
 TEST(ChannelLimits, RefusalWarningsAreRateLimitedAndCountTheRest) {  // CH-15, BL-2
   LogCapture log;
   TempDir dir;

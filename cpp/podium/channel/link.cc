@@ -712,8 +712,8 @@ bool SocketLink::take_acks_locked() {
     if (ready) m = wire::decode(std::move(frame));
     const Error* bad = !ready ? &ready.error() : !m ? &m.error() : nullptr;
     if (bad) {
-      spdlog::warn("channel: link to {}: bad frame from the peer ({}); reconnecting", to_text_,
-                   bad->message);
+      core_->link_warnings.warn("channel: link to {}: bad frame from the peer ({}); reconnecting",
+                                to_text_, bad->message);
       failed_locked("bad frame from the peer: " + bad->message);
       return false;
     }
@@ -726,8 +726,8 @@ bool SocketLink::take_acks_locked() {
       flush_locked();
       if (state_ != State::kConnected) return false;  // the write failed
     } else {
-      spdlog::warn("channel: link to {}: the peer sent a frame only a dialler sends; reconnecting",
-                   to_text_);
+      core_->link_warnings.warn("channel: link to {}: the peer sent a frame only a dialler "
+                                "sends; reconnecting", to_text_);
       failed_locked("protocol error: the peer sent Hello or Data");
       return false;
     }

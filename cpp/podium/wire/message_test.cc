@@ -104,7 +104,7 @@ TEST(WireMessage, RejectsMalformedHeaders) {  // WI-3
 }
 
 TEST(WireMessage, PeerMsgpackLimitRefusesCountsTheBytesCannotHold) {  // WI-7
-  // 5 bytes announcing 2^32 - 1 array elements (msgpack-cxx would ask for 96 GiB), a map, a
+  // 5 bytes announcing 2^32 - 1 array elements (msgpack-cxx would ask for 128 GiB), a map, a
   // str and a bin of 4 GiB, and nesting past kMaxPeerDepth: each a decode error.
   std::vector<std::string> claims = {"\xdd\xff\xff\xff\xff", "\xdf\xff\xff\xff\xff",
                                      "\xdb\xff\xff\xff\xff", "\xc6\xff\xff\xff\xff",

@@ -1,7 +1,7 @@
 // podium::wire limits for msgpack-cxx decoding of bytes a peer sent (docs/wire.md, WI-7).
 //
 // msgpack::unpack believes the counts it reads: a 5-byte array header announcing 2^32
-// elements makes it allocate 2^32 x 24 bytes in its zone before it finds the bytes missing.
+// elements makes it ask for 128 GiB for its zone before it finds the bytes missing.
 // Every msgpack::unpack of peer bytes (actor call, reply and system headers, failure reports,
 // cast plans and run tables) passes peer_unpack_limit(size) instead of the default limits.
 //
