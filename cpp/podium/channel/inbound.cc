@@ -341,6 +341,18 @@ void Inbound::on_handshake_timeout() {
                R::kTimeout);
 }
 
+bool Inbound::evict_if_unproven(const std::string& why) {
+  std::lock_guard lock(mu_);
+  if (closed_ || authenticated_ || session_ || !unauthenticated_) return false;
+  close_locked(why, R::kNone);  // the listener counts it and warns, rate-limited
+  return true;
+}
+
+bool Inbound::unproven() {
+  std::lock_guard lock(mu_);
+  return !closed_ && !authenticated_ && !session_ && unauthenticated_ != nullptr;
+}
+
 void Inbound::release_unauthenticated_locked() {
   if (auto slot = std::exchange(unauthenticated_, nullptr)) {
     slot->fetch_sub(1, std::memory_order_relaxed);
@@ -708,23 +720,47 @@ void SocketListener::on_accept(const std::error_code& ec, Socket socket) {
     });
     return;
   }
-  // CH-14: past the cap of connections mid-handshake, a new one is closed at once, before
-  // anything is allocated or read for it.
-  if (unauthenticated_->load(std::memory_order_relaxed) >= core_->config.max_unauthenticated) {
+  // CH-14: at the cap of connections mid-handshake, the oldest that has proved nothing yet
+  // is closed to make room: a flood of silent connections cannot keep a real peer out, which
+  // proves the secret within a round trip of connecting. When every one of them has proved
+  // something, the new connection is closed at once, before anything is allocated for it.
+  const auto cap = core_->config.max_unauthenticated;
+  if (unauthenticated_->load(std::memory_order_relaxed) >= cap) {
     core_->counters.unauthenticated_cap_hits.fetch_add(1, std::memory_order_relaxed);
-    std::error_code ignored;
-    std::string peer = peer_name(socket, bound_.transport);
-    socket.close(ignored);
+    bool made_room = false;
+    while (!made_room && !pending_.empty()) {
+      auto oldest = pending_.front().lock();
+      pending_.pop_front();
+      made_room = oldest && oldest->evict_if_unproven(
+                                "refused: it had proved nothing when a newer connection needed its "
+                                "place (max_unauthenticated)");
+    }
+    if (!made_room) {
+      std::error_code ignored;
+      std::string peer = peer_name(socket, bound_.transport);
+      socket.close(ignored);
+      core_->cap_warnings.warn(
+          "channel: closing connection from {} to {}: refused: {} connections are already "
+          "mid-handshake (max_unauthenticated)",
+          peer, bound_text_, cap);
+      accept_locked();
+      return;
+    }
     core_->cap_warnings.warn(
-        "channel: closing connection from {} to {}: refused: {} connections are already "
-        "mid-handshake (max_unauthenticated)",
-        peer, bound_text_, core_->config.max_unauthenticated);
-    accept_locked();
-    return;
+        "channel: {} connections on {} are mid-handshake (max_unauthenticated): closed the "
+        "oldest that had proved nothing, for a new connection from {}",
+        cap, bound_text_, peer_name(socket, bound_.transport));
   }
   unauthenticated_->fetch_add(1, std::memory_order_relaxed);
   auto in = std::make_shared<Inbound>(core_, std::move(socket), bound_.transport, bound_text_,
                                       unauthenticated_);
+  if (pending_.size() >= 2 * size_t{cap} + 16) {
+    std::erase_if(pending_, [](const std::weak_ptr<Inbound>& w) {
+      auto p = w.lock();
+      return !p || !p->unproven();
+    });
+  }
+  pending_.push_back(in);
   bool stopped;
   {
     std::lock_guard core_lock(core_->mu);

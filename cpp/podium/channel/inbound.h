@@ -17,6 +17,7 @@
 #include <asio/basic_socket_acceptor.hpp>
 #include <asio/steady_timer.hpp>
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -55,6 +56,12 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   // Closes the connection. A refusal is counted (CH-15) and logged as a rate-limited
   // warning (CH-5); kNone logs `why` at debug. Thread-safe.
   void close(const std::string& why, Core::Refusal refusal);
+  // CH-14: closes this connection if it is still mid-handshake and its peer has proved
+  // nothing yet (no secret, no TLS, no Hello): the listener makes room for a newer one.
+  // Returns whether it closed it. Takes this connection's mutex.
+  bool evict_if_unproven(const std::string& why);
+  // Whether it is still mid-handshake with nothing proved (as above), without closing it.
+  bool unproven();
   // Acknowledges now what this connection has delivered, and disarms the delayed ack: the
   // Net is sending to this peer anyway (CH-10). Thread-safe.
   void flush_ack();
@@ -160,6 +167,11 @@ class SocketListener final : public ListenerBase,
   // holds it and gives its unit back once).
   const std::shared_ptr<std::atomic<uint32_t>> unauthenticated_ =
       std::make_shared<std::atomic<uint32_t>>(0);
+  // CH-14: the connections accepted here, oldest first, that may still be mid-handshake; at
+  // the cap the oldest that proved nothing is closed for the new one. Entries of connections
+  // that finished or went are dropped as they are met (and in bulk when it grows past twice
+  // the cap). Guarded by mu_.
+  std::deque<std::weak_ptr<Inbound>> pending_;
   // The socket file this listener bound, to unlink on close only if nobody replaced it.
   std::string path_;
   uint64_t dev_ = 0, ino_ = 0;

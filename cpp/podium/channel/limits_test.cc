@@ -203,6 +203,38 @@ TEST_P(ChannelHalfOpen, FloodIsCappedThenTimedOutAndARealPeerStillGetsIn) {  // 
   EXPECT_LE(log.count("max_unauthenticated"), 10u * 6);
 }
 
+TEST_P(ChannelHalfOpen, ARealPeerGetsInLongBeforeASilentFloodTimesOut) {  // CH-14
+  // The flood's connections would hold every slot for the whole deadline (60 s); the oldest
+  // silent one gives its place to each newcomer, so the sender is in within seconds.
+  TempDir dir;
+  Receiver receiver;
+  Returns returns;
+  IoThreads io(2);
+  Config c = test_config();
+  c.max_unauthenticated = 8;
+  c.handshake_timeout = 60s;
+  Net rx(io.io(), c, receiver.fn(), returns.fn());
+  auto to = rx.listen(*Address::parse(GetParam() ? "tcp:127.0.0.1:0" : "unix:" + dir.path("rx")));
+  ASSERT_TRUE(to) << to.error().to_string();
+  std::vector<int> fds;
+  for (int i = 0; i < 64; ++i) {
+    int fd = dial(*to);
+    ASSERT_GE(fd, 0) << "connect " << i << ": " << std::strerror(errno);
+    fds.push_back(fd);
+  }
+  {
+    LegitSender tx(io.io(), c, receiver, returns, *to, 1000);
+    EXPECT_TRUE(receiver.wait_for(1000, 20s)) << receiver.count() << " of 1000";
+    for (auto& [e, err] : returns.take()) ADD_FAILURE() << err.to_string();
+  }
+  size_t closed = 0;
+  for (int fd : fds) closed += closed_by_peer(fd, 300ms) ? 1 : 0;
+  EXPECT_GE(closed, fds.size() - 8);  // at most the cap of them are still held
+  for (int fd : fds) ::close(fd);
+  EXPECT_EQ(receiver.error(), "");
+  EXPECT_GE(rx.stats().unauthenticated_cap_hits, fds.size() - 8);
+}
+
 INSTANTIATE_TEST_SUITE_P(UnixAndTcp, ChannelHalfOpen, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Tcp" : "Unix"; });
 

@@ -53,10 +53,13 @@
 //        NetStats::handshake_timeouts counted: a peer that connects and says nothing, or half
 //        a Hello, holds nothing for longer.
 //   CH-14 Each listener holds at most Config::max_unauthenticated connections that have not
-//        completed their handshake; one accepted past that is closed at once (counted in
-//        NetStats::unauthenticated_cap_hits, logged rate-limited), so a flood of half-open
-//        connections costs at most the cap in memory and descriptors, and a real peer gets in
-//        once slots free up. The accept loop survives EMFILE (it retries after 100 ms).
+//        completed their handshake. At the cap, the oldest of them that has proved nothing
+//        yet (no secret, no TLS, no Hello) is closed for the new one; when all have proved
+//        something, the new one is closed at once (both counted in
+//        NetStats::unauthenticated_cap_hits, logged rate-limited). So a flood of half-open
+//        connections costs at most the cap in memory and descriptors, and cannot keep out a
+//        real peer, which proves itself within a round trip. The accept loop survives EMFILE
+//        (it retries after 100 ms).
 //   CH-15 A peer's frame is refused for a claimed length over the limits (WI-5) before
 //        anything is allocated for it, and the connection's memory grows only with the bytes
 //        that arrived (WI-6): a peer announcing a 2 GiB header or part costs what it sent.
