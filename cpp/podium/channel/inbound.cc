@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -719,6 +720,25 @@ void SocketListener::on_accept(const std::error_code& ec, Socket socket) {
       if (!ec && !self->closed_) self->accept_locked();
     });
     return;
+  }
+  // CH-16: a Unix socket's peer runs as this user (or root). A socket file is 0600 in a 0700
+  // directory, but an abstract name (unix:@NAME) has no permissions at all.
+  if (bound_.transport == Transport::kUnix) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    bool ok = ::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
+    if (!ok || (cred.uid != ::geteuid() && cred.uid != 0)) {
+      core_->count(R::kAuth);
+      std::string peer = peer_name(socket, bound_.transport);
+      std::error_code ignored;
+      socket.close(ignored);
+      core_->warnings(R::kAuth).warn(
+          "channel: closing connection from {} to {}: refused: the peer runs as uid {}, this "
+          "process as uid {}",
+          peer, bound_text_, ok ? std::to_string(cred.uid) : "unknown", ::geteuid());
+      accept_locked();
+      return;
+    }
   }
   // CH-14: at the cap of connections mid-handshake, the oldest that has proved nothing yet
   // is closed to make room: a flood of silent connections cannot keep a real peer out, which

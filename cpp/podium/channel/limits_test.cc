@@ -343,3 +343,39 @@ TEST(ChannelLimits, TheAcceptLoopSurvivesRunningOutOfDescriptors) {  // CH-14
 
 }  // namespace
 }  // namespace podium::channel
+
+namespace podium::channel {
+namespace {
+
+TEST(ChannelPeerCred, AnotherUsersConnectionToAnAbstractSocketIsRefused) {  // CH-16
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another user";
+  LogCapture log;
+  Receiver receiver;
+  Returns returns;
+  IoThreads io(1);
+  Net rx(io.io(), test_config(), receiver.fn(), returns.fn());
+  auto to = rx.listen(*Address::parse("unix:@podium-peercred-" + std::to_string(::getpid())));
+  ASSERT_TRUE(to) << to.error().to_string();
+  // A child that becomes `nobody`, connects, and reports (exit status) whether the listener
+  // closed it.
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+    int fd = dial(*to);
+    if (fd < 0) ::_exit(4);
+    ::_exit(closed_by_peer(fd, std::chrono::milliseconds(5000)) ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the other user's connection was not closed";
+  EXPECT_TRUE(log.wait_for({"refused: the peer runs as uid 65534"}, std::chrono::seconds(5)));
+  EXPECT_GE(rx.stats().refused_auth, 1u);
+  // This user's own connections still work.
+  LegitSender tx(io.io(), test_config(), receiver, returns, *to, 100);
+  EXPECT_TRUE(receiver.wait_for(100, std::chrono::seconds(20))) << receiver.count();
+}
+
+}  // namespace
+}  // namespace podium::channel

@@ -65,6 +65,9 @@
 //        that arrived (WI-6): a peer announcing a 2 GiB header or part costs what it sent.
 //        Each refusal is counted in NetStats (refused_oversize, refused_malformed,
 //        refused_auth) and its CH-5 warning is rate-limited per kind (base/log.h, BL-2).
+//   CH-16 A Unix-socket connection whose peer runs as another user (SO_PEERCRED; root
+//        excepted) is closed at accept, counted in NetStats::refused_auth: the abstract
+//        namespace (unix:@NAME) has no file permissions to keep other users out.
 #pragma once
 
 #include <chrono>
