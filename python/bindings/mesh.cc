@@ -357,6 +357,9 @@ std::shared_ptr<mesh::ProcMeshState> procs_from_state(const std::vector<std::str
   st->ready_count = st->procs.size();
   st->initialized = st->initialized_promise.future();
   st->initialized_promise.set({});
+  // Calls through it to a proc that ended fail with the reason for as long as it lives
+  // (runtime ME-11).
+  mesh::Runtime::get().watch(st);
   return st;
 }
 
