@@ -33,6 +33,7 @@
 #include "podium/host/child_watcher.h"
 #include "podium/host/zygote.h"
 #include "podium/mesh/cast.h"
+#include "podium/mesh/grace_timer.h"
 #include "podium/mesh/job_config.h"
 #include "podium/mesh/proc_registry.h"
 #include "podium/mesh/relay.h"
@@ -1885,6 +1886,7 @@ actor::Future<void> Runtime::stop_procs(const std::shared_ptr<ProcMeshState>& me
       }
     }
   });
+  cancel_when_ready(timer, exits->future());
   return future;
 }
 
