@@ -21,6 +21,7 @@ _BENCH_PREFIX = "podium-bench-"
 _PYTHON_BENCHMARKS = {
     "python": "podium._src.bench_python",
     "cast-python": "podium._src.bench_cast_python",
+    "soak": "podium._src.bench_soak",
 }
 
 
