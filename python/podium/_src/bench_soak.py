@@ -5,9 +5,11 @@ A controller that spawns and stops meshes again and again must stay flat (issue 
 ME-11). This benchmark runs, from this process (the controller, on TCP), `--cycles` cycles of:
 spawn `--procs` procs, spawn one actor on each, call it, stop the actors, stop the procs;
 first on this host, then on a worker (`python -m podium worker`, started here as a
-subprocess with a temporary job secret). Before each measured phase both kinds are warmed
-up, and each measurement comes after a settle time (`--settle`, by default longer than the
-stop grace timers and the dead-record grace), so that only what stays is counted.
+subprocess with a temporary job secret). Both kinds are warmed up first (as many cycles as
+measured, by default: the heap's high-water mark and the tables that keep the last seconds'
+records are full before the baseline), and each measurement comes after a settle time
+(`--settle`, by default longer than the stop timers and the dead-record grace), so that only
+what stays is counted.
 
 For each phase it prints, for the controller and for the worker process: RSS growth per
 cycle (VmRSS), heap growth per cycle (the controller's glibc mallinfo2 uordblks; the worker's
@@ -196,7 +198,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "cycles (issue 16; mesh ME-11).")
     p.add_argument("--cycles", type=int, default=1000, help="measured cycles per phase")
     p.add_argument("--procs", type=int, default=1, help="procs per spawn")
-    p.add_argument("--warmup", type=int, default=20, help="unmeasured cycles first, per kind")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="unmeasured cycles first, per kind (default: --cycles, so that the "
+                        "heap's high-water mark and the time-windowed tables are reached "
+                        "before the baseline)")
     p.add_argument("--grace-ms", type=int, default=None,
                    help="PODIUM_DEAD_RECORD_GRACE_MS for the controller and the worker "
                         "(default: the runtime's, 30 s)")
@@ -206,6 +211,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = p.parse_args(argv)
+    if args.warmup is None:
+        args.warmup = args.cycles
     if args.cycles < 1 or args.procs < 1 or args.warmup < 0:
         p.error("--cycles and --procs must be at least 1, --warmup at least 0")
 
