@@ -476,16 +476,16 @@ struct Runtime::Impl : ProcRegistry {
       collectors.remove_if([](const auto& w) { return w.expired(); });
       tracks_since_prune = 0;
       arm_sweep();
-    }
-    if (dropped.empty()) return;
-    std::vector<std::string> keys;
-    for (auto& d : dropped) {
-      if (d.host) {
+      // Under mu, as `dead` changed: shutdown_hosts reads both under it.
+      for (const auto& d : dropped) {
+        if (!d.host) continue;
         std::lock_guard hlock(d.host->mu);
         std::erase(d.host->hosts[d.host_index].proc_keys, d.key);
       }
-      keys.push_back(std::move(d.key));
     }
+    if (dropped.empty()) return;
+    std::vector<std::string> keys;
+    for (auto& d : dropped) keys.push_back(std::move(d.key));
     proc->forget_dests(keys);
   }
 
@@ -717,12 +717,12 @@ struct Runtime::Impl : ProcRegistry {
       int64_t pid = -1;
       {
         std::lock_guard lock(mu);
-        if (dead.contains(key)) continue;
-        if (auto it = by_key.find(key); it != by_key.end()) {
-          if (auto m = it->second.mesh.lock()) {
-            std::lock_guard mlock(m->mu);
-            pid = m->procs[it->second.rank].pid;
-          }
+        auto it = by_key.find(key);
+        // Dead, or dead and forgotten since `keys` was copied (ME-11): nothing to end.
+        if (dead.contains(key) || it == by_key.end()) continue;
+        if (auto m = it->second.mesh.lock()) {
+          std::lock_guard mlock(m->mu);
+          pid = m->procs[it->second.rank].pid;
         }
       }
       proc_ended(key, pid, 0, -1, "was lost with its host: " + why,
