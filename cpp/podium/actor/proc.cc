@@ -919,7 +919,9 @@ Proc::SeqSlots Proc::seq_slots(uint64_t stream, std::span<const std::string* con
   uint64_t* next = block.get();
   for (const std::string* d : dests) {
     auto it = per_dest.find(*d);
-    if (it == per_dest.end()) it = per_dest.emplace(*d, Impl::Counter{next++, block}).first;  // once
+    if (it == per_dest.end()) {  // a dest listed twice gets one counter
+      it = per_dest.emplace(*d, Impl::Counter{next++, block}).first;
+    }
     out.slots.push_back(it->second.value);
     if (out.blocks.empty() || out.blocks.back() != it->second.block) {
       out.blocks.push_back(it->second.block);
@@ -934,9 +936,9 @@ void Proc::forget_dests(std::span<const std::string> proc_keys) {
   std::lock_guard lock(impl_->order_mu);
   for (auto it = impl_->order_out.begin(); it != impl_->order_out.end();) {
     std::erase_if(it->second, [&](const auto& kv) {
-      // A dest is "<proc>#<actor>:<port>".
-      auto hash = std::string_view(kv.first).rfind('#');
-      return hash != std::string_view::npos && gone.contains(std::string_view(kv.first).substr(0, hash));
+      std::string_view dest = kv.first;  // "<proc>#<actor>:<port>"
+      auto hash = dest.rfind('#');
+      return hash != std::string_view::npos && gone.contains(dest.substr(0, hash));
     });
     it = it->second.empty() ? impl_->order_out.erase(it) : std::next(it);
   }
