@@ -51,6 +51,7 @@
 #include "podium/actor/executor.h"
 #include "podium/actor/message.h"
 #include "podium/mesh/cast.h"
+#include "podium/mesh/grace_timer.h"
 #include "podium/mesh/proc_mesh.h"
 #include "podium/mesh/relay.h"
 #include "podium/mesh/runtime.h"
@@ -361,6 +362,9 @@ std::shared_ptr<mesh::ProcMeshState> procs_from_state(const std::vector<std::str
   st->ready_count = st->procs.size();
   st->initialized = st->initialized_promise.future();
   st->initialized_promise.set({});
+  // Calls through it to a proc that ended fail with the reason for as long as it lives
+  // (runtime ME-11).
+  mesh::Runtime::get().watch(st);
   return st;
 }
 
@@ -488,12 +492,13 @@ CoreFuture stop_after(const ProcMesh& p, const std::vector<const CoreFuture*>& f
     go();
     return out;
   }
-  // The timer is never cancelled (its handler finds the chain started): it owns itself until
-  // it fires, so no thread but the io_context's touches it.
+  // The timer owns itself until it fires or is cancelled, once the chain is done (its wait
+  // holds the ProcMesh and the chain: grace_timer.h).
   auto timer = std::make_shared<asio::steady_timer>(mesh::Runtime::get().proc().io(), wait);
   timer->async_wait([timer, go](std::error_code ec) {
     if (!ec) go();
   });
+  mesh::cancel_when_ready(timer, chain->done.future());
   for (const auto* f : first) {
     f->future().on_ready([chain, go](const Result<Replies>&) {
       bool last;

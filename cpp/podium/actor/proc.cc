@@ -15,6 +15,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "podium/actor/executor.h"
 #include "podium/actor/signal.h"
@@ -192,15 +193,18 @@ struct Proc::Impl {
   };
   std::mutex order_mu;  // guards order_in, order_out and every OrderIn
   std::unordered_map<std::string, OrderIn> order_in;    // "<stream> <dest>"
-  // stream -> dest -> the last number given. The counters live in `order_blocks`, never
-  // freed: seq_slots() gives the dests it meets first one contiguous block, in their order,
-  // so that a cast to a mesh walks its counters in memory order.
-  std::unordered_map<uint64_t, StringMap<uint64_t*>> order_out;
-  std::vector<std::unique_ptr<uint64_t[]>> order_blocks;
+  // stream -> dest -> the last number given. seq_slots() gives the dests it meets first one
+  // contiguous block, in their order, so that a cast to a mesh walks its counters in memory
+  // order. A block lives while a dest in it is here or a SeqSlots holds it: forget_dests()
+  // drops the dests of ended procs, and a cached SeqSlots stays valid.
+  struct Counter {
+    uint64_t* value;
+    std::shared_ptr<uint64_t[]> block;
+  };
+  std::unordered_map<uint64_t, StringMap<Counter>> order_out;
 
-  uint64_t* new_counters(size_t n) {  // under order_mu
-    order_blocks.push_back(std::make_unique<uint64_t[]>(n));  // zeroed
-    return order_blocks.back().get();
+  static std::shared_ptr<uint64_t[]> new_counters(size_t n) {
+    return std::make_shared<uint64_t[]>(n);  // zeroed
   }
   uint64_t proc_stream = 0;  // this proc's own stream, immutable after make()
   // Mixed into every stream this process sends on, so that a process that reuses a dead
@@ -891,8 +895,11 @@ void Proc::next_seqs(uint64_t stream, std::span<const std::string* const> dests,
   auto& per_dest = impl_->order_out[stream];
   auto bump = [&](std::string_view d) {
     auto it = per_dest.find(d);
-    if (it == per_dest.end()) it = per_dest.emplace(std::string(d), impl_->new_counters(1)).first;
-    return ++*it->second;
+    if (it == per_dest.end()) {
+      auto block = Impl::new_counters(1);
+      it = per_dest.emplace(std::string(d), Impl::Counter{block.get(), block}).first;
+    }
+    return ++*it->second.value;
   };
   if (dests.empty()) {
     *out = bump(one);
@@ -901,21 +908,40 @@ void Proc::next_seqs(uint64_t stream, std::span<const std::string* const> dests,
   for (size_t i = 0; i < dests.size(); ++i) out[i] = bump(*dests[i]);
 }
 
-std::vector<uint64_t*> Proc::seq_slots(uint64_t stream,
-                                       std::span<const std::string* const> dests) {
-  std::vector<uint64_t*> out;
-  out.reserve(dests.size());
+Proc::SeqSlots Proc::seq_slots(uint64_t stream, std::span<const std::string* const> dests) {
+  SeqSlots out;
+  out.slots.reserve(dests.size());
   std::lock_guard lock(impl_->order_mu);
   auto& per_dest = impl_->order_out[stream];
   size_t missing = 0;
   for (const std::string* d : dests) missing += per_dest.contains(*d) ? 0 : 1;
-  uint64_t* block = missing ? impl_->new_counters(missing) : nullptr;
+  auto block = missing ? Impl::new_counters(missing) : nullptr;
+  uint64_t* next = block.get();
   for (const std::string* d : dests) {
     auto it = per_dest.find(*d);
-    if (it == per_dest.end()) it = per_dest.emplace(*d, block++).first;  // a dest twice: once
-    out.push_back(it->second);
+    if (it == per_dest.end()) {  // a dest listed twice gets one counter
+      it = per_dest.emplace(*d, Impl::Counter{next++, block}).first;
+    }
+    out.slots.push_back(it->second.value);
+    if (out.blocks.empty() || out.blocks.back() != it->second.block) {
+      out.blocks.push_back(it->second.block);
+    }
   }
   return out;
+}
+
+void Proc::forget_dests(std::span<const std::string> proc_keys) {
+  if (proc_keys.empty()) return;
+  std::unordered_set<std::string_view> gone(proc_keys.begin(), proc_keys.end());
+  std::lock_guard lock(impl_->order_mu);
+  for (auto it = impl_->order_out.begin(); it != impl_->order_out.end();) {
+    std::erase_if(it->second, [&](const auto& kv) {
+      std::string_view dest = kv.first;  // "<proc>#<actor>:<port>"
+      auto hash = dest.rfind('#');
+      return hash != std::string_view::npos && gone.contains(dest.substr(0, hash));
+    });
+    it = it->second.empty() ? impl_->order_out.erase(it) : std::next(it);
+  }
 }
 
 void Proc::next_seqs(std::span<uint64_t* const> slots, uint64_t* out) {

@@ -103,10 +103,19 @@ class Proc {
   void next_seqs(uint64_t stream, std::span<const std::string* const> dests,
                  std::string_view one, uint64_t* out);
   // The counters behind next_seqs() for `dests` on `stream`, for a sender that casts to the
-  // same actors again and again (mesh::CastTargets keeps them): valid for this proc's life.
-  // next_seqs(slots, out) then takes each one's next number under one lock, without hashing.
-  std::vector<uint64_t*> seq_slots(uint64_t stream, std::span<const std::string* const> dests);
+  // same actors again and again (mesh::CastTargets keeps them): valid while the SeqSlots
+  // lives, even once forget_dests() dropped their dests. next_seqs(slots.slots, out) then
+  // takes each one's next number under one lock, without hashing.
+  struct SeqSlots {
+    std::vector<uint64_t*> slots;                     // by dest
+    std::vector<std::shared_ptr<uint64_t[]>> blocks;  // what `slots` point into
+  };
+  SeqSlots seq_slots(uint64_t stream, std::span<const std::string* const> dests);
   void next_seqs(std::span<uint64_t* const> slots, uint64_t* out);
+  // The procs `proc_keys` (ProcId texts) have ended and nothing here addresses them any more
+  // (mesh ME-11): the AC-11 counters of their actors are dropped, so that a sender that
+  // outlives many procs keeps counters only for those it can still call.
+  void forget_dests(std::span<const std::string> proc_keys);
   // AC-12.
   struct Traffic {
     uint64_t sent = 0;

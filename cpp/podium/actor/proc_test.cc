@@ -543,3 +543,34 @@ TEST(MeshFailureTest, EncodesAndReports) {
 
 }  // namespace
 }  // namespace podium::actor
+
+namespace podium::actor {
+namespace {
+
+// mesh ME-11: the AC-11 counters of ended procs are dropped; a SeqSlots cached before stays
+// valid and goes on counting; a live proc's counters are kept.
+TEST(ProcSeqCounters, ForgetDestsDropsTheCountersOfEndedProcsOnly) {
+  auto addr = channel::Address::parse("unix:" + temp_dir() + "/seq.sock");
+  auto made = Proc::make(ProcConfig{*addr, {}});
+  ASSERT_TRUE(made) << made.error().to_string();
+  Proc& p = **made;
+  const std::string gone = "unix:/run/gone.sock", live = "unix:/run/live.sock";
+  std::string d0 = gone + "#s[0]:0", d1 = gone + "#s[1]:0", d2 = live + "#s[0]:0";
+  std::vector<const std::string*> dests{&d0, &d1, &d2};
+  uint64_t stream = p.sender_stream();
+  auto cached = p.seq_slots(stream, dests);
+  std::vector<uint64_t> seqs(3);
+  p.next_seqs(cached.slots, seqs.data());
+  EXPECT_EQ(seqs, (std::vector<uint64_t>{1, 1, 1}));
+  EXPECT_EQ(p.next_seq(stream, d2), 2u);
+
+  std::vector<std::string> ended{gone};
+  p.forget_dests(ended);
+  EXPECT_EQ(p.next_seq(stream, d0), 1u);  // a fresh counter: the old one was dropped
+  EXPECT_EQ(p.next_seq(stream, d2), 3u);  // kept
+  p.next_seqs(cached.slots, seqs.data());  // the cached block is still there
+  EXPECT_EQ(seqs, (std::vector<uint64_t>{2, 2, 4}));
+}
+
+}  // namespace
+}  // namespace podium::actor

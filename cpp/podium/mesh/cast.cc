@@ -169,8 +169,10 @@ std::shared_ptr<const std::vector<uint64_t*>> CastTargets::seq_slots(uint64_t st
   std::vector<const std::string*> dests;
   dests.reserve(targets.size());
   for (const auto* t : targets) dests.push_back(&t->dest);
-  auto slots = std::make_shared<const std::vector<uint64_t*>>(
+  // The counters' blocks live as long as these pointers to them (Proc::SeqSlots).
+  auto held = std::make_shared<const actor::Proc::SeqSlots>(
       Runtime::get().proc().seq_slots(stream, dests));
+  std::shared_ptr<const std::vector<uint64_t*>> slots(held, &held->slots);
   // A mesh is called from a few senders (the controller's thread, some actors); the last few
   // streams stay, the oldest goes.
   constexpr size_t kStreams = 8;

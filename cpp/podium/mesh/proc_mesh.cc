@@ -6,6 +6,7 @@
 
 #include "podium/actor/message.h"
 #include "podium/actor/proc.h"
+#include "podium/mesh/grace_timer.h"
 #include "podium/mesh/supervisor.h"
 
 namespace podium {
@@ -151,6 +152,7 @@ actor::Future<mesh::Replies> ActorMeshBase::stop(std::chrono::milliseconds grace
       collector->fill(r, std::vector<Buffer>{});
     }
   });
+  cancel_when_ready(timer, collector->future());
   return collector->future();
 }
 

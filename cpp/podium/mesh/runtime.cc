@@ -34,7 +34,9 @@
 #include "podium/host/child_watcher.h"
 #include "podium/host/zygote.h"
 #include "podium/mesh/cast.h"
+#include "podium/mesh/grace_timer.h"
 #include "podium/mesh/job_config.h"
+#include "podium/mesh/proc_registry.h"
 #include "podium/mesh/relay.h"
 #include "podium/mesh/supervisor.h"
 
@@ -111,7 +113,9 @@ std::string self_exe() {
 
 }  // namespace
 
-struct Runtime::Impl {
+// The maps of procs and meshes (meshes, by_key, dead, reservations) and when they are dropped
+// (ME-11) are the ProcRegistry base, guarded by `mu`.
+struct Runtime::Impl : ProcRegistry {
   std::unique_ptr<actor::Proc> proc;
   std::unique_ptr<host::ChildWatcher> watcher;
   std::unique_ptr<Supervisor> supervisor;
@@ -128,19 +132,14 @@ struct Runtime::Impl {
 
   std::mutex mu;  // guards everything below
   uint64_t next_mesh = 1;
-  std::unordered_map<uint64_t, std::weak_ptr<ProcMeshState>> meshes;
-  struct ProcRef {
-    std::weak_ptr<ProcMeshState> mesh;
-    size_t rank;
-    std::shared_ptr<HostMeshState> host;  // set for a proc on an attached host
-    size_t host_index = 0;
-  };
-  std::unordered_map<std::string, ProcRef> by_key;   // proc addr text -> mesh, rank
-  std::unordered_map<std::string, Error> dead;       // proc addr text -> why
   // Procs whose end is expected: their host was shut down (shutdown_hosts). Taken out when
   // the end is seen.
   std::unordered_set<std::string> released;
   uint64_t dead_generation = 0;                      // bumped whenever `dead` grows
+  // ME-11: how long dead records outlive the last handle, and the timer that drops them.
+  std::chrono::milliseconds dead_grace = dead_record_grace();
+  std::unique_ptr<asio::steady_timer> sweep_timer;  // made by the first death; mu
+  bool sweep_armed = false;
   std::list<std::weak_ptr<Collector>> collectors;
   size_t tracks_since_prune = 0;
   std::shared_ptr<ProcMeshState> local_mesh;
@@ -151,9 +150,6 @@ struct Runtime::Impl {
   bool shut_down = false;
   bool stopped = false;
   std::condition_variable stopped_cv;
-  // TCP ports held for local procs until they exit (PortReservation), by proc key.
-  std::unordered_map<std::string, channel::PortReservation> reservations;
-
   // ---- attached hosts (controller side; docs/host_agent.md) ----
   struct HostRef {
     std::shared_ptr<HostMeshState> mesh;
@@ -436,9 +432,9 @@ struct Runtime::Impl {
     Error why = runtime_error(cause);
     {
       std::lock_guard lock(mu);
-      if (dead.contains(key)) return;
-      dead[key] = why;
+      if (!note_dead(key, why, std::chrono::steady_clock::now())) return;
       ++dead_generation;
+      arm_sweep();
       for (auto& w : collectors) {
         if (auto c = w.lock()) waiting.push_back(std::move(c));
       }
@@ -453,6 +449,45 @@ struct Runtime::Impl {
     if (auto addr = channel::Address::parse(key)) {
       proc->forget_peer(*addr, "the proc at " + key + " has ended");
     }
+  }
+
+  // ME-11: the sweep runs when the oldest dead record's grace is over (at most four times a
+  // grace period); under mu.
+  void arm_sweep() {
+    if (sweep_armed || shut_down) return;
+    auto due = next_sweep(dead_grace);
+    if (!due) return;
+    if (!sweep_timer) sweep_timer = std::make_unique<asio::steady_timer>(proc->io());
+    sweep_armed = true;
+    sweep_timer->expires_at(std::max(*due, std::chrono::steady_clock::now() + dead_grace / 4));
+    sweep_timer->async_wait([this](std::error_code ec) {
+      if (!ec) sweep_dead();
+    });
+  }
+
+  void sweep_dead() {
+    std::vector<Dropped> dropped;
+    {
+      std::lock_guard lock(mu);
+      sweep_armed = false;
+      if (shut_down) return;
+      dropped = sweep(std::chrono::steady_clock::now(), dead_grace);
+      // The weak pointers of finished collectors hold their memory (make_shared) until
+      // pruned; track() prunes every 256 calls, this when calls stop.
+      collectors.remove_if([](const auto& w) { return w.expired(); });
+      tracks_since_prune = 0;
+      arm_sweep();
+      // Under mu, as `dead` changed: shutdown_hosts reads both under it.
+      for (const auto& d : dropped) {
+        if (!d.host) continue;
+        std::lock_guard hlock(d.host->mu);
+        std::erase(d.host->hosts[d.host_index].proc_keys, d.key);
+      }
+    }
+    if (dropped.empty()) return;
+    std::vector<std::string> keys;
+    for (auto& d : dropped) keys.push_back(std::move(d.key));
+    proc->forget_dests(keys);
   }
 
   // "proc_exit" [key, cause] [pid, expected, signal, exit code] from the controller (ME-7).
@@ -683,12 +718,12 @@ struct Runtime::Impl {
       int64_t pid = -1;
       {
         std::lock_guard lock(mu);
-        if (dead.contains(key)) continue;
-        if (auto it = by_key.find(key); it != by_key.end()) {
-          if (auto m = it->second.mesh.lock()) {
-            std::lock_guard mlock(m->mu);
-            pid = m->procs[it->second.rank].pid;
-          }
+        auto it = by_key.find(key);
+        // Dead, or dead and forgotten since `keys` was copied (ME-11): nothing to end.
+        if (dead.contains(key) || it == by_key.end()) continue;
+        if (auto m = it->second.mesh.lock()) {
+          std::lock_guard mlock(m->mu);
+          pid = m->procs[it->second.rank].pid;
         }
       }
       proc_ended(key, pid, 0, -1, "was lost with its host: " + why,
@@ -1275,6 +1310,10 @@ std::optional<Error> Runtime::proc_dead(const std::string& proc_key) {
   return it->second;
 }
 void Runtime::kill_proc(const std::string& proc_key) { impl_->kill(proc_key); }
+void Runtime::watch(const std::shared_ptr<ProcMeshState>& mesh) {
+  std::lock_guard lock(impl_->mu);
+  impl_->add_view(mesh);
+}
 
 Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Extent& extent) {
   auto& impl = *impl_;
@@ -1675,7 +1714,8 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::find_procs(
         p.exit = part.exits[j];
         std::string cause = "its proc (pid " + std::to_string(p.pid) + ") " +
                             (part.exits[j].starts_with("killed") ? "was " : "") + part.exits[j];
-        impl.dead[key] = runtime_error(cause);
+        impl.note_dead(key, runtime_error(cause), std::chrono::steady_clock::now());
+        impl.arm_sweep();
         ++impl.dead_generation;
         if (!first_dead) {
           std::string who = "proc rank " + std::to_string(r);
@@ -1857,6 +1897,7 @@ actor::Future<void> Runtime::stop_procs(const std::shared_ptr<ProcMeshState>& me
       }
     }
   });
+  cancel_when_ready(timer, exits->future());
   return future;
 }
 
@@ -1905,6 +1946,7 @@ void Runtime::shutdown() {
     std::lock_guard lock(impl.mu);
     impl.shut_down = true;
     if (impl.host_timer) impl.host_timer->cancel();
+    if (impl.sweep_timer) impl.sweep_timer->cancel();
     if (impl.worker && impl.worker->timer) impl.worker->timer->cancel();
   }
   actor::Executor::set_drivable(nullptr);

@@ -22,6 +22,7 @@ _PYTHON_BENCHMARKS = {
     "python": "podium._src.bench_python",
     "cast-python": "podium._src.bench_cast_python",
     "attack": "podium._src.bench_attack",
+    "soak": "podium._src.bench_soak",
 }
 
 
