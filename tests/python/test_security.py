@@ -149,6 +149,7 @@ def test_an_insecure_worker_says_so_on_stderr_and_serves_an_insecure_controller(
         print("GOT", a.echo.call_one(7).get(timeout=30))
         """, env_without_secret(PODIUM_INSECURE="1"), w.address)
     assert "GOT 7" in r.stdout, r.stdout + r.stderr
+    assert "WARNING: PODIUM_INSECURE=1" in r.stderr, r.stderr  # the controller says so too
     out = w.output()
     assert "WARNING: --insecure" in out and f"127.0.0.1:{w.port}" in out, out
 

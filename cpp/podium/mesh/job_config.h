@@ -9,7 +9,8 @@
 //        spawns, and programs it starts, hold the same secret. The secret never appears on a
 //        command line.
 //   SE-2 A worker (host agent) refuses to start without a secret unless it was told to run
-//        insecure; an insecure worker says so on stderr when it starts.
+//        insecure; an insecure worker, and a controller on TCP with PODIUM_INSECURE=1, say so
+//        on stderr when they start.
 //   SE-3 Socket directories of controllers that have ended (their pid is gone) are removed by
 //        the next controller of the same user that starts.
 #pragma once

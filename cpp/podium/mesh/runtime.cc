@@ -2183,10 +2183,20 @@ Status init_controller(InitOptions options) {
   }
   channel::Address listen{channel::Transport::kUnix, *dir + "/controller.sock", 0};
   if (mesh::g_options.listen) listen = *mesh::g_options.listen;
+  bool tcp = listen.transport == channel::Transport::kTcp;
   auto rt = mesh::make_runtime(std::move(listen), *dir, std::nullopt);
   if (!rt) return std::unexpected(rt.error());
   mesh::g_runtime = std::move(*rt);
   mesh::g_current.store(mesh::g_runtime.get(), std::memory_order_release);
+  if (auto secret = mesh::internal::job_secret(); tcp && secret && secret->empty()) {
+    // PODIUM_INSECURE=1 (SE-1 made no secret): say so, as an insecure worker does (SE-2).
+    std::fprintf(stderr,
+                 "podium: WARNING: PODIUM_INSECURE=1: this controller and its procs accept "
+                 "unauthenticated TCP connections on %s; anyone who can reach them can run "
+                 "code here\n",
+                 mesh::g_runtime->proc().id().addr.to_string().c_str());
+    std::fflush(stderr);
+  }
   mesh::g_runtime->proc().serve_held_system_ops();
   std::atexit(shutdown);
   return ok();
