@@ -82,6 +82,8 @@ def controller(tmp_path, body, workers, env=None):
                           env={"PODIUM_HOST_LOST_MS": "1000", **(env or {})})
 
 
+# SV-5: actor_mesh() adopts the running actors (they answer with their state) and an adopt of
+# an actor that does not exist is answered with an error (NOACTOR).
 def test_a_new_controller_takes_over_procs_and_actors_by_name(tmp_path, persistent_workers):
     ws = persistent_workers(2)
     first = controller(tmp_path, """

@@ -31,7 +31,7 @@
 //        address and the mesh's supervision id) that fails — its constructor fails, a handler
 //        returns an Error, fail_actor() — sends exactly one "actor_failed" system message to
 //        that process, carrying a MeshFailure. A stop is not a failure and sends nothing.
-//   SV-2 A system "adopt" [name, supervisor] [index, supervision id] moves a running actor's
+//   SV-5 A system "adopt" [name, supervisor] [index, supervision id] moves a running actor's
 //        supervision to a new owner (a controller that re-attached to persistent procs):
 //        its later failure is reported there. It is answered with an error when the actor
 //        does not exist, or failed or stopped (the cause).

@@ -126,7 +126,7 @@ class ProcMesh {
 
   // The actors `name[rank]` that run on every proc of this region already (procs taken over
   // from a persistent worker: HostMesh::find_procs), now supervised by `owner` (as in
-  // spawn_raw) through the actor layer's "adopt" (SV-2); returns at once. `initialized`
+  // spawn_raw) through the actor layer's "adopt" (SV-5); returns at once. `initialized`
   // resolves once every proc confirmed its actor, or fails naming the first rank that has
   // none (or whose actor failed or stopped, with the cause).
   [[nodiscard]] Result<ActorMeshBase> adopt_raw(
