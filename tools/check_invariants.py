@@ -20,6 +20,8 @@ Definitions (the one statement of an invariant):
     `- **HA-1 One controller.** ...`, `- SE-1: a controller ...`; unless the ID is
     followed by a pointer `(see ...)`, which makes the item a reference:
         - **CH-14** (see cpp/podium/channel/net.h): a listener's cap on handshakes.
+  In every kind, the ID followed by `(see ...)` makes the line a reference: a pointer to
+  the definition, with at most a short gist after it.
   An ID stated in code is defined there; a doc that lists it must use the `(see ...)`
   form. A doc defines only invariants that no code states (e.g. docs/host_agent.md).
 
@@ -43,9 +45,9 @@ from collections import defaultdict
 ID = r"[A-Z]{2}-[0-9]+"
 ID_RE = re.compile(r"\b(" + ID + r")\b")
 RANGE_RE = re.compile(r"\b([A-Z]{2})-([0-9]+)\s*\.\.\s*(?:\1-)?([0-9]+)\b")
-CPP_DEF_RE = re.compile(r"^// {1,3}(" + ID + r") +\S")
-PY_DEF_RE = re.compile(r"^ {1,4}(" + ID + r") +\S")
-MD_DEF_RE = re.compile(r"^\s*[-*] +(?:\*\*)?(" + ID + r")\b(.*)$")
+CPP_DEF_RE = re.compile(r"^// {1,3}(" + ID + r") +(?!\(see )\S")
+PY_DEF_RE = re.compile(r"^ {1,4}(" + ID + r") +(?!\(see )\S")
+MD_DEF_RE = re.compile(r"^\s*[-*] +(?:\*\*)?(" + ID + r")(?![\w'’-])(.*)$")
 MD_SEE_RE = re.compile(r"^(?:\*\*)?:?\s*\(see ")
 
 SCAN_DIRS = ("cpp", "python", "docs", "tests")
