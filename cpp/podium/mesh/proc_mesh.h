@@ -13,7 +13,8 @@
 //   ME-6 Messages from one sender to one actor are delivered in send order, directly or
 //        through the cast tree (AC-11 sequence numbers; relay.h, docs/cast.md).
 //   ME-8 ActorMeshBase::stop() completes within its grace period plus the time to kill: an
-//        actor that does not stop in time has its proc killed, and a warning names it.
+//        actor that does not stop in time has its proc killed, and a warning names it. An
+//        actor on the controller's own proc cannot be killed: the warning says so.
 #pragma once
 
 #include <chrono>
