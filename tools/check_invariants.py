@@ -34,6 +34,11 @@ in it.
 Problems reported (exit 1): an ID defined more than once (each place, file:line), an ID
 referenced or cited but never defined (often a typo), an ID defined but cited by no test.
 With none, prints `invariants: N defined, all cited, none duplicated` and exits 0.
+
+KNOWN_UNCITED below lists invariants that no test checks yet, each with the reason: they are
+printed as gaps but do not fail the check. An entry that a test now cites, or that names no
+defined ID, is a problem: the list only shrinks. Add to it only with the reason, never to
+silence a typo or a missing citation of a test that does check the invariant.
 """
 
 import ast
@@ -49,6 +54,11 @@ CPP_DEF_RE = re.compile(r"^// {1,3}(" + ID + r") +(?!\(see )\S")
 PY_DEF_RE = re.compile(r"^ {1,4}(" + ID + r") +(?!\(see )\S")
 MD_DEF_RE = re.compile(r"^\s*[-*] +(?:\*\*)?(" + ID + r")(?![\w'’-])(.*)$")
 MD_SEE_RE = re.compile(r"^(?:\*\*)?:?\s*\(see ")
+
+KNOWN_UNCITED = {
+    "AC-12": "the cast tests read Proc::traffic() only as an upper bound (CT-1); none checks "
+             "that it counts what a proc sends and receives",
+}
 
 SCAN_DIRS = ("cpp", "python", "docs", "tests")
 SKIP_DIRS = {"build", "__pycache__", ".git", "third_party", ".venv", "node_modules"}
@@ -159,7 +169,10 @@ def main(argv):
     defs, cites, refs = scan(root)
     duplicated = sorted((i for i in defs if len(defs[i]) > 1), key=sort_key)
     undefined = sorted((set(cites) | set(refs)) - set(defs), key=sort_key)
-    uncited = sorted((i for i in defs if i not in cites), key=sort_key)
+    uncited = sorted((i for i in defs if i not in cites and i not in KNOWN_UNCITED),
+                     key=sort_key)
+    waived = sorted((i for i in KNOWN_UNCITED if i in defs and i not in cites), key=sort_key)
+    stale = sorted((i for i in KNOWN_UNCITED if i not in defs or i in cites), key=sort_key)
 
     if duplicated:
         print(f"Defined more than once ({len(duplicated)}):")
@@ -175,9 +188,20 @@ def main(argv):
         print(f"Defined but cited by no test ({len(uncited)}):")
         for i in uncited:
             print(f"  {i}: defined at {defs[i][0]}")
-    if duplicated or undefined or uncited:
+    if stale:
+        print(f"KNOWN_UNCITED entries to remove (cited by a test now, or not defined) "
+              f"({len(stale)}):")
+        for i in stale:
+            print(f"  {i}")
+    if waived:
+        print(f"Known gaps, cited by no test yet (KNOWN_UNCITED, {len(waived)}):")
+        for i in waived:
+            print(f"  {i}: defined at {defs[i][0]}: {KNOWN_UNCITED[i]}")
+    if duplicated or undefined or uncited or stale:
         return 1
-    print(f"invariants: {len(defs)} defined, all cited, none duplicated")
+    gaps = "1 known gap" if len(waived) == 1 else f"{len(waived)} known gaps"
+    cited = f"all cited but {gaps}" if waived else "all cited"
+    print(f"invariants: {len(defs)} defined, {cited}, none duplicated")
     return 0
 
 
