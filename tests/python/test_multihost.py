@@ -113,6 +113,7 @@ def run_controller(tmp_path: Path, body: str, workers: list[str], env=None,
                           env={**os.environ, **(env or {})})
 
 
+# HA-5: a controller that exits detaches, and each worker kills the procs it ran for it.
 def test_attach_spawn_cast_and_gather_across_two_workers(tmp_path, workers):
     ws = workers(2)
     r = run_controller(tmp_path, """
@@ -149,6 +150,7 @@ def test_attach_spawn_cast_and_gather_across_two_workers(tmp_path, workers):
     assert not [p for p in pids if Path(f"/proc/{p}").exists()]
 
 
+# HA-3: initialized fails within the attach timeout, naming the silent host.
 def test_an_unreachable_worker_fails_initialized_naming_it(tmp_path, workers):
     # A port nobody listens on: bind it, do not listen, keep it while the test runs.
     import socket
@@ -170,6 +172,7 @@ def test_an_unreachable_worker_fails_initialized_naming_it(tmp_path, workers):
     assert "cannot attach host 1" in m.group(3) and dead[len("tcp://"):] in m.group(3), m.group(3)
 
 
+# HA-3: a refusal (a wrong secret) fails initialized at once.
 def test_a_wrong_secret_is_refused_within_a_second(tmp_path, workers):
     ws = workers(1, env={"PODIUM_SECRET": "the worker's secret"})
     r = run_controller(tmp_path, """
@@ -204,6 +207,7 @@ def test_a_controller_not_given_the_workers_secret_is_refused_and_told_to_set_it
     assert "generated" in r.stdout, r.stdout
 
 
+# HA-4: the lost host's ranks fail naming it, the other host answers, the owner is told.
 def test_a_killed_worker_fails_its_ranks_naming_the_host_and_the_rest_answer(tmp_path, workers):
     ws = workers(2)
     # Run it interactively: the controller says when its actors answer, the test kills then.
@@ -257,6 +261,8 @@ def test_a_killed_worker_fails_its_ranks_naming_the_host_and_the_rest_answer(tmp
     assert re.search(r"HOOK [1-9]", out), out + err
 
 
+# HA-1: a second controller is refused naming the one served; once it detaches, the next is
+# served.
 def test_a_worker_serves_one_controller_at_a_time_then_the_next(tmp_path, workers):
     ws = workers(1)
     first = tmp_path / "first.py"
@@ -291,6 +297,8 @@ def test_a_worker_serves_one_controller_at_a_time_then_the_next(tmp_path, worker
     assert r.returncode == 0 and "PIDS [" in r.stdout, r.stdout + r.stderr
 
 
+# HA-8, HA-1 (a worker attached twice is refused): shutdown() kills the procs, persistent or
+# not, they end as stopped (no supervision event), and the host cannot be used after.
 @pytest.mark.parametrize("persistent", [False, True], ids=["worker", "persistent_worker"])
 def test_host_mesh_shutdown_ends_its_procs_as_stopped_and_frees_the_worker(tmp_path, persistent):
     w = Worker(persistent=persistent)
@@ -352,6 +360,7 @@ def test_host_mesh_shutdown_ends_its_procs_as_stopped_and_frees_the_worker(tmp_p
     assert "AGAIN 1" in r.stdout, out
 
 
+# HA-8: a worker that does not answer the shutdown is waited for at most the attach timeout.
 def test_host_mesh_shutdown_of_a_silent_worker_ends_within_the_attach_timeout(tmp_path):
     w = Worker()
     try:
@@ -432,6 +441,7 @@ def test_worker_cli_reports_a_port_in_use(tmp_path, workers):
     assert r.returncode == 1 and "podium worker:" in r.stderr, r.stdout + r.stderr
 
 
+# HA-6: a remote actor's stdout and stderr reach the controller's, prefixed with name and rank.
 def test_what_remote_actors_print_reaches_the_controller(tmp_path, workers):
     ws = workers(2)
     r = run_controller(tmp_path, """

@@ -115,6 +115,8 @@ CONTROLLER = textwrap.dedent("""
     """)
 
 
+# HA-4: a host cut off silently is lost (no heartbeat) within the bound; its ranks fail naming
+# it, the other hosts answer, the owner is told.
 def test_three_hosts_cast_gather_and_a_silently_cut_host(network, tmp_path):
     net = network(3)
     workers = start_workers(net)
@@ -158,6 +160,7 @@ def test_three_hosts_cast_gather_and_a_silently_cut_host(network, tmp_path):
     assert waited < CHILD_TIMEOUT_S
 
 
+# HA-5
 def test_a_cut_controller_makes_the_worker_kill_its_procs(network, tmp_path):
     """The other direction: the worker stops hearing its controller (the host's link is cut),
     kills its procs within the lost-after bound, and serves a new controller once the link is

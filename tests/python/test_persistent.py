@@ -82,6 +82,8 @@ def controller(tmp_path, body, workers, env=None):
                           env={"PODIUM_HOST_LOST_MS": "1000", **(env or {})})
 
 
+# SV-5: actor_mesh() adopts the running actors (they answer with their state) and an adopt of
+# an actor that does not exist is answered with an error (NOACTOR).
 def test_a_new_controller_takes_over_procs_and_actors_by_name(tmp_path, persistent_workers):
     ws = persistent_workers(2)
     first = controller(tmp_path, """
@@ -201,6 +203,7 @@ def test_procs_survive_a_controller_that_dies_and_report_to_the_next(tmp_path,
     assert wait_gone(pids) == []
 
 
+# ME-4: the found mesh's initialized fails naming the first dead rank and how it ended.
 def test_a_proc_that_ended_without_a_controller_is_named_by_the_next(tmp_path,
                                                                    persistent_workers):
     ws = persistent_workers(1)

@@ -85,7 +85,7 @@ struct Proc::Impl {
     std::unique_ptr<ActorBase> actor;  // runner only: touched inside drain()
     std::mutex mu;             // guards the fields below
     // Where its failure is reported (SV-1): the owner process's address and the mesh's id
-    // there; empty when nobody supervises it. A new owner may take over (SV-2, "adopt").
+    // there; empty when nobody supervises it. A new owner may take over (SV-5, "adopt").
     std::string supervisor;
     uint64_t supervision_id = 0;
     std::deque<Item> queue;
@@ -728,7 +728,7 @@ struct Proc::Impl {
   }
 
   // "adopt" [name, supervisor address] [index, supervision id]: a new owner takes over the
-  // supervision of the running actor name[index] (SV-2). Answered on the reply port: ok, or
+  // supervision of the running actor name[index] (SV-5). Answered on the reply port: ok, or
   // why it cannot (no such actor, or it failed or stopped, with the cause).
   void system_adopt(const SystemHeader& h, const std::string& reply) {
     auto answer = [&](Result<std::vector<Buffer>> r) {

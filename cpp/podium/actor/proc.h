@@ -14,7 +14,8 @@
 //   AC-8 A message for an actor or port that does not exist, or an actor that stopped or
 //        failed, is answered with an error naming the actor and the reason when it carries a
 //        reply port, and reported to the undeliverable hook otherwise. Nothing is dropped
-//        silently.
+//        silently, except a reply to a port that was already closed (its caller gave up),
+//        which is logged at debug level.
 //   AC-9 A stop drains the messages queued before it, runs cleanup(), then refuses later ones.
 //   AC-10 Constructs and stops never run inside a DeliveryOnlyScope; they wait for another
 //        thread, which the loop provides once the scoped thread stops driving.
@@ -24,14 +25,16 @@
 //        threads outside actors) and the next number of that (stream, actor) pair; the
 //        receiving proc holds back a call that arrives early, drops a duplicate (a tree that
 //        re-sent a subtree around a dead relay), and skips a gap left unfilled for
-//        kOrderGapTimeout with a warning, so one lost message never stalls a stream.
+//        kOrderGapTimeout with a warning, so one lost message never stalls a stream. Both
+//        ends count per (stream, destination text): an actor reached under two spellings of
+//        its proc's address (with and without its CH-12 incarnation) has two streams.
 //   AC-12 traffic() counts the envelopes this proc sent to and received from other procs
 //        (local routing not counted): the cast benchmark's controller load.
 //   SV-1 An actor spawned with a supervisor (the "spawn" message names the owner process's
 //        address and the mesh's supervision id) that fails — its constructor fails, a handler
 //        returns an Error, fail_actor() — sends exactly one "actor_failed" system message to
 //        that process, carrying a MeshFailure. A stop is not a failure and sends nothing.
-//   SV-2 A system "adopt" [name, supervisor] [index, supervision id] moves a running actor's
+//   SV-5 A system "adopt" [name, supervisor] [index, supervision id] moves a running actor's
 //        supervision to a new owner (a controller that re-attached to persistent procs):
 //        its later failure is reported there. It is answered with an error when the actor
 //        does not exist, or failed or stopped (the cause).

@@ -7,7 +7,7 @@
 // Threads: set(), is_set() and the waits may be called from any thread.
 // Invariants:
 //   AC-1 Once set, a Signal stays set; every current and later wait returns true.
-//   AC-2 A wait with a timeout returns within that timeout (plus scheduling) when unset.
+//   AC-15 A wait with a timeout returns within that timeout (plus scheduling) when unset.
 #pragma once
 
 #include <atomic>

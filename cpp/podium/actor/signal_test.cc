@@ -11,7 +11,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-TEST(Signal, WaitForTimesOutWhenUnset) {  // AC-2
+TEST(Signal, WaitForTimesOutWhenUnset) {  // AC-15
   Signal s;
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_FALSE(s.wait_for(20ms));

@@ -193,6 +193,8 @@ TEST_P(ChannelNetTransport, SurvivesRandomResetsMidStream) {  // CH-1, CH-2
   EXPECT_GT(resets.load(), 10);
 }
 
+// CH-6: the 100 sends return while nobody listens (the listener is made after them, on this
+// thread), and are delivered once it exists.
 TEST_P(ChannelNetTransport, SendBeforeTheListenerExistsIsDeliveredOnceItDoes) {
   TempDir dir;
   Receiver receiver;
@@ -480,6 +482,8 @@ TEST(ChannelNet, UnixListenReplacesAStaleFileAndRefusesALiveOne) {
   EXPECT_TRUE(std::filesystem::exists(dir.path("file")));
 }
 
+// HA-2's reservation: the port is refused to anyone else while held, and the proc told
+// reuse_port listens on it and is reached.
 TEST(PortReservation, HoldsThePortForAReusePortListenerOnly) {
   auto r = PortReservation::make("127.0.0.1");
   ASSERT_TRUE(r) << r.error().to_string();

@@ -220,6 +220,7 @@ TEST_F(MeshTest, ProcExitCodeIsReported) {
       << r.error().message;
 }
 
+// ME-5: a constructor's failure fails the actor mesh's initialized with its cause.
 TEST(MeshSpawn, ConstructorExceptionFailsInitialized) {
   auto procs = ok(podium::this_host().spawn_procs({{"procs", 2}}));
   auto bad = ok(procs.spawn<Worker>("bad", -1));
@@ -239,6 +240,7 @@ TEST(MeshSpawn, ActorsInTheCallersOwnProc) {
   EXPECT_EQ(ok(local.call_one(&Worker::add, 1).get(5s)), 6);
 }
 
+// ME-3: every proc of a stopped mesh has been reaped.
 TEST(MeshSpawn, StopEndsEveryProc) {
   auto procs = ok(podium::this_host().spawn_procs({{"hosts", 2}, {"gpus", 2}}));
   ASSERT_TRUE(procs.initialized().get(10s));

@@ -188,7 +188,7 @@ Result<ActorMeshBase> ProcMesh::adopt_raw(std::string name,
                                           std::optional<std::string> owner) const {
   return start_actors(name, std::move(owner), [&](size_t base, uint64_t supervision,
                                                              const std::string& supervisor) {
-    // SV-2: the actor's failures are reported here from now on (to nobody: not supervised).
+    // SV-5: the actor's failures are reported here from now on (to nobody: not supervised).
     actor::SystemHeader h{"adopt", {name, supervision != 0 ? supervisor : std::string()},
                           {base, supervision}};
     return std::vector<Buffer>{actor::encode_system_header(h)};

@@ -13,7 +13,8 @@
 //   ME-6 Messages from one sender to one actor are delivered in send order, directly or
 //        through the cast tree (AC-11 sequence numbers; relay.h, docs/cast.md).
 //   ME-8 ActorMeshBase::stop() completes within its grace period plus the time to kill: an
-//        actor that does not stop in time has its proc killed, and a warning names it.
+//        actor that does not stop in time has its proc killed, and a warning names it. An
+//        actor on the controller's own proc cannot be killed: the warning says so.
 #pragma once
 
 #include <chrono>
@@ -126,7 +127,7 @@ class ProcMesh {
 
   // The actors `name[rank]` that run on every proc of this region already (procs taken over
   // from a persistent worker: HostMesh::find_procs), now supervised by `owner` (as in
-  // spawn_raw) through the actor layer's "adopt" (SV-2); returns at once. `initialized`
+  // spawn_raw) through the actor layer's "adopt" (SV-5); returns at once. `initialized`
   // resolves once every proc confirmed its actor, or fails naming the first rank that has
   // none (or whose actor failed or stopped, with the cause).
   [[nodiscard]] Result<ActorMeshBase> adopt_raw(

@@ -21,12 +21,8 @@
 //   ME-10 shutdown() returns only once the runtime's services have stopped, to every caller:
 //        one called while another thread's is under way waits for it (bounded), so no
 //        caller goes on to exit() and its static destructors while threads are still joined.
-//   ME-11 A dead proc's records (why it ended, its mesh and rank, its AC-11 counters, its
-//        host's list entry) are kept while a ProcMeshState of this process holds it (a handle
-//        of its mesh, or one rebuilt here from another process's state: watch()), so calls
-//        to it fail at once with their reason (ME-2), and dropped once it has been dead for
-//        a grace period (30 s, PODIUM_DEAD_RECORD_GRACE_MS) with none alive
-//        (proc_registry.h). Memory stays flat over any number of spawn/stop cycles.
+//   ME-11 (see proc_registry.h) a dead proc's records are kept while this process can
+//        address it and dropped after a grace period (30 s, PODIUM_DEAD_RECORD_GRACE_MS).
 #pragma once
 
 #include <atomic>

@@ -4,8 +4,12 @@
 //   Slice   [offset, [size, ...], [stride, ...]]
 //   Region  [[label, ...], Slice]
 //   Point   [Extent, rank]
-// Decoding rebuilds every value through its make(), so a decoded value satisfies the same
-// invariants as a local one (SL-1, SL-3, SL-5) whatever the sender wrote (SL-8).
+//
+// Invariants:
+//   SL-8  decoding rebuilds every value through its make(), so a decoded value satisfies the
+//         same invariants as a local one (SL-1, SL-3, SL-5) whatever the sender wrote; a
+//         wrong layout, or nesting deeper than 3, is kMalformed; decode() never throws
+//         (below).
 //
 // Separate from the value headers so that only code that encodes pays for msgpack.hpp.
 #pragma once

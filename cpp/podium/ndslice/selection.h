@@ -14,9 +14,10 @@
 //                         points in a and in b.
 // Coordinates are the region's own (0-based within the region), not the root mesh's.
 //
-// Invariant SL-7: evaluation yields each selected point once, in the region's rank order;
-// it fails (kUnknownLabel, kBadStep) when any node of the tree names a label the region lacks
-// or has a bad step, even in a branch that would not change the result.
+// Invariants:
+//   SL-7  evaluation yields each selected point once, in the region's rank order; it fails
+//         (kUnknownLabel, kBadStep) when any node of the tree names a label the region
+//         lacks or has a bad step, even in a branch that would not change the result.
 //
 // Value type; copies share the tree; safe to share between threads.
 #pragma once
