@@ -147,6 +147,25 @@ TEST_F(ProcTest, CallWithinOneProcSkipsTheChannel) {
   EXPECT_EQ(r->value, "local");
 }
 
+TEST_F(ProcTest, TrafficCountsEnvelopesToAndFromOtherProcsOnly) {  // AC-12
+  auto echo = spawn(*b_, "echo");
+  auto local = spawn(*a_, "local");
+  ASSERT_TRUE(call(*a_, echo, "echo", "warm").get(5s));
+  auto a0 = a_->traffic(), b0 = b_->traffic();
+  constexpr uint64_t kN = 10;
+  for (uint64_t i = 0; i < kN; ++i) {
+    auto r = call(*a_, echo, "echo", std::to_string(i)).get(5s);
+    ASSERT_TRUE(r && r->ok);
+    auto l = call(*a_, local, "echo", "not counted").get(5s);  // within one proc
+    ASSERT_TRUE(l && l->ok);
+  }
+  auto a1 = a_->traffic(), b1 = b_->traffic();
+  EXPECT_EQ(a1.sent - a0.sent, kN);  // the calls
+  EXPECT_EQ(a1.received - a0.received, kN);  // their replies
+  EXPECT_EQ(b1.received - b0.received, kN);
+  EXPECT_EQ(b1.sent - b0.sent, kN);
+}
+
 TEST_F(ProcTest, OneWayMessagesArriveInSendOrder) {  // AC-6, ME-6
   auto rec = spawn(*b_, "recorder");
   constexpr int kN = 20000;
