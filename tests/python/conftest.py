@@ -238,3 +238,89 @@ def network():
     finally:
         for n in made:
             n.close()
+
+
+# --- workers started by hand -----------------------------------------------------------------
+
+WORKER_READY = "podium worker listening on "
+
+
+def eventually(cond, timeout: float, what: str):
+    """Polls `cond` until it returns something true and returns that; fails naming `what` at
+    the bound."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout} s: {what}")
+        time.sleep(0.02)
+
+
+class Worker:
+    """A `python -m podium worker` on `host` (or another command that prints the ready line),
+    in a session of its own; kill() ends it with its procs. Its environment is `base_env`
+    (this process's by default) with `env` on top. A thread collects what it prints, stdout
+    and stderr together, in `lines`."""
+
+    def __init__(self, env: dict | None = None, host: str = "127.0.0.1",
+                 argv: list | None = None, persistent: bool = False, flags: tuple = (),
+                 base_env: dict | None = None) -> None:
+        import threading
+
+        argv = argv or ([sys.executable, "-m", "podium", "worker", "--listen", f"tcp://{host}:0",
+                         *flags] + (["--persistent"] if persistent else []))
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, env={**(os.environ if base_env is None else base_env), **(env or {})},
+            start_new_session=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        try:
+            ready = eventually(lambda: self._ready() or self.proc.poll() is not None, 30,
+                               "the worker's ready line")
+        except BaseException:
+            self.kill()
+            raise
+        if ready is not True:
+            self.kill()
+            raise RuntimeError(f"worker did not start: {self.output()}")
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def _ready(self) -> bool:
+        for line in list(self.lines):
+            if line.startswith(WORKER_READY):
+                self.address = line[len(WORKER_READY):].strip()
+                self.port = int(self.address.rsplit(":", 1)[1])
+                return True
+        return False
+
+    def saw(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def kill(self) -> None:
+        import signal
+
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=10)
+
+    def output(self) -> str:
+        """Everything it printed (it is killed first)."""
+        self.kill()
+        self._reader.join(timeout=10)
+        return self.text()
+

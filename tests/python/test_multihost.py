@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
@@ -18,45 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHILD_TIMEOUT_S, env_without_secret, gone_within
+from conftest import CHILD_TIMEOUT_S, Worker, env_without_secret, gone_within
 
 READY = "podium worker listening on "
-
-
-class Worker:
-    """A `python -m podium worker` on 127.0.0.1 (or another command that prints the ready
-    line), killed (with its procs) when the test ends."""
-
-    def __init__(self, env: dict[str, str] | None = None, host: str = "127.0.0.1",
-                 argv: list[str] | None = None, persistent: bool = False) -> None:
-        self.proc = subprocess.Popen(
-            argv or [sys.executable, "-m", "podium", "worker", "--listen", f"tcp://{host}:0"]
-            + (["--persistent"] if persistent else []),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **(env or {})}, start_new_session=True)
-        deadline = time.monotonic() + 30
-        line = ""
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line or line.startswith(READY):
-                break
-        if not line.startswith(READY):
-            self.kill()
-            raise RuntimeError(f"worker did not start: {line!r} {self.proc.stderr.read()!r}")
-        self.address = line[len(READY):].strip()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=10)
-
-    def output(self) -> str:
-        """Everything it printed after its ready line (it is killed first)."""
-        self.kill()
-        return self.proc.stdout.read() + self.proc.stderr.read()
 
 
 @pytest.fixture

@@ -10,89 +10,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import CHILD_TIMEOUT_S, env_without_secret, gone_within, pid_alive
+from conftest import CHILD_TIMEOUT_S, Worker, env_without_secret, eventually, gone_within
 
 READY = "podium worker listening on "
-
-
-def eventually(cond, timeout: float, what: str):
-    """Polls `cond` until it returns something true; fails naming `what` at the bound."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout} s: {what}")
-        time.sleep(0.02)
-
-
-class Worker:
-    """`python -m podium worker` on loopback with the given environment; killed at the end. A
-    thread collects what it prints (stdout and stderr) in `lines`."""
-
-    def __init__(self, env: dict, *flags: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "podium", "worker", "--listen", "tcp://127.0.0.1:0", *flags],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, env=env, start_new_session=True)
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        try:
-            ready = eventually(lambda: self._ready() or self.proc.poll() is not None, 30,
-                               "the worker's ready line")
-        except BaseException:
-            self.kill()
-            raise
-        if ready is not True:
-            self.kill()
-            raise RuntimeError(f"worker did not start: {self.text()}")
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def _ready(self) -> bool:
-        for line in list(self.lines):
-            if line.startswith(READY):
-                self.address = line[len(READY):].strip()
-                self.port = int(self.address.rsplit(":", 1)[1])
-                return True
-        return False
-
-    def saw(self, text: str) -> bool:
-        return any(text in line for line in list(self.lines))
-
-    def text(self) -> str:
-        return "".join(self.lines)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=10)
-
-    def output(self) -> str:
-        """Everything it printed (it is killed first)."""
-        self.kill()
-        self._reader.join(timeout=10)
-        return self.text()
 
 
 @pytest.fixture
@@ -133,7 +62,7 @@ def test_a_worker_without_a_secret_refuses_to_start_and_says_how_to_fix_it():
 
 def test_an_insecure_worker_says_so_on_stderr_and_serves_an_insecure_controller(tmp_path,
                                                                                  started):
-    w = Worker(env_without_secret(), "--insecure")
+    w = Worker(base_env=env_without_secret(), flags=("--insecure",))
     started.append(w)
     r = run_script(tmp_path, "c", """
         import sys
@@ -157,7 +86,7 @@ def test_an_insecure_worker_says_so_on_stderr_and_serves_an_insecure_controller(
 def test_a_controller_with_a_secret_is_not_fooled_by_an_insecure_worker(tmp_path, started):
     # The worker holds no secret, so it cannot prove it belongs to the job: the controller
     # sends it nothing (no pickled spawn reaches a stranger's listener).
-    w = Worker(env_without_secret(), "--insecure")
+    w = Worker(base_env=env_without_secret(), flags=("--insecure",))
     started.append(w)
     r = run_script(tmp_path, "c", """
         import os, sys
@@ -390,7 +319,7 @@ def _recv_exactly(s: socket.socket, n: int) -> bytes:
 def test_strangers_get_a_challenge_and_are_refused_while_every_legitimate_call_completes(
         tmp_path, started):
     env = env_without_secret(PODIUM_SECRET_FILE=secret_file(tmp_path))
-    w = Worker(env)
+    w = Worker(base_env=env)
     started.append(w)
     ctl = subprocess.Popen([sys.executable, "-c", textwrap.dedent(LOAD), w.address, "300"],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -437,7 +366,7 @@ def test_strangers_get_a_challenge_and_are_refused_while_every_legitimate_call_c
 
 def test_a_controllers_lost_after_is_clamped_by_the_worker(tmp_path, started):
     env = env_without_secret(PODIUM_SECRET_FILE=secret_file(tmp_path))
-    w = Worker(env)
+    w = Worker(base_env=env)
     started.append(w)
     r = run_script(tmp_path, "c", """
         import sys
@@ -454,7 +383,7 @@ def test_a_controllers_lost_after_is_clamped_by_the_worker(tmp_path, started):
 
 def test_an_attach_the_controller_gave_up_on_is_not_adopted_later(tmp_path, started):
     env = env_without_secret(PODIUM_SECRET_FILE=secret_file(tmp_path))
-    w = Worker(env)
+    w = Worker(base_env=env)
     started.append(w)
     os.killpg(w.proc.pid, signal.SIGSTOP)  # the attach waits in the socket, unanswered
     first = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
@@ -509,7 +438,7 @@ def _line_with(p: subprocess.Popen, text: str) -> str:
 def test_a_worker_refuses_a_spawn_of_more_procs_than_it_starts_per_request(tmp_path, started):
     # HA-9: a count is checked before it is believed; the worker serves on.
     env = env_without_secret(PODIUM_SECRET_FILE=secret_file(tmp_path))
-    w = Worker(env)
+    w = Worker(base_env=env)
     started.append(w)
     r = run_script(tmp_path, "c", """
         import sys
@@ -551,7 +480,7 @@ def test_an_insider_announcing_a_2_gib_header_costs_the_worker_nothing(tmp_path,
 
     path = secret_file(tmp_path)
     env = env_without_secret(PODIUM_SECRET_FILE=path)
-    w = Worker(env)
+    w = Worker(base_env=env)
     started.append(w)
     ctl = subprocess.Popen([sys.executable, "-c", textwrap.dedent(LOAD), w.address, "300"],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -587,7 +516,7 @@ def test_a_half_open_flood_does_not_keep_a_controller_out(tmp_path, started):
     # Hundreds of connections that never answer the challenge: those past the worker's cap are
     # closed at once, the rest at the handshake deadline, and a controller attaches meanwhile.
     env = env_without_secret(PODIUM_SECRET_FILE=secret_file(tmp_path))
-    w = Worker(env)
+    w = Worker(base_env=env)
     started.append(w)
     flood = [_connect(w.port) for _ in range(300)]
     try:

@@ -3,7 +3,8 @@
 Measures what a flood of hostile connections costs a worker (docs/security.md), in one run,
 against the same workload on a worker nobody attacks:
 
-- **baseline**: a worker (`python -m podium worker`) on loopback; this controller attaches
+- **baseline**: a worker (a `LocalJob` of one host, with the job's own secret, SE-4) on
+  loopback; this controller attaches
   (timed), spawns one actor there and makes N calls, `call_one` pipelined 64 deep, each
   answer checked;
 - **under attack**: a second worker, while an attacker process holds `--liars` connections
@@ -31,16 +32,15 @@ import json
 import os
 import resource
 import selectors
-import signal
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-READY = "podium worker listening on "
+from podium._src.bench_workers import job_secret, start_local_worker
+
 _BOUND_S = 120.0  # every wait of this benchmark ends within this
 _WINDOW = 64  # calls in flight
 # A Data frame's prefix (docs/wire.md): magic, version 1, kind 3, flags 0, no parts, and a
@@ -76,15 +76,14 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return out
 
 
-def attacker_main(port: int, secret_path: str, liars: int, half_open: int,
-                  duration: float) -> int:
+def attacker_main(port: int, liars: int, half_open: int, duration: float) -> int:
     """Holds `liars` liar connections and `half_open` silent ones to 127.0.0.1:`port` until
     stdin closes or `duration` passes; reopens what the worker closes. Prints one JSON line
     of counts once every connection was opened once ("ready"), and one at the end."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, liars + half_open + 256)),
                                                 hard))
-    secret = open(secret_path, "rb").read().strip()
+    secret = job_secret()
     sel = selectors.DefaultSelector()
     counts = {"opened": 0, "closed_by_worker": 0, "liars_authenticated": 0,
               "liars_refused": 0, "connect_failed": 0}
@@ -155,42 +154,7 @@ def _status(pid: int) -> Dict[str, int]:
     return out
 
 
-class _Worker:
-    def __init__(self, env: Dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "podium", "worker", "--listen", "tcp://127.0.0.1:0"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, env=env, start_new_session=True)
-        deadline = time.monotonic() + 30
-        line = ""
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line or line.startswith(READY):
-                break
-        if not line.startswith(READY):
-            self.stop()
-            raise RuntimeError(f"the worker did not start: {line!r}")
-        self.address = line[len(READY):].strip()
-        self.port = int(self.address.rsplit(":", 1)[1])
-        # The worker logs every refusal: drain its output so that it never blocks on a pipe.
-        import threading
-
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self) -> None:
-        for _ in self.proc.stdout:
-            pass
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=10)
-
-
-def _attach_and_call(worker: _Worker, calls: int, tag: str) -> Dict[str, Any]:
+def _attach_and_call(address: str, calls: int, tag: str) -> Dict[str, Any]:
     from podium.actor import Actor, attach_to_workers, endpoint
 
     class Echo(Actor):
@@ -199,7 +163,7 @@ def _attach_and_call(worker: _Worker, calls: int, tag: str) -> Dict[str, Any]:
             return x
 
     t = time.monotonic()
-    hosts = attach_to_workers(workers=[worker.address], name=f"attack-{tag}")
+    hosts = attach_to_workers(workers=[address], name=f"attack-{tag}")
     hosts.initialized.get(timeout=_BOUND_S)
     attach_s = time.monotonic() - t
     procs = hosts.spawn_procs(per_host={"gpus": 1})
@@ -235,36 +199,31 @@ def _attach_and_call(worker: _Worker, calls: int, tag: str) -> Dict[str, Any]:
 
 
 def run(calls: int, liars: int, half_open: int) -> Dict[str, Any]:
-    directory = tempfile.mkdtemp(prefix="podium-bench-attack-")
-    secret_path = os.path.join(directory, "job.secret")
-    fd = os.open(secret_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(os.urandom(32).hex() + "\n")
-    os.environ["PODIUM_SECRET_FILE"] = secret_path  # before podium starts here
-    os.environ.pop("PODIUM_SECRET", None)
-    env = dict(os.environ)
     from podium.actor import enable_transport
 
     enable_transport("tcp://127.0.0.1:0")
-    workers: List[_Worker] = []
+    jobs: List[Any] = []
     attacker: Optional[subprocess.Popen] = None
     try:
-        workers.append(_Worker(env))
-        baseline = _attach_and_call(workers[0], calls, "baseline")
-        target = _Worker(env)
-        workers.append(target)
-        before = _status(target.proc.pid)
+        job, address, _ = start_local_worker()
+        jobs.append(job)
+        baseline = _attach_and_call(address, calls, "baseline")
+        job, address, pid = start_local_worker()
+        jobs.append(job)
+        port = int(address.rsplit(":", 1)[1])
+        before = _status(pid)
+        # The attacker reads the job's secret from its environment, as podium does.
         attacker = subprocess.Popen(
-            [sys.executable, "-m", "podium._src.bench_attack", "--attacker", str(target.port),
-             secret_path, str(liars), str(half_open), str(_BOUND_S)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+            [sys.executable, "-m", "podium._src.bench_attack", "--attacker", str(port),
+             str(liars), str(half_open), str(_BOUND_S)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
         ready = json.loads(attacker.stdout.readline() or "{}")
-        attacked = _attach_and_call(target, calls, "under attack")
-        after = _status(target.proc.pid)
+        attacked = _attach_and_call(address, calls, "under attack")
+        after = _status(pid)
         attacker.stdin.close()
         final = json.loads(attacker.stdout.readline() or "{}")
         attacker.wait(timeout=30)
-        attacked["worker_alive"] = target.proc.poll() is None
+        attacked["worker_alive"] = os.path.exists(f"/proc/{pid}")
         return {
             "benchmark": "attack", "liars": liars, "half_open": half_open, "calls": calls,
             "baseline": baseline, "under_attack": attacked,
@@ -278,11 +237,8 @@ def run(calls: int, liars: int, half_open: int) -> Dict[str, Any]:
         if attacker is not None and attacker.poll() is None:
             attacker.kill()
             attacker.wait(timeout=10)
-        for w in workers:
-            w.stop()
-        import shutil
-
-        shutil.rmtree(directory, ignore_errors=True)
+        for job in jobs:
+            job.kill()
 
 
 def _print_table(r: Dict[str, Any]) -> None:
@@ -307,9 +263,8 @@ def _print_table(r: Dict[str, Any]) -> None:
 
 def main(argv: List[str]) -> int:
     if argv and argv[0] == "--attacker":
-        port, secret_path, liars, half_open, duration = argv[1:6]
-        return attacker_main(int(port), secret_path, int(liars), int(half_open),
-                             float(duration))
+        port, liars, half_open, duration = argv[1:5]
+        return attacker_main(int(port), int(liars), int(half_open), float(duration))
     p = argparse.ArgumentParser(prog="podium bench attack", description=__doc__.split("\n")[0])
     p.add_argument("--calls", type=int, default=10_000)
     p.add_argument("--liars", type=int, default=100)

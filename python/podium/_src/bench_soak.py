@@ -4,8 +4,8 @@ keep per spawn/stop cycle.
 A controller that spawns and stops meshes again and again must stay flat (issue 16; mesh
 ME-11). This benchmark runs, from this process (the controller, on TCP), `--cycles` cycles of:
 spawn `--procs` procs, spawn one actor on each, call it, stop the actors, stop the procs;
-first on this host, then on a worker (`python -m podium worker`, started here as a
-subprocess with a temporary job secret). Both kinds are warmed up first (as many cycles as
+first on this host, then on a worker (a `LocalJob` of one host, which makes the job's secret
+and ends the worker). Both kinds are warmed up first (as many cycles as
 measured, by default: the heap's high-water mark and the tables that keep the last seconds'
 records are full before the baseline), and each measurement comes after a settle time
 (`--settle`, by default longer than the stop timers and the dead-record grace), so that only
@@ -25,21 +25,17 @@ import ctypes
 import gc
 import json
 import os
-import secrets
-import shutil
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from typing import Any, Dict, List, Optional
+
+from podium._src.bench_workers import start_local_worker
 
 # The settle time covers the actor stop grace timer (10 s) and the dead-record grace
 # (mesh ME-11, 30 s by default), plus this margin.
 _SETTLE_MARGIN_S = 2.0
 _STOP_TIMERS_S = 10.0
 _DEFAULT_GRACE_S = 30.0
-_READY = "podium worker listening on "
 _TIMEOUT_S = 60.0
 
 
@@ -120,44 +116,6 @@ def _settle(seconds: float, quiet: bool) -> None:
     gc.collect()
 
 
-# --- the worker ----------------------------------------------------------------------------
-
-
-class _Worker:
-    """`python -m podium worker` on 127.0.0.1, its output drained (the last lines kept)."""
-
-    def __init__(self, env: Dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "podium", "worker", "--listen", "tcp://127.0.0.1:0"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, env=env, start_new_session=True)
-        self.tail: List[str] = []
-        deadline = time.monotonic() + _TIMEOUT_S
-        line = ""
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line or line.startswith(_READY):
-                break
-            self.tail.append(line)
-        if not line.startswith(_READY):
-            self.stop()
-            raise RuntimeError("the worker did not start: " + "".join(self.tail[-20:]) + line)
-        self.address = line[len(_READY):].strip()
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self) -> None:
-        for line in self.proc.stdout:
-            self.tail = (self.tail + [line])[-50:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, 9)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=10)
-
-
 # --- the report ----------------------------------------------------------------------------
 
 
@@ -230,22 +188,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     settle = args.settle if args.settle is not None else (
         max(_STOP_TIMERS_S, grace_s) + _SETTLE_MARGIN_S)
 
-    # The job's secret: workers refuse to start without one (SE-2).
-    secret_dir = tempfile.mkdtemp(prefix="podium-soak-")
-    secret_file = os.path.join(secret_dir, "job.secret")
-    with open(os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-        f.write(secrets.token_hex(32) + "\n")
-    os.environ.pop("PODIUM_SECRET", None)
-    os.environ["PODIUM_SECRET_FILE"] = secret_file
-    worker = None
+    job = None
     try:
-        worker = _Worker(dict(os.environ))
         pa.enable_transport("tcp://127.0.0.1:0")
-        remote = pa.attach_to_workers(workers=[worker.address])
+        # A LocalJob of one worker: it makes the job's secret (SE-4) and ends the worker.
+        job, address, wpid = start_local_worker()
+        remote = pa.attach_to_workers(workers=[address])
         remote.initialized.get(timeout=_TIMEOUT_S)
         local = pa.this_host()
         me = os.getpid()
-        wpid = worker.proc.pid
 
         def snap() -> Dict[str, Any]:
             return {"controller": _snapshot(me, True), "worker": _snapshot(wpid, False)}
@@ -262,9 +213,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         after_remote = snap()
         remote.shutdown().get(timeout=_TIMEOUT_S)
     finally:
-        if worker is not None:
-            worker.stop()
-        shutil.rmtree(secret_dir, ignore_errors=True)
+        if job is not None:
+            job.kill()
 
     def phase(before: Dict[str, Any], after: Dict[str, Any], seconds: float) -> Dict[str, Any]:
         return {"ms_per_cycle": round(seconds * 1e3, 2),
