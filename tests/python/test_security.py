@@ -8,6 +8,7 @@ gives one), since the test session's own secret (conftest) would hide what these
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +23,39 @@ import pytest
 from conftest import CHILD_TIMEOUT_S, Worker, env_without_secret, eventually, gone_within
 
 READY = "podium worker listening on "
+
+
+@pytest.fixture
+def secured(tmp_path, started):
+    """A worker whose job has a secret: (the worker, the environment that names the secret,
+    the secret file's path)."""
+    path = secret_file(tmp_path)
+    env = env_without_secret(PODIUM_SECRET_FILE=path)
+    w = Worker(base_env=env)
+    started.append(w)
+    return w, env, path
+
+
+@contextlib.contextmanager
+def legitimate_calls(w: Worker, env: dict, cwd: Path, n: int = 300):
+    """A controller that attaches to `w` and spawns an actor there before the block (the
+    attack); after it, makes `n` calls, each answer checked: all must complete, and the worker
+    must still run."""
+    ctl = subprocess.Popen([sys.executable, "-c", textwrap.dedent(LOAD), w.address, str(n)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=env, cwd=cwd)
+    try:
+        assert ctl.stdout.readline().strip() == "READY", ctl.stderr.read()
+        yield
+        ctl.stdin.write("go\n")
+        ctl.stdin.flush()
+        out, err = ctl.communicate(timeout=CHILD_TIMEOUT_S)
+        assert f"DONE {n}" in out, out + err
+    finally:
+        if ctl.poll() is None:
+            ctl.kill()
+            ctl.wait(timeout=10)
+    assert w.proc.poll() is None, "the worker died"
 
 
 @pytest.fixture
@@ -317,57 +351,41 @@ def _recv_exactly(s: socket.socket, n: int) -> bytes:
 
 
 def test_strangers_get_a_challenge_and_are_refused_while_every_legitimate_call_completes(
-        tmp_path, started):
-    env = env_without_secret(PODIUM_SECRET_FILE=secret_file(tmp_path))
-    w = Worker(base_env=env)
-    started.append(w)
-    ctl = subprocess.Popen([sys.executable, "-c", textwrap.dedent(LOAD), w.address, "300"],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, env=env, cwd=tmp_path)
-    try:
-        assert ctl.stdout.readline().strip() == "READY", ctl.stderr.read()
-        refused = 0
+        tmp_path, secured):
+    w, env, _ = secured
+    sockets = []
+    refused = 0
+    with legitimate_calls(w, env, tmp_path):
         # A pickled payload in a frame, a garbage answer to the challenge, a bare connect
         # that says nothing: none is decoded, each is closed.
         payloads = [b"\x80\x04\x95" + os.urandom(200), os.urandom(64), b""]
-        sockets = []
         for payload in payloads * 10:
             s = _connect(w.port)
             challenge = _recv_exactly(s, 37)
             assert challenge[:5] == b"PDMA\x01", challenge
-            if payload:
-                s.sendall(payload)
-                try:
-                    verdict = _recv_exactly(s, 33)
-                except ConnectionResetError:
-                    verdict = b""
-                assert verdict in (b"", b"\x00" * 33), verdict
-                assert _closed_by_peer(s)
-                refused += 1
-                s.close()
-            else:
+            if not payload:
                 sockets.append(s)
-        ctl.stdin.write("go\n")
-        ctl.stdin.flush()
-        out, err = ctl.communicate(timeout=CHILD_TIMEOUT_S)
-        assert "DONE 300" in out, out + err
-        for s in sockets:
+                continue
+            s.sendall(payload)
+            try:
+                verdict = _recv_exactly(s, 33)
+            except ConnectionResetError:
+                verdict = b""
+            assert verdict in (b"", b"\x00" * 33), verdict
+            assert _closed_by_peer(s)
+            refused += 1
             s.close()
-        assert refused == 20
-    finally:
-        if ctl.poll() is None:
-            ctl.kill()
-    assert w.proc.poll() is None, "the worker died"
+    for s in sockets:
+        s.close()
+    assert refused == 20
     log = w.output()
     assert "authentication failed" in log or "refused" in log, log
 
 
 # --- HA-9, HA-10 ------------------------------------------------------------------------------
 
-def test_a_controllers_lost_after_is_clamped_by_the_worker(tmp_path, started):
-    env = env_without_secret(PODIUM_SECRET_FILE=secret_file(tmp_path))
-    w = Worker(base_env=env)
-    started.append(w)
+def test_a_controllers_lost_after_is_clamped_by_the_worker(tmp_path, secured):
+    w, env, _ = secured
     r = run_script(tmp_path, "c", """
         import sys
         from podium.actor import attach_to_workers, enable_transport
@@ -381,10 +399,8 @@ def test_a_controllers_lost_after_is_clamped_by_the_worker(tmp_path, started):
     assert f"asked for a lost-after of {10 ** 12} ms; using 60000 ms" in log, log
 
 
-def test_an_attach_the_controller_gave_up_on_is_not_adopted_later(tmp_path, started):
-    env = env_without_secret(PODIUM_SECRET_FILE=secret_file(tmp_path))
-    w = Worker(base_env=env)
-    started.append(w)
+def test_an_attach_the_controller_gave_up_on_is_not_adopted_later(tmp_path, secured):
+    w, env, _ = secured
     os.killpg(w.proc.pid, signal.SIGSTOP)  # the attach waits in the socket, unanswered
     first = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import sys, time
@@ -435,11 +451,9 @@ def _line_with(p: subprocess.Popen, text: str) -> str:
     return ""
 
 
-def test_a_worker_refuses_a_spawn_of_more_procs_than_it_starts_per_request(tmp_path, started):
+def test_a_worker_refuses_a_spawn_of_more_procs_than_it_starts_per_request(tmp_path, secured):
     # HA-9: a count is checked before it is believed; the worker serves on.
-    env = env_without_secret(PODIUM_SECRET_FILE=secret_file(tmp_path))
-    w = Worker(base_env=env)
-    started.append(w)
+    w, env, _ = secured
     r = run_script(tmp_path, "c", """
         import sys
         from podium.actor import Actor, endpoint, attach_to_workers, enable_transport
@@ -472,52 +486,35 @@ def _worker_rss(pid: int) -> int:
     return 0
 
 
-def test_an_insider_announcing_a_2_gib_header_costs_the_worker_nothing(tmp_path, started):
+def test_an_insider_announcing_a_2_gib_header_costs_the_worker_nothing(tmp_path, secured):
     # The liar proves the secret (the worst case), then sends a frame prefix announcing a
     # ~2 GiB header: the worker refuses it from the prefix, allocating nothing, and every
     # legitimate call made meanwhile completes.
     from podium._src.bench_attack import LIAR_PREFIX, _prove
 
-    path = secret_file(tmp_path)
-    env = env_without_secret(PODIUM_SECRET_FILE=path)
-    w = Worker(base_env=env)
-    started.append(w)
-    ctl = subprocess.Popen([sys.executable, "-c", textwrap.dedent(LOAD), w.address, "300"],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, env=env, cwd=tmp_path)
-    try:
-        assert ctl.stdout.readline().strip() == "READY", ctl.stderr.read()
+    w, env, path = secured
+    secret = Path(path).read_text().strip().encode()
+    liars = []
+    with legitimate_calls(w, env, tmp_path):
         before = _worker_rss(w.proc.pid)
-        secret = Path(path).read_text().strip().encode()
-        liars = []
         for _ in range(20):
             s = _connect(w.port)
             assert _prove(s, secret)
             s.sendall(LIAR_PREFIX)
             liars.append(s)
-        ctl.stdin.write("go\n")
-        ctl.stdin.flush()
-        out, err = ctl.communicate(timeout=CHILD_TIMEOUT_S)
-        assert "DONE 300" in out, out + err
-        for s in liars:
-            assert _closed_by_peer(s)
-            s.close()
-        grown = _worker_rss(w.proc.pid) - before
-        assert grown < 64 * 2**20, f"the worker grew by {grown} bytes"
-    finally:
-        if ctl.poll() is None:
-            ctl.kill()
-    assert w.proc.poll() is None, "the worker died"
+    for s in liars:
+        assert _closed_by_peer(s)
+        s.close()
+    grown = _worker_rss(w.proc.pid) - before
+    assert grown < 64 * 2**20, f"the worker grew by {grown} bytes"
     log = w.output()
     assert "header" in log and "exceeds" in log, log
 
 
-def test_a_half_open_flood_does_not_keep_a_controller_out(tmp_path, started):
+def test_a_half_open_flood_does_not_keep_a_controller_out(tmp_path, secured):
     # Hundreds of connections that never answer the challenge: those past the worker's cap are
     # closed at once, the rest at the handshake deadline, and a controller attaches meanwhile.
-    env = env_without_secret(PODIUM_SECRET_FILE=secret_file(tmp_path))
-    w = Worker(base_env=env)
-    started.append(w)
+    w, env, _ = secured
     flood = [_connect(w.port) for _ in range(300)]
     try:
         closed = eventually(lambda: sum(1 for s in flood if _peer_closed_now(s)) >= 100, 10,
