@@ -60,6 +60,10 @@ size_t run_one_polling(asio::io_context& io, int64_t max_poll_ns,
   }
   if (size_t n = io.poll_one()) return n;
   if (io.stopped()) return 0;
+  // Clock::duration::max() means no limit; it must stay max() through the subtraction below,
+  // or run_one_for() computes now() + almost-max(), which overflows (UB, and in practice a
+  // deadline in the past: run_one_for() returns at once and the runner spins).
+  const bool unlimited = limit == Clock::duration::max();
   int64_t& window = tls_poll_window_ns;
   if (window < 0 || window > max_poll_ns) window = max_poll_ns;
   auto start = Clock::now();
@@ -71,10 +75,12 @@ size_t run_one_polling(asio::io_context& io, int64_t max_poll_ns,
       if (size_t n = io.poll_one()) return n;
       if (io.stopped()) return 0;
     }
-    limit -= Clock::now() - start;
-    if (limit <= Clock::duration::zero()) return 0;
+    if (!unlimited) {
+      limit -= Clock::now() - start;
+      if (limit <= Clock::duration::zero()) return 0;
+    }
   }
-  size_t n = limit == Clock::duration::max() ? io.run_one() : io.run_one_for(limit);
+  size_t n = unlimited ? io.run_one() : io.run_one_for(limit);
   if (n > 0 && max_poll_ns > 0) {
     int64_t gap = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
     if (gap <= max_poll_ns) {
