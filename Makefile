@@ -7,7 +7,9 @@
 #   make demo    setup, then the main demo ($(DEMO))
 #   make bench   setup, then `podium bench core --json`
 #   make fuzz    build the fuzz targets with sanitizers ($(FUZZ_DIR)), run each FUZZ_SECONDS
-#   make clean   remove the build trees ($(BUILD_DIR), $(FUZZ_DIR))
+#   make test-sanitize  the C++ tests built and run under ASan+UBSan ($(ASAN_DIR)) and TSan
+#                ($(TSAN_DIR)); slow, not part of `make test`
+#   make clean   remove the build trees ($(BUILD_DIR), $(FUZZ_DIR), $(ASAN_DIR), $(TSAN_DIR))
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -26,6 +28,17 @@ FUZZ_DIR ?= build/fuzz
 FUZZ_SECONDS ?= 60
 TEST_FUZZ_SECONDS ?= 10
 FUZZ_TARGETS := frame message auth actor_message cast_plan
+# make test-sanitize (docs/build.md): one build tree per sanitizer. SANITIZERS picks which.
+ASAN_DIR ?= build/asan
+TSAN_DIR ?= build/tsan
+SANITIZERS ?= address thread
+# Tests that cannot run under a sanitizer, as ctest -E regexes; each one's reason is in
+# docs/build.md ("Sanitizer builds"). Keep these short.
+SANITIZE_EXCLUDE_address ?= ChannelLimits\.TheAcceptLoopSurvivesRunningOutOfDescriptors
+SANITIZE_EXCLUDE_thread ?=
+export ASAN_OPTIONS ?= detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1
 # The main demo (the C++ one: $(BUILD_DIR)/examples/cpp/hello)
 DEMO ?= $(PYTHON) examples/quickstart.py
 
@@ -45,7 +58,8 @@ CTEST = $(or $(shell sed -n 's/^CMAKE_CTEST_COMMAND:INTERNAL=//p' $(BUILD_DIR)/C
                 2>/dev/null),ctest)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup apt-packages pip-packages build test demo bench fuzz fuzz-run clean
+.PHONY: help setup apt-packages pip-packages build test demo bench fuzz fuzz-run clean \
+        test-sanitize
 
 # $(call fuzz_run,SECONDS): configures $(FUZZ_DIR) (PODIUM_FUZZ=ON: ASan + UBSan, libFuzzer
 # with clang), builds only the fuzz targets and what they compile, runs each for SECONDS and
@@ -85,8 +99,50 @@ if [ $$status -eq 0 ]; then echo "make fuzz: 0 crashes"; else echo "make fuzz: F
 exit $$status
 endef
 
+# $(call sanitize_run): for each of $(SANITIZERS), configures its tree (PODIUM_SANITIZE_TESTS,
+# no Python extension), builds it, runs its ctest without the excluded tests, then prints one
+# summary line per sanitizer (pass/fail, seconds); exits non-zero if any failed. Suppression
+# files, where present, are cpp/sanitize/<tool>.supp.
+define sanitize_run
+cmake=$$($(PYTHON) -c 'import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, "cmake"))' \
+          2>/dev/null || command -v cmake); \
+ctest=$$(dirname "$$cmake")/ctest; [ -x "$$ctest" ] || ctest=ctest; \
+gen=; if ninja=$$($(PYTHON) -c 'import ninja, os; print(os.path.join(ninja.BIN_DIR, "ninja"))' \
+          2>/dev/null) && [ -x "$$ninja" ]; then gen="-G Ninja -DCMAKE_MAKE_PROGRAM=$$ninja"; \
+elif command -v ninja >/dev/null; then gen="-G Ninja"; fi; \
+supp=$$(pwd)/cpp/sanitize; \
+[ -f $$supp/lsan.supp ] && export LSAN_OPTIONS="suppressions=$$supp/lsan.supp:$${LSAN_OPTIONS:-}"; \
+[ -f $$supp/tsan.supp ] && export TSAN_OPTIONS="suppressions=$$supp/tsan.supp:$$TSAN_OPTIONS"; \
+status=0; summary=; \
+for san in $(SANITIZERS); do \
+  case $$san in address) dir=$(ASAN_DIR); ex='$(SANITIZE_EXCLUDE_address)';; \
+                thread) dir=$(TSAN_DIR); ex='$(SANITIZE_EXCLUDE_thread)';; \
+                *) echo "test-sanitize: unknown sanitizer $$san"; exit 2;; esac; \
+  start=$$(date +%s); result=passed; \
+  echo "== $$san: configure and build $$dir =="; \
+  mkdir -p $$dir; \
+  if ! "$$cmake" -S . -B $$dir $$gen -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPODIUM_TESTS=ON \
+         -DPODIUM_PYTHON=OFF -DPODIUM_SANITIZE_TESTS=$$san >$$dir/configure.log 2>&1; then \
+    cat $$dir/configure.log; result="FAILED (configure)"; \
+  elif ! "$$cmake" --build $$dir -j$(NPROC) >$$dir/build.log 2>&1; then \
+    tail -50 $$dir/build.log; result="FAILED (build)"; \
+  else \
+    echo "== $$san: ctest $${ex:+(excluded: $$ex)} =="; \
+    if ! "$$ctest" --test-dir $$dir --output-on-failure -j$(NPROC) --timeout $(CTEST_TIMEOUT) \
+           $${ex:+-E "$$ex"}; then result=FAILED; fi; \
+  fi; \
+  [ "$$result" = passed ] || status=1; \
+  summary="$$summary$$(printf '\ntest-sanitize %-8s %s in %d s' $$san "$$result" \
+                        $$(( $$(date +%s) - start )))"; \
+done; \
+echo "== Summary =="; echo "$${summary#?}"; \
+if [ $$status -eq 0 ]; then echo "make test-sanitize: all passed"; \
+else echo "make test-sanitize: FAILED"; fi; \
+exit $$status
+endef
+
 help:
-	@sed -n '3,9s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,11s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
 setup: apt-packages pip-packages build
 
@@ -149,5 +205,8 @@ fuzz: pip-packages
 fuzz-run:
 	@$(call fuzz_run,$(FUZZ_SECONDS))
 
+test-sanitize: apt-packages
+	@$(call sanitize_run)
+
 clean:
-	rm -rf $(BUILD_DIR) $(FUZZ_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_DIR) $(ASAN_DIR) $(TSAN_DIR)
