@@ -135,7 +135,7 @@ struct Executor::Impl {
   // A caller asked the primary to park and has not yet taken the loop (or given up): the
   // primary must not reclaim it meanwhile, however late that caller is scheduled.
   bool handover_pending = false;
-  Runner* primary = nullptr;            // set once by start(); never retires
+  Runner* primary = nullptr;            // set once by start(), before its thread; never retires
   Runner driver_slot;                   // the driving caller's runner slot (one at a time)
 
   Impl(Executor* s, asio::io_context& i, size_t max)
@@ -149,7 +149,9 @@ struct Executor::Impl {
   bool driving() const { return loop.load(std::memory_order_relaxed) == Loop::kDriven; }
 
   // Requires mu. Joins runners that retired, then starts a new one.
-  void add_runner_locked() {
+  // as_primary: start()'s first runner; `primary` is set before its thread starts, which
+  // reads it unlocked (thread creation orders the write before those reads).
+  void add_runner_locked(bool as_primary = false) {
     for (auto it = runners.begin(); it != runners.end();) {
       if (it->finished.load(std::memory_order_acquire)) {
         it->thread.join();
@@ -161,6 +163,7 @@ struct Executor::Impl {
     if (stopping || live.load() >= max_runners) return;
     Runner& r = runners.emplace_back();
     live.fetch_add(1);
+    if (as_primary) primary = &r;
     r.thread = std::thread(&Impl::runner_main, this, &r);
   }
 
@@ -285,8 +288,7 @@ Executor::~Executor() { stop(); }
 void Executor::start() {
   std::lock_guard lock(impl_->mu);
   if (!impl_->runners.empty() || impl_->stopping) return;
-  impl_->add_runner_locked();
-  impl_->primary = &impl_->runners.front();
+  impl_->add_runner_locked(/*as_primary=*/true);
   impl_->watchdog = std::thread(&Impl::watchdog_main, impl_.get());
 }
 
