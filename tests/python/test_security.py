@@ -73,10 +73,23 @@ def secret_file(tmp_path: Path, value: str = "the job's secret") -> str:
     return str(path)
 
 
+# The start of a controller script that attaches to the worker named by its first argument,
+# over TCP, with an actor class to spawn there.
+ECHO_CONTROLLER = """
+import sys
+from podium.actor import Actor, endpoint, attach_to_workers, enable_transport
+class Echo(Actor):
+    @endpoint
+    def echo(self, x):
+        return x
+enable_transport("tcp://127.0.0.1:0")
+"""
+
+
 def run_script(tmp_path: Path, name: str, body: str, env: dict, *args: str,
-               timeout: float = CHILD_TIMEOUT_S) -> subprocess.CompletedProcess:
+               timeout: float = CHILD_TIMEOUT_S, prelude: str = "") -> subprocess.CompletedProcess:
     script = tmp_path / f"{name}.py"
-    script.write_text(textwrap.dedent(body))
+    script.write_text(prelude + textwrap.dedent(body))
     return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL, env=env, cwd=tmp_path)
 
@@ -99,18 +112,11 @@ def test_an_insecure_worker_says_so_on_stderr_and_serves_an_insecure_controller(
     w = Worker(base_env=env_without_secret(), flags=("--insecure",))
     started.append(w)
     r = run_script(tmp_path, "c", """
-        import sys
-        from podium.actor import Actor, endpoint, attach_to_workers, enable_transport
-        class Echo(Actor):
-            @endpoint
-            def echo(self, x):
-                return x
-        enable_transport("tcp://127.0.0.1:0")
         hosts = attach_to_workers(workers=[sys.argv[1]])
         hosts.initialized.get(timeout=30)
         a = hosts.spawn_procs(per_host={"gpus": 1}).spawn("echo", Echo)
         print("GOT", a.echo.call_one(7).get(timeout=30))
-        """, env_without_secret(PODIUM_INSECURE="1"), w.address)
+        """, env_without_secret(PODIUM_INSECURE="1"), w.address, prelude=ECHO_CONTROLLER)
     assert "GOT 7" in r.stdout, r.stdout + r.stderr
     assert "WARNING: PODIUM_INSECURE=1" in r.stderr, r.stderr  # the controller says so too
     out = w.output()
@@ -455,13 +461,6 @@ def test_a_worker_refuses_a_spawn_of_more_procs_than_it_starts_per_request(tmp_p
     # HA-9: a count is checked before it is believed; the worker serves on.
     w, env, _ = secured
     r = run_script(tmp_path, "c", """
-        import sys
-        from podium.actor import Actor, endpoint, attach_to_workers, enable_transport
-        class Echo(Actor):
-            @endpoint
-            def echo(self, x):
-                return x
-        enable_transport("tcp://127.0.0.1:0")
         hosts = attach_to_workers(workers=[sys.argv[1]])
         hosts.initialized.get(timeout=30)
         try:
@@ -471,7 +470,7 @@ def test_a_worker_refuses_a_spawn_of_more_procs_than_it_starts_per_request(tmp_p
             print("REFUSED", e)
         a = hosts.spawn_procs(per_host={"gpus": 1}).spawn("echo", Echo)
         print("GOT", a.echo.call_one(3).get(timeout=30))
-        """, env, w.address)
+        """, env, w.address, prelude=ECHO_CONTROLLER)
     assert "REFUSED" in r.stdout and "asked for 5000 procs" in r.stdout, r.stdout + r.stderr
     assert "1 to 4096" in r.stdout and "GOT 3" in r.stdout, r.stdout
 
