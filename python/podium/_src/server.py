@@ -37,6 +37,7 @@ from podium._src import pickling, ratelimit, supervision
 from podium._src.errors import describe, utf8
 from podium._src.context import ActorInstance, Context, reset_context, set_context
 from podium._src.endpoint import check_actor_class, endpoints_of
+from podium._src.port_ref import Port
 from podium._src.shape import Point
 
 _POLL_S = 1.0  # how often idle threads look at the shutdown flag
@@ -651,8 +652,6 @@ class _Call:
         args, kwargs = pickling.loads(self.parts[1:])
         self.parts = None
         if self.explicit_port:
-            from podium._src.ports import Port
-
             self.reply_port = Port._reply(self.port, self.rank)
             args = (self.reply_port, *args)
         return self.method.__get__(self.server.instance), args, kwargs
