@@ -119,24 +119,26 @@ std::string python_member_name(std::string_view cpp) {
   return out;
 }
 
-// enum.IntEnum `name` with every enumerator of E, as m.<name>.
+// enum.<kind> `name` (IntEnum or Enum) with every enumerator of E, as m.<name>.
 template <class E>
-nb::object bind_enum(nb::module_& m, const char* name) {
+nb::object bind_enum(nb::module_& m, const char* name, const char* kind) {
   nb::list members;
   for (auto [cpp, value] : enumerators<E>(std::make_index_sequence<kMaxCode>{}))
     members.append(nb::make_tuple(python_member_name(cpp), value));
-  nb::object int_enum = nb::module_::import_("enum").attr("IntEnum");
-  nb::object e = int_enum(name, members, nb::arg("module") = "podium._core.base",
-                          nb::arg("qualname") = name);
+  nb::object enum_class = nb::module_::import_("enum").attr(kind);
+  nb::object e = enum_class(name, members, nb::arg("module") = "podium._core.base",
+                            nb::arg("qualname") = name);
   m.attr(name) = e;
   return e;
 }
 
 // An error enum of one subsystem: m.<name>, and ERRC[Subsystem(subsystem_of(E))] = it.
-// Adding a subsystem's enum to Python is one call of this in bind_base.
+// Adding a subsystem's enum to Python is one call of this in bind_base. A plain Enum, not an
+// IntEnum: codes of different subsystems share numbers (ActorErrc 102 is not NdsliceErrc 102),
+// so members must not compare equal to ints or to each other.
 template <class E>
 void bind_errc(nb::module_& m, nb::dict& errc, const char* name) {
-  nb::object e = bind_enum<E>(m, name);
+  nb::object e = bind_enum<E>(m, name, "Enum");
   errc[m.attr("Subsystem")(static_cast<int>(subsystem_of(E{})))] = e;
 }
 
@@ -223,7 +225,7 @@ void bind_base(nb::module_& m) {
   // The C++ error enums (docs/python.md, "Errors"). ERRC maps each Subsystem that has an enum
   // to it; podium._src.errors keeps the one table from these codes to Python exceptions, and
   // tests/python/test_errors.py checks that every enumerator has its row.
-  bind_enum<Subsystem>(m, "Subsystem");
+  bind_enum<Subsystem>(m, "Subsystem", "IntEnum");
   nb::dict errc;
   bind_errc<BaseErrc>(m, errc, "BaseErrc");
   bind_errc<ndslice::NdsliceErrc>(m, errc, "NdsliceErrc");

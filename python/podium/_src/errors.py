@@ -229,7 +229,7 @@ TABLE: Dict[Any, Type[BaseException]] = {
 # (subsystem, code) -> class: the lookup both paths make.
 _SUBSYSTEM_OF: Dict[Any, Subsystem] = {enum: sub for sub, enum in _base.ERRC.items()}
 _BY_CODE: Dict[Tuple[int, int], Type[BaseException]] = {
-    (int(_SUBSYSTEM_OF[type(k)]), int(k)): v for k, v in TABLE.items()
+    (int(_SUBSYSTEM_OF[type(k)]), k.value): v for k, v in TABLE.items()
 }
 
 
