@@ -1,15 +1,21 @@
-// podium._core.base: message parts as Python buffers, and the error translation table.
-// See common.h for the rules.
+// podium._core.base: message parts as Python buffers, the C++ error enums as Python IntEnums
+// and the hook through which podium._src.errors (the one translation table) turns a C++ Error
+// into a Python exception. See common.h for the rules.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common.h"
-#include "podium/ndslice/errc.h"
 #include "podium/actor/ids.h"
+#include "podium/channel/net.h"
+#include "podium/host/error.h"
+#include "podium/ndslice/errc.h"
+#include "podium/wire/frame.h"
 
 namespace podium::python {
 namespace {
@@ -52,6 +58,89 @@ PyType_Slot g_part_slots[] = {{Py_bf_getbuffer, reinterpret_cast<void*>(part_get
                               {0, nullptr}};
 
 PyObject* g_core_error = nullptr;  // podium._core.base.CoreError; lives as long as the process
+// podium._src.errors.from_core, installed by set_error_translator; a strong reference kept
+// for the life of the process (never released: it may be needed during interpreter exit).
+PyObject* g_translator = nullptr;
+
+// --- the error enums, read from the C++ enums themselves ---------------------------------
+//
+// A Python enum is built from the enumerators the compiler knows, not from a copied list:
+// __PRETTY_FUNCTION__ of a function templated on an enum value spells a named enumerator
+// ("... V = podium::actor::ActorErrc::kTimeout; ...") and an unnamed value as a cast
+// ("(podium::actor::ActorErrc)115"), in GCC and Clang alike. Scanning 0..kMaxCode finds every
+// enumerator; codes must stay below kMaxCode (base/error.h: shared codes < 100, a subsystem's
+// codes from 100).
+constexpr size_t kMaxCode = 256;
+
+template <auto V>
+constexpr std::string_view pretty_name() {
+  return __PRETTY_FUNCTION__;
+}
+
+// "kTimeout" when V names an enumerator, "" when it is an unnamed value of its enum.
+template <auto V>
+constexpr std::string_view enumerator_name() {
+  std::string_view s = pretty_name<V>();
+  size_t start = s.find("V = ");
+  if (start == std::string_view::npos) return {};
+  start += 4;
+  size_t end = s.find_first_of(";]", start);
+  s = s.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+  if (s.empty() || s.front() == '(' || (s.front() >= '0' && s.front() <= '9')) return {};
+  size_t colon = s.rfind("::");
+  return colon == std::string_view::npos ? s : s.substr(colon + 2);
+}
+
+template <class E, size_t... I>
+std::vector<std::pair<std::string_view, int>> enumerators(std::index_sequence<I...>) {
+  std::vector<std::pair<std::string_view, int>> out;
+  (
+      [&] {
+        constexpr std::string_view name = enumerator_name<static_cast<E>(I)>();
+        if constexpr (!name.empty()) out.emplace_back(name, static_cast<int>(I));
+      }(),
+      ...);
+  return out;
+}
+
+// "kNoSuchActor" -> "NO_SUCH_ACTOR": Python's spelling of an enumerator.
+std::string python_member_name(std::string_view cpp) {
+  if (cpp.size() > 1 && cpp[0] == 'k' && cpp[1] >= 'A' && cpp[1] <= 'Z') cpp.remove_prefix(1);
+  std::string out;
+  for (size_t i = 0; i < cpp.size(); ++i) {
+    char c = cpp[i];
+    if (c >= 'A' && c <= 'Z') {
+      if (i > 0) out += '_';
+      out += c;
+    } else {
+      out += static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+    }
+  }
+  return out;
+}
+
+// enum.<kind> `name` (IntEnum or Enum) with every enumerator of E, as m.<name>.
+template <class E>
+nb::object bind_enum(nb::module_& m, const char* name, const char* kind) {
+  nb::list members;
+  for (auto [cpp, value] : enumerators<E>(std::make_index_sequence<kMaxCode>{}))
+    members.append(nb::make_tuple(python_member_name(cpp), value));
+  nb::object enum_class = nb::module_::import_("enum").attr(kind);
+  nb::object e = enum_class(name, members, nb::arg("module") = "podium._core.base",
+                            nb::arg("qualname") = name);
+  m.attr(name) = e;
+  return e;
+}
+
+// An error enum of one subsystem: m.<name>, and ERRC[Subsystem(subsystem_of(E))] = it.
+// Adding a subsystem's enum to Python is one call of this in bind_base. A plain Enum, not an
+// IntEnum: codes of different subsystems share numbers (ActorErrc 102 is not NdsliceErrc 102),
+// so members must not compare equal to ints or to each other.
+template <class E>
+void bind_errc(nb::module_& m, nb::dict& errc, const char* name) {
+  nb::object e = bind_enum<E>(m, name, "Enum");
+  errc[m.attr("Subsystem")(static_cast<int>(subsystem_of(E{})))] = e;
+}
 
 }  // namespace
 
@@ -106,22 +195,14 @@ nb::tuple error_tuple(const Error& e) {
 }
 
 void throw_error(const Error& e) {
-  using ndslice::NdsliceErrc;
-  PyObject* type = nullptr;
-  if (e.is(NdsliceErrc::kUnknownLabel)) {
-    type = PyExc_TypeError;
-  } else if (e.is(NdsliceErrc::kOutOfRange)) {
-    type = PyExc_IndexError;
-  } else if (e.subsystem == Subsystem::kNdslice || e.is(BaseErrc::kInvalidArgument) ||
-             e.is(actor::ActorErrc::kBadId)) {
-    type = PyExc_ValueError;
-  } else if (e.is(BaseErrc::kTimeout) || e.is(actor::ActorErrc::kTimeout)) {
-    type = PyExc_TimeoutError;
-  }
-  if (type) {
-    PyErr_SetString(type, e.message.c_str());
+  if (g_translator != nullptr) {
+    // The one table (podium._src.errors): the same exception as a reply carrying this error.
+    nb::object exc = nb::borrow(g_translator)(static_cast<int>(e.subsystem),
+                                              static_cast<int>(e.code), e.message);
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
     throw nb::python_error();
   }
+  // Before podium._src.errors is imported (importing `podium` imports it): the raw error.
   nb::object exc = nb::borrow(g_core_error)(e.message);
   exc.attr("subsystem") = static_cast<int>(e.subsystem);
   exc.attr("code") = static_cast<int>(e.code);
@@ -140,6 +221,30 @@ void bind_base(nb::module_& m) {
       PyExc_RuntimeError, nullptr);
   m.attr("CoreError") = nb::borrow(g_core_error);
   m.attr("COPY_THRESHOLD") = kCopyThreshold;
+
+  // The C++ error enums (docs/python.md, "Errors"). ERRC maps each Subsystem that has an enum
+  // to it; podium._src.errors keeps the one table from these codes to Python exceptions, and
+  // tests/python/test_errors.py checks that every enumerator has its row.
+  bind_enum<Subsystem>(m, "Subsystem", "IntEnum");
+  nb::dict errc;
+  bind_errc<BaseErrc>(m, errc, "BaseErrc");
+  bind_errc<ndslice::NdsliceErrc>(m, errc, "NdsliceErrc");
+  bind_errc<wire::WireErrc>(m, errc, "WireErrc");
+  bind_errc<channel::ChannelErrc>(m, errc, "ChannelErrc");
+  bind_errc<actor::ActorErrc>(m, errc, "ActorErrc");
+  bind_errc<host::HostErrc>(m, errc, "HostErrc");
+  m.attr("ERRC") = errc;
+  m.def(
+      "set_error_translator",
+      [](nb::object fn) {
+        if (!PyCallable_Check(fn.ptr())) throw nb::type_error("set_error_translator: not callable");
+        PyObject* old = g_translator;
+        g_translator = fn.release().ptr();
+        Py_XDECREF(old);
+      },
+      nb::arg("fn"),
+      "Installs fn(subsystem, code, message) -> exception: the exception every binding raises "
+      "for a C++ Error (podium._src.errors.from_core installs itself on import).");
 
   nb::class_<PartBuffer>(m, "PartBuffer", nb::type_slots(g_part_slots),
                          "A read-only buffer over one message part (no copy).")

@@ -11,6 +11,7 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
     __version__ = "0+unknown"
 
 from podium._core.ndslice import Selection, Shape, Slice
+from podium._src import errors as _errors  # noqa: F401  installs the one error table into _core
 
 for _cls in (Selection, Shape, Slice):
     _cls.__module__ = "podium"

@@ -148,13 +148,14 @@ def new_procs():
 
 
 @pytest.fixture
-def spawn(procs, request):
+def spawn(request):
     """spawn(Class, *args, on=proc_mesh, **kwargs): an actor mesh with a name unique to the
-    test, on the module's procs unless `on` says otherwise; stopped after the test."""
+    test, on the module's procs (the `procs` fixture, started on first use) unless `on` says
+    otherwise; stopped after the test. The one actor fixture of the suite."""
     meshes = []
 
     def do(Class, *args, on=None, **kwargs):
-        mesh = (on if on is not None else procs).spawn(
+        mesh = (on if on is not None else request.getfixturevalue("procs")).spawn(
             _mesh_name(request, len(meshes)), Class, *args, **kwargs
         )
         meshes.append(mesh)

@@ -52,6 +52,18 @@ class Counter(Actor):
         time.sleep(s)
         return str(current_rank())
 
+    @endpoint
+    def meet(self, mine: str, theirs: str, bound: float) -> bool:
+        """Marks `mine`, then waits (at most `bound` s) for another actor to mark `theirs`:
+        True only if both ran at once."""
+        open(mine, "w").close()
+        deadline = time.monotonic() + bound
+        while not os.path.exists(theirs):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     def helper(self) -> None:  # not an endpoint
         pass
 
@@ -254,14 +266,13 @@ def test_mixing_sync_and_async_endpoints_is_a_value_error(procs):
         procs.spawn("mixed", Mixed)
 
 
-def test_actors_of_one_process_run_in_parallel(spawn):
+def test_actors_of_one_process_run_in_parallel(spawn, tmp_path):
     a = spawn(Counter, 0).slice(gpus=0)
     b = spawn(Counter, 0).slice(gpus=0)  # same proc as a
-    t0 = time.monotonic()
-    fa, fb = a.slow.call_one(0.5), b.slow.call_one(0.5)
-    fa.get(timeout=T)
-    fb.get(timeout=T)
-    assert time.monotonic() - t0 < 0.95  # one after the other would take 1 s
+    # Each waits for the other: one after the other, the first would give up (False).
+    fa = a.meet.call_one(str(tmp_path / "a"), str(tmp_path / "b"), T / 2)
+    fb = b.meet.call_one(str(tmp_path / "b"), str(tmp_path / "a"), T / 2)
+    assert fa.get(timeout=T) and fb.get(timeout=T)
 
 
 class Gate(Actor):

@@ -72,15 +72,8 @@ def gpus8():
 
 
 @pytest.fixture
-def trainers(gpus8, request):
-    mesh = gpus8.spawn(f"trainer-{request.node.name}"[:60], Trainer)
-    try:
-        yield mesh
-    finally:
-        try:
-            mesh.stop().get(timeout=T)
-        except Exception:
-            pass
+def trainers(gpus8, spawn):
+    return spawn(Trainer, on=gpus8)
 
 
 # --- Meshes -------------------------------------------------------------------------------

@@ -14,12 +14,7 @@ import time
 
 import pytest
 
-import podium.actor
 from conftest import env_without_secret, gone_within, pid_alive
-
-pytestmark = pytest.mark.skipif(
-    not hasattr(podium.actor, "attach_to_workers"),
-    reason="needs the worker daemon and podium.actor.attach_to_workers (issue 6, lead's part)")
 
 CONTROLLER_TIMEOUT_S = 90
 

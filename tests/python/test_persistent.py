@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import eventually
 from test_multihost import Worker, run_controller, workers  # noqa: F401 (fixture)
 
 COUNTER = """
@@ -69,6 +70,14 @@ def alive(pids) -> list[int]:
     return [p for p in pids if Path(f"/proc/{p}").exists()]
 
 
+def kept(ws, bound: float = 30.0) -> None:
+    """Waits until every worker said it keeps its controller's procs for the next one (HA-7):
+    the worker's decision, which a test then checks the procs against."""
+    for w in ws:
+        eventually(lambda: "keeping its" in w.text(), bound,
+                   f"worker {w.address} keeps the procs of the controller that left")
+
+
 def wait_gone(pids, bound: float = 10.0) -> list[int]:
     deadline = time.monotonic() + bound
     while time.monotonic() < deadline and alive(pids):
@@ -99,7 +108,7 @@ def test_a_new_controller_takes_over_procs_and_actors_by_name(tmp_path, persiste
     pids = [int(p) for p in re.findall(r"\d+", first.stdout.split("PIDS", 1)[1])]
     assert len(pids) == 4
     # The controller detached; the persistent workers kept its procs.
-    time.sleep(0.5)
+    kept(ws)
     assert alive(pids) == pids
 
     # The workers are given in the other order: each part says which ranks it holds.
@@ -164,8 +173,9 @@ def test_procs_survive_a_controller_that_dies_and_report_to_the_next(tmp_path,
         """, ws)
     assert first.returncode == 0, first.stdout + first.stderr
     pids = [int(p) for p in re.findall(r"\d+", first.stdout.split("PIDS", 1)[1])]
-    # Past the worker's lost-after (1 s): a plain worker would have killed them by now.
-    time.sleep(2.0)
+    # The worker found the controller silent (lost-after 1 s) and decided; a plain worker
+    # would have killed them.
+    kept(ws)
     assert alive(pids) == pids
 
     # The next controller takes them over; a proc that dies is its SupervisionError now, with

@@ -27,6 +27,8 @@ from podium._src.endpoint import (
     NotAnEndpoint,
 )
 from podium._src.future import Future
+from podium._src.port_ref import _DROP, Port
+from podium._src.runtime import ensure_runtime
 from podium._src.shape import MeshShape, RunValues, select, shareable, ValueMesh
 
 R = TypeVar("R")
@@ -54,7 +56,7 @@ def _decode_reply(ok: bool, payload: Any, endpoint: "Endpoint[Any]", rank: int) 
     KeyboardInterrupt, which may be the user's Ctrl-C, stays one."""
     if not ok:
         subsystem, code, message = payload
-        e = errors.from_core(subsystem, code, message, endpoint._name)
+        e = errors.from_reply(subsystem, code, message, endpoint._name)
         raise endpoint._locate(rank)(e)
     try:
         reply = pickling.loads(payload)
@@ -79,20 +81,12 @@ def _decode_single(fut: Any, endpoint_rank: Tuple["Endpoint[Any]", int]) -> Any:
 
 def _decode_none(core: Any) -> None:
     """Decoder of futures that carry no value (initialized, stop)."""
-    from podium._core.base import CoreError
-
-    try:
-        replies = core.replies()
-    except CoreError as e:
-        raise errors.from_core(e.subsystem, e.code, e.message) from None
-    for ok, payload in replies:
+    for ok, payload in core.replies():  # a C++ error raises errors.from_core's exception
         if not ok:
-            raise errors.from_core(*payload)
+            raise errors.from_reply(*payload)
 
 
 def _rebuild_actor_mesh(cls: type, state: tuple) -> "ActorMesh[Any]":
-    from podium._src.proc_mesh import ensure_runtime
-
     ensure_runtime()
     return ActorMesh(cls, _mesh.ActorMesh.from_state(*state), None)
 
@@ -278,8 +272,6 @@ class Endpoint(Generic[R]):
 
     def _send(self, args: tuple, kwargs: dict, port: Any = None, selection: str = "all") -> None:
         """See send()."""
-        from podium._src.ports import _DROP, Port
-
         if port is not None and not isinstance(port, Port):
             raise TypeError(f"send(port=...) takes a Port, not {type(port).__name__}")
         if selection not in ("all", "choose"):

@@ -40,6 +40,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from podium._src.bench_workers import job_secret, start_local_worker
+from podium.actor import Actor, attach_to_workers, enable_transport, endpoint
 
 _BOUND_S = 120.0  # every wait of this benchmark ends within this
 _WINDOW = 64  # calls in flight
@@ -155,8 +156,6 @@ def _status(pid: int) -> Dict[str, int]:
 
 
 def _attach_and_call(address: str, calls: int, tag: str) -> Dict[str, Any]:
-    from podium.actor import Actor, attach_to_workers, endpoint
-
     class Echo(Actor):
         @endpoint
         def echo(self, x: int) -> int:
@@ -199,8 +198,6 @@ def _attach_and_call(address: str, calls: int, tag: str) -> Dict[str, Any]:
 
 
 def run(calls: int, liars: int, half_open: int) -> Dict[str, Any]:
-    from podium.actor import enable_transport
-
     enable_transport("tcp://127.0.0.1:0")
     jobs: List[Any] = []
     attacker: Optional[subprocess.Popen] = None

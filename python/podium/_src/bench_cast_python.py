@@ -19,6 +19,9 @@ import sys
 import time
 from typing import List, Optional
 
+from podium._core import mesh as _mesh
+from podium.actor import Actor, endpoint, this_host
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="podium bench cast-python")
@@ -32,9 +35,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     os.environ.setdefault("PODIUM_POLL_US", "0")  # before the zygote starts: every proc
-    from podium._core import mesh as _mesh
-    from podium.actor import Actor, endpoint, this_host
-
     class Echo(Actor):
         @endpoint
         def ping(self, x: int) -> int:

@@ -29,6 +29,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
+import podium.actor as pa
+from podium._src import runtime
 from podium._src.bench_workers import start_local_worker
 
 # The settle time covers the actor stop grace timer (10 s) and the dead-record grace
@@ -174,10 +176,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.cycles < 1 or args.procs < 1 or args.warmup < 0:
         p.error("--cycles and --procs must be at least 1, --warmup at least 0")
 
-    import podium.actor as pa
-    from podium._src import proc_mesh
-
-    if proc_mesh._running:
+    if runtime.running():
         p.error("podium already runs in this process; the soak bench must start it (on TCP)")
     grace_s = _DEFAULT_GRACE_S
     if args.grace_ms is not None:

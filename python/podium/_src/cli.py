@@ -9,11 +9,14 @@ append it to `_COMMANDS`.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from typing import Callable, Sequence
 
-from podium._src import bin_dir, find_binary, list_binaries, tls
+import podium
+from podium import _core
+from podium._src import bin_dir, find_binary, list_binaries, sim_cast, tls, worker
 
 _BENCH_PREFIX = "podium-bench-"
 # Benchmarks written in Python: `podium bench NAME` runs main(args) of the module instead of
@@ -34,9 +37,6 @@ def _error(message: str) -> None:
 
 
 def _run_version(args: argparse.Namespace) -> int:
-    import podium
-    from podium import _core
-
     info = _core.build_info()
     print(f"podium {podium.__version__}")
     if args.verbose:
@@ -78,8 +78,6 @@ def _run_bench(args: argparse.Namespace) -> int:
         _error(f"bench needs a benchmark NAME; available benchmarks: {_benchmark_listing()}")
         return 2
     if args.name in _PYTHON_BENCHMARKS:
-        import importlib
-
         return importlib.import_module(_PYTHON_BENCHMARKS[args.name]).main(args.args)
     path = find_binary(_BENCH_PREFIX + args.name)
     if path is None:
@@ -115,20 +113,14 @@ def _register_bench(subparsers: argparse._SubParsersAction) -> None:
 # -----------------------------------------------------------------------------------------
 
 def _register_sim(subparsers: argparse._SubParsersAction) -> None:
-    from podium._src import sim_cast
-
     sim_cast.register(subparsers)
 
 
 def _run_worker(args: argparse.Namespace) -> int:
-    from podium._src import worker
-
     return worker.run(args)
 
 
 def _register_worker(subparsers: argparse._SubParsersAction) -> None:
-    from podium._src import worker
-
     p = subparsers.add_parser(
         "worker",
         help="run this host's agent for a controller on another host",

@@ -8,9 +8,19 @@ the client's: no dimensions, rank 0."""
 from __future__ import annotations
 
 import contextvars
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
+from podium._core import ndslice as _nd
 from podium._src.shape import Extent, Point
+
+# this_proc(), handed in by proc_mesh.py (which sits above this module) when it is imported:
+# the proc mesh of an ActorInstance that was made without one (the client's).
+_default_proc_mesh: Optional[Callable[[], Any]] = None
+
+
+def set_default_proc_mesh(fn: Callable[[], Any]) -> None:
+    global _default_proc_mesh
+    _default_proc_mesh = fn
 
 
 class ActorInstance:
@@ -42,9 +52,9 @@ class ActorInstance:
     @property
     def proc_mesh(self) -> Any:
         if self._proc_mesh is None:
-            from podium._src.proc_mesh import this_proc
-
-            self._proc_mesh = this_proc()
+            if _default_proc_mesh is None:
+                raise RuntimeError("context(): podium.actor is not imported in this process")
+            self._proc_mesh = _default_proc_mesh()
         return self._proc_mesh
 
     @property
@@ -79,8 +89,6 @@ class Context:
     def message_rank(self) -> Point:
         p = self._message_rank
         if type(p) is tuple:
-            from podium._core import ndslice as _nd
-
             rank, labels, sizes = p
             p = self._message_rank = Point._wrap(_nd.Extent(labels, sizes).point_of_rank(rank))
         return p

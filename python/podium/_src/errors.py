@@ -1,22 +1,29 @@
-"""Exceptions of podium.actor, and the one table that turns C++ reply errors into them."""
+"""Exceptions of podium.actor, and the one table that turns C++ errors into them.
+
+``TABLE`` maps every code of every C++ error enum (exported by ``podium._core.base``, read
+from the C++ enums themselves) to the Python exception class it raises. Both paths use it: a
+binding that fails synchronously raises ``from_core(...)`` (installed into ``_core`` below),
+and a reply that carries an error is turned into ``from_core(...)`` by the caller
+(actor_mesh.py, ports.py). tests/python/test_errors.py checks that every enumerator has a
+row. Adding a C++ error enum is one ``bind_errc`` line in python/bindings/base.cc and one
+block of rows here.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Type
 
-# podium::Subsystem and podium::actor::ActorErrc values (cpp/podium/base/error.h, actor/ids.h).
-_SUBSYSTEM_CHANNEL = 3
-_SUBSYSTEM_ACTOR = 4
-_ACTOR_TIMEOUT = 111
-# The actor or its proc is gone: the caller learns it from supervision, not from the endpoint.
-_ACTOR_GONE = {
-    101,  # kNoSuchActor
-    108,  # kActorStopped
-    109,  # kActorFailed
-    110,  # kProcStopped
-    112,  # kUndeliverable
-    113,  # kProcExited
-}
+from podium._core import base as _base
+from podium._core.base import (
+    ActorErrc,
+    BaseErrc,
+    ChannelErrc,
+    CoreError,
+    HostErrc,
+    NdsliceErrc,
+    Subsystem,
+    WireErrc,
+)
 
 
 def describe(e: BaseException) -> str:
@@ -148,10 +155,116 @@ def located(e: Exception, mesh_name: str, actor_class: str,
                             host=host, pid=pid)
 
 
-def from_core(subsystem: int, code: int, message: str, endpoint: Optional[str] = None) -> Exception:
-    """The exception for an error that the C++ core returned instead of a reply."""
-    if subsystem == _SUBSYSTEM_ACTOR and code == _ACTOR_TIMEOUT:
-        return TimeoutError(message)
-    if (subsystem == _SUBSYSTEM_ACTOR and code in _ACTOR_GONE) or subsystem == _SUBSYSTEM_CHANNEL:
+# --- the one table -------------------------------------------------------------------------
+#
+# What each class means here:
+#   SupervisionError: the actor, its proc, its host or its mesh is gone (failed, stopped,
+#                     exited, shut down) or cannot be reached; the caller learns why from it.
+#   TimeoutError:     a bounded wait ran out.
+#   ValueError, TypeError, IndexError: the caller passed something invalid.
+#   CoreError:        podium's core could not do what was asked (a RuntimeError with
+#                     ``subsystem``, ``code`` and ``message``). An actor call whose reply is a
+#                     CoreError raises ActorError wrapping it (``from_reply``): the call reached
+#                     podium but produced no result, as Monarch reports it.
+_GONE = SupervisionError
+TABLE: Dict[Any, Type[BaseException]] = {
+    BaseErrc.OK: CoreError,  # never sent as an error; a peer that does is broken
+    BaseErrc.INVALID_ARGUMENT: ValueError,
+    BaseErrc.IO: CoreError,
+    BaseErrc.TIMEOUT: TimeoutError,
+    BaseErrc.CANCELLED: _GONE,  # "the host mesh was shut down", "podium runtime is shut down"
+    BaseErrc.INTERNAL: CoreError,
+    BaseErrc.UNSUPPORTED: CoreError,
+    NdsliceErrc.DUPLICATE_LABEL: ValueError,
+    NdsliceErrc.UNKNOWN_LABEL: TypeError,  # as Monarch: slicing by a name the mesh lacks
+    NdsliceErrc.OUT_OF_RANGE: IndexError,
+    NdsliceErrc.BAD_STEP: ValueError,
+    NdsliceErrc.BAD_SHAPE: ValueError,
+    NdsliceErrc.BAD_LAYOUT: ValueError,
+    NdsliceErrc.NOT_FLATTENABLE: ValueError,
+    NdsliceErrc.MALFORMED: ValueError,
+    # A frame that does not decode: the connection that carried it is closed.
+    WireErrc.BAD_MAGIC: CoreError,
+    WireErrc.BAD_VERSION: CoreError,
+    WireErrc.BAD_KIND: CoreError,
+    WireErrc.BAD_FLAGS: CoreError,
+    WireErrc.TOO_MANY_PARTS: CoreError,
+    WireErrc.FRAME_TOO_LARGE: CoreError,
+    WireErrc.MALFORMED_HEADER: CoreError,
+    WireErrc.HEADER_TOO_LARGE: CoreError,
+    WireErrc.CONTROL_FRAME_PARTS: CoreError,
+    ChannelErrc.BAD_ADDRESS: ValueError,
+    ChannelErrc.LISTEN_FAILED: CoreError,
+    # The peer cannot be reached, or stopped reaching us: supervision tells why.
+    ChannelErrc.CONNECT_FAILED: _GONE,
+    ChannelErrc.DELIVERY_TIMEOUT: _GONE,
+    ChannelErrc.CANCELLED: _GONE,
+    ChannelErrc.FRAME_TOO_LARGE: _GONE,
+    ChannelErrc.MALFORMED_FRAME: _GONE,
+    ChannelErrc.PROTOCOL: _GONE,
+    ChannelErrc.AUTH_FAILED: _GONE,
+    ChannelErrc.TLS_FAILED: _GONE,
+    ActorErrc.BAD_ID: ValueError,
+    ActorErrc.NO_SUCH_ACTOR: _GONE,
+    ActorErrc.NO_SUCH_PORT: CoreError,  # a port whose receiver closed
+    ActorErrc.NO_SUCH_ENDPOINT: CoreError,
+    ActorErrc.BAD_ARGUMENTS: CoreError,
+    ActorErrc.HANDLER_FAILED: CoreError,
+    ActorErrc.UNKNOWN_ACTOR_TYPE: CoreError,
+    ActorErrc.DUPLICATE_ACTOR: CoreError,
+    ActorErrc.ACTOR_STOPPED: _GONE,
+    ActorErrc.ACTOR_FAILED: _GONE,
+    ActorErrc.PROC_STOPPED: _GONE,
+    ActorErrc.TIMEOUT: TimeoutError,
+    ActorErrc.UNDELIVERABLE: _GONE,
+    ActorErrc.PROC_EXITED: _GONE,
+    HostErrc.INVALID_SPEC: ValueError,
+    HostErrc.SPAWN_FAILED: CoreError,
+    HostErrc.EXEC_FAILED: CoreError,
+    HostErrc.NO_SUCH_CHILD: CoreError,
+    HostErrc.NO_PROCESS_GROUP: CoreError,
+    HostErrc.SIGNAL_FAILED: CoreError,
+    HostErrc.STOPPED: CoreError,  # the zygote's controller or the watcher has gone
+}
+# (subsystem, code) -> class: the lookup both paths make.
+_SUBSYSTEM_OF: Dict[Any, Subsystem] = {enum: sub for sub, enum in _base.ERRC.items()}
+_BY_CODE: Dict[Tuple[int, int], Type[BaseException]] = {
+    (int(_SUBSYSTEM_OF[type(k)]), k.value): v for k, v in TABLE.items()
+}
+
+
+def errc(subsystem: int, code: int) -> Any:
+    """The C++ enumerator of (subsystem, code), e.g. ``ActorErrc.TIMEOUT``, or None when this
+    build does not know it (a newer peer)."""
+    enum = _base.ERRC.get(subsystem)
+    try:
+        return enum(code) if enum is not None else None
+    except ValueError:
+        return None
+
+
+def from_core(subsystem: int, code: int, message: str, endpoint: Optional[str] = None
+              ) -> BaseException:
+    """The exception for a C++ error: raised by a binding, or carried by a reply instead of
+    a value. A code this build does not know raises CoreError."""
+    cls = _BY_CODE.get((subsystem, code), CoreError)
+    if cls is SupervisionError:
         return SupervisionError(message, endpoint)
-    return ActorError(RuntimeError(message), f"podium could not complete the call: {message}")
+    if cls is CoreError:
+        e = CoreError(message)
+        e.subsystem, e.code, e.message = subsystem, code, message
+        return e
+    return cls(message)
+
+
+def from_reply(subsystem: int, code: int, message: str, endpoint: Optional[str] = None
+               ) -> BaseException:
+    """The exception an actor call raises for a reply that carries a C++ error: from_core's,
+    with a CoreError wrapped in ActorError (the call reached podium but produced nothing)."""
+    e = from_core(subsystem, code, message, endpoint)
+    if isinstance(e, CoreError):
+        return ActorError(e, f"podium could not complete the call: {message}")
+    return e
+
+
+_base.set_error_translator(from_core)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import sys
 
+from podium._core import mesh as _mesh
+from podium._src import output, server
+
 
 def main() -> int:
-    from podium._core import mesh as _mesh
-    from podium._src import output, server
-
     if not _mesh.is_proc():
         print("podium._src.proc is started by podium's runtime, not by hand", file=sys.stderr)
         return 2

@@ -15,106 +15,32 @@ cloudpickled ``(Class, args, kwargs)``.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import inspect
 import pickle
-import os
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
-from podium._src import pickling, server, supervision, tls
+from podium._src import context, pickling, runtime, server, supervision, tls
 from podium._src.actor_mesh import ActorMesh, _decode_none
 from podium._src.context import actor_context
 from podium._src.endpoint import Actor, check_actor_class, check_call, endpoint
 from podium._src.errors import SupervisionError
 from podium._src.future import Future
-from podium._src.shape import MeshShape, select
+from podium._src.runtime import enable_transport, ensure_runtime
+from podium._src.shape import _RegionView, MeshShape, select
 
 T = TypeVar("T")
 
-PROC_ARGV = [sys.executable, "-m", "podium._src.proc"]
-# Procs fork from a warm interpreter (podium._src.zygote) that has imported podium once;
-# PODIUM_ZYGOTE=0 starts each proc as a new interpreter instead.
-ZYGOTE_ARGV = [sys.executable, "-m", "podium._src.zygote"]
-
-
-def _zygote_argv() -> list:
-    return [] if os.environ.get("PODIUM_ZYGOTE", "1") == "0" else ZYGOTE_ARGV
+# ProcMesh.stop(): how long the procs have to exit before they are killed.
 STOP_GRACE_MS = 5000
 # ProcMesh.stop(): how long the actors' stops (drain + __cleanup__) may take before the procs
 # are asked to exit anyway.
 STOP_ACTORS_MS = 10000
 BOOTSTRAP_NAME = "podium-bootstrap"
 REGISTRY_NAME = "podium-controllers"
-
-_lock = threading.Lock()
-_running = False
-# Where this process listens (enable_transport): None for a private Unix socket, else a TCP
-# address such as "tcp:10.0.0.1:0".
-_listen: Optional[str] = None
-
-
-def ensure_runtime() -> None:
-    """Starts this process's podium runtime (a controller, unless it is a proc) once."""
-    global _running
-    if _running:
-        return
-    with _lock:
-        if _running:
-            return
-        # Does nothing in a proc, whose runtime is serving.
-        _mesh.init_controller(PROC_ARGV, _zygote_argv(), _listen)
-        server.start()
-        atexit.register(_at_exit)
-        _running = True
-
-
-def _tcp_address(host: str, port: int) -> str:
-    return f"tcp:[{host}]:{port}" if ":" in host else f"tcp:{host}:{port}"
-
-
-def enable_transport(transport: Any) -> None:
-    """Chooses how this job's processes talk, before anything starts podium in this process:
-    ``"tcp"`` (this machine's address, from ``PODIUM_HOST_ADDR`` or the default route, and a
-    free port), ``"tcp://HOST:PORT"`` (that address), or ``"ipc"``/``"unix"`` (Unix sockets,
-    the default; one host only). TCP is needed to attach workers on other hosts; every TCP
-    connection proves the job's secret (``PODIUM_SECRET``). Calling it again with the same
-    choice does nothing; a different one once podium runs raises RuntimeError."""
-    global _listen
-    name = getattr(transport, "name", transport)  # an enum member names its transport
-    if not isinstance(name, str):
-        raise TypeError(f"enable_transport: expected a str such as 'tcp', got {transport!r}")
-    t = name.strip()
-    if t.lower() in ("ipc", "unix"):
-        listen = None
-    elif t.lower() in ("tcp", "tcpwithhostname", "tcp_with_hostname"):
-        listen = _tcp_address(_mesh.default_host_address(), 0)
-    elif t.startswith("tcp://") or t.startswith("tcp:"):
-        rest = t[6:] if t.startswith("tcp://") else t[4:]
-        host, sep, port = rest.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"enable_transport({transport!r}): expected tcp://HOST:PORT")
-        listen = _tcp_address(host.strip("[]"), int(port))
-    else:
-        raise ValueError(f"enable_transport({transport!r}): podium supports 'tcp', "
-                         f"'tcp://HOST:PORT' and 'ipc'")
-    with _lock:
-        if _running or _mesh.is_proc():
-            same = (listen is None) == (_listen is None) and (
-                listen is None or t.lower() == "tcp" or listen == _listen)
-            if not same:
-                raise RuntimeError(
-                    f"enable_transport({transport!r}) must be called before podium starts in "
-                    f"this process; it already listens on {_mesh.this_proc_id()}")
-            return
-        _listen = listen
-
-
-def _uses_tcp() -> bool:
-    return _listen is not None
 
 
 def attach_to_workers(*, workers: Any, name: Optional[str] = None,
@@ -132,7 +58,8 @@ def attach_to_workers(*, workers: Any, name: Optional[str] = None,
     process and of the procs it starts; they must come before podium starts in this process.
     ``ca="trust_all_connections"`` (the default) with no key leaves TLS to the environment
     (``PODIUM_TLS_CERT``, ``PODIUM_TLS_KEY``, ``PODIUM_TLS_CA``), off when those are unset."""
-    tls.configure(ca, private_key, "attach_to_workers", running=_running or _mesh.is_proc())
+    tls.configure(ca, private_key, "attach_to_workers",
+                  running=runtime.running() or _mesh.is_proc())
     addrs = []
     for w in list(workers):
         if isinstance(w, Future):
@@ -142,18 +69,12 @@ def attach_to_workers(*, workers: Any, name: Optional[str] = None,
         addrs.append(w)
     if not addrs:
         raise ValueError("attach_to_workers: no workers given")
-    if not _running and _listen is None and not _mesh.is_proc():
+    if not runtime.running() and runtime.listen_address() is None and not _mesh.is_proc():
         enable_transport("tcp")
     ensure_runtime()
     hm = HostMesh(None, _mesh.HostMesh.attach(addrs))
     hm._name = name
     return hm
-
-
-def _at_exit() -> None:
-    supervision.at_exit()
-    server.stop()
-    _mesh.shutdown()
 
 
 def _init_signature(cls: type) -> Any:
@@ -279,16 +200,6 @@ class HostMesh(MeshShape):
 
     def __repr__(self) -> str:
         return f"<HostMesh {self.extent}>"
-
-
-class _RegionView:
-    __slots__ = ("region",)
-
-    def __init__(self, region: "_nd.Region") -> None:
-        self.region = region
-
-    def slice(self, label: str, sel: Any) -> "_RegionView":
-        return _RegionView(self.region.select(label, sel))
 
 
 # --- ProcMesh -------------------------------------------------------------------------------
@@ -473,6 +384,10 @@ def this_proc() -> ProcMesh:
     """This process, as a mesh with no dimensions: actors spawned on it run in-process."""
     ensure_runtime()
     return ProcMesh(_mesh.ProcMesh.this_proc(), _local_shared)
+
+
+# context().actor_instance.proc_mesh of the client is this_proc() (context.py sits below).
+context.set_default_proc_mesh(this_proc)
 
 
 # --- get_or_spawn_controller ----------------------------------------------------------------

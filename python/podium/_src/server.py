@@ -34,9 +34,10 @@ from podium._core import actor as _actor
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
 from podium._src import pickling, ratelimit, supervision
-from podium._src.errors import describe, utf8
+from podium._src.errors import describe, SupervisionError, utf8
 from podium._src.context import ActorInstance, Context, reset_context, set_context
 from podium._src.endpoint import check_actor_class, endpoints_of
+from podium._src.port_ref import Port
 from podium._src.shape import Point
 
 _POLL_S = 1.0  # how often idle threads look at the shutdown flag
@@ -544,14 +545,27 @@ class _ActorServer:
         futures = []
         for child in children:
             try:
-                futures.append(child.stop())
-            except Exception:
-                pass
-        for f in futures:
+                futures.append((child, child.stop()))
+            except Exception as e:
+                self._child_not_stopped(child, e)
+        for child, f in futures:
             try:
                 f.get(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception:  # already stopped, failed or gone: nothing left to stop
-                pass
+            except Exception as e:
+                self._child_not_stopped(child, e)
+
+    def _child_not_stopped(self, child: Any, e: Exception) -> None:
+        """Says why a mesh this actor spawned did not stop cleanly. A SupervisionError means
+        it had failed or stopped already (its owner was told through supervision): nothing is
+        left to stop, so nothing is said."""
+        if isinstance(e, SupervisionError):
+            return
+        what = (f"did not stop within {_CHILD_STOP_S:.0f} s" if isinstance(e, TimeoutError)
+                else f"could not be stopped: {describe(e)}")
+        sys.stderr.write(f"podium: actor {self.info.actor_id if self.info else '?'}: the "
+                         f"actor mesh '{getattr(child, 'name', child)}' it spawned {what}; "
+                         f"its own __cleanup__ runs now\n")
+        sys.stderr.flush()
 
     def _cleanup_fn(self) -> Optional[Tuple[Callable[..., Any], tuple]]:
         fn = getattr(self.instance, "__cleanup__", None)
@@ -651,8 +665,6 @@ class _Call:
         args, kwargs = pickling.loads(self.parts[1:])
         self.parts = None
         if self.explicit_port:
-            from podium._src.ports import Port
-
             self.reply_port = Port._reply(self.port, self.rank)
             args = (self.reply_port, *args)
         return self.method.__get__(self.server.instance), args, kwargs

@@ -35,6 +35,8 @@ import subprocess
 import sys
 from typing import Any
 
+from podium._src import find_binary
+
 DEFAULT_FANOUTS = (2, 4, 8, 16, 32, 64)
 CURVE_SIZES = (1, 8, 64, 256, 1000, 10_000, 100_000)
 
@@ -122,8 +124,6 @@ def _calibrate(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         with open(args.bench) as f:
             bench = json.load(f)
         return bench, args.bench
-    from podium._src import find_binary
-
     path = find_binary("podium-bench-cast")
     if path is None:
         raise SystemExit("podium sim cast: podium-bench-cast not found; pass --bench FILE")

@@ -34,6 +34,9 @@ _exiting = False
 _exit_thread: Optional[int] = None  # the thread ending the process (_exit_process)
 _exit_code = 1
 _EXIT_WAIT_S = 60.0  # how long another thread waits for that one before ending it itself
+# podium.actor, handed in by it on import (bind_hook_module): the user may replace its
+# unhandled_fault_hook, so the hook is looked up there each time.
+_hook_module: Any = None
 # Actor meshes spawned from this process, by name (MeshFailure.mesh).
 _meshes: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
 
@@ -95,6 +98,12 @@ def unhandled_fault_hook(failure: MeshFailure) -> None:
     sys.exit(1)
 
 
+def bind_hook_module(module: Any) -> None:
+    """Called by podium.actor on import with itself: where ``unhandled_fault_hook`` lives."""
+    global _hook_module
+    _hook_module = module
+
+
 def register_mesh(mesh: Any) -> None:
     _meshes[mesh.name] = mesh
 
@@ -121,10 +130,9 @@ def _fault_main() -> None:
 
 
 def _run_hook(failure: MeshFailure) -> None:
-    import podium.actor
-
+    hook = getattr(_hook_module, "unhandled_fault_hook", unhandled_fault_hook)
     try:
-        podium.actor.unhandled_fault_hook(failure)
+        hook(failure)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         _exit_process(code)

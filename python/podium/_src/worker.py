@@ -9,12 +9,13 @@ and prints where the agent listens.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Any
 
 from podium._core import mesh as _mesh
 from podium._src import tls
-from podium._src.proc_mesh import PROC_ARGV, _zygote_argv
+from podium._src.runtime import PROC_ARGV, _zygote_argv
 
 READY_LINE = "podium worker listening on "
 
@@ -76,8 +77,6 @@ def run(args: Any) -> int:
 
 
 def main(argv: list[str]) -> int:
-    import argparse
-
     p = argparse.ArgumentParser(prog="podium worker", epilog=tls.WORKER_HELP)
     add_arguments(p)
     return run(p.parse_args(argv))

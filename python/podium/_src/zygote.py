@@ -14,11 +14,13 @@ import importlib
 import os
 import sys
 
+from podium._core import host as _host
+from podium._core.base import CoreError
+from podium._src import output, proc, server  # noqa: F401  (imported here, once, for every proc)
+
 
 def _preload() -> None:
     import cloudpickle  # noqa: F401  (the proc's first unpickle would import it)
-
-    from podium._src import output, proc, server  # noqa: F401
 
     for name in filter(None, os.environ.get("PODIUM_ZYGOTE_PRELOAD", "").split(",")):
         try:
@@ -28,9 +30,6 @@ def _preload() -> None:
 
 
 def main() -> int:
-    from podium._core import host as _host
-    from podium._core.base import CoreError
-
     _preload()
     try:
         argv, env, cwd = _host.zygote_serve(3)
@@ -40,8 +39,6 @@ def main() -> int:
     os.environ.clear()
     os.environ.update(dict(env))
     sys.argv = list(argv[2:]) if argv[1:2] == ["-m"] else list(argv[1:])
-    from podium._src import proc
-
     code = proc.main()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -1,5 +1,7 @@
 """podium.actor: the actor API, compatible with PyTorch Monarch's ``monarch.actor``."""
 
+import sys as _sys
+
 from podium._src.actor_mesh import Accumulator, ActorMesh, as_endpoint, Endpoint, send
 from podium._src.context import Context, context, current_actor_name, current_rank, current_size
 from podium._src.endpoint import Actor, concurrent_endpoint, endpoint
@@ -16,6 +18,7 @@ from podium._src.proc_mesh import (
     this_proc,
 )
 from podium._src.shape import Extent, Point, ValueMesh
+from podium._src import supervision as _supervision
 from podium._src.supervision import MeshFailure, unhandled_fault_hook
 from podium._src.worker import run_worker_loop_forever
 
@@ -53,3 +56,6 @@ __all__ = [
     "this_proc",
     "unhandled_fault_hook",
 ]
+
+# A program may replace podium.actor.unhandled_fault_hook: supervision looks it up here.
+_supervision.bind_hook_module(_sys.modules[__name__])

@@ -42,21 +42,14 @@ from abc import ABC, abstractmethod
 from typing import Any, Dict, List, Mapping, Optional, Type
 
 from podium._src.job import secret
+from podium._src.job.error import JobError
+from podium._src.proc_mesh import attach_to_workers
 
 logger = logging.getLogger("podium.job")
 
 DEFAULT_JOB_PATH = ".podium/job_state.json"
 _FORMAT_VERSION = 1
 _KINDS: Dict[str, Type["JobTrait"]] = {}
-
-
-class JobError(RuntimeError):
-    """A job could not be started, found, attached to or stopped; the message names the job
-    (`job_id`) and what was seen."""
-
-    def __init__(self, message: str, job_id: Optional[str] = None) -> None:
-        super().__init__(message)
-        self.job_id = job_id
 
 
 class JobState:
@@ -235,8 +228,6 @@ class JobTrait(ABC):
         return ["--insecure"] if secret.insecure() and not secret.user_managed() else []
 
     def _attach(self) -> Dict[str, Any]:
-        from podium.actor import attach_to_workers
-
         meshes = {name: attach_to_workers(workers=list(addrs), name=name)
                   for name, addrs in self._workers.items()}
         self._attached.extend(meshes.values())

@@ -30,6 +30,8 @@ import tempfile
 from typing import Dict, Optional
 
 from podium._core import mesh as _mesh
+from podium._src import runtime
+from podium._src.job.error import JobError
 
 ENV_KEYS = ("PODIUM_SECRET", "PODIUM_SECRET_FILE")
 
@@ -41,12 +43,6 @@ def user_managed() -> bool:
 
 def insecure() -> bool:
     return os.environ.get("PODIUM_INSECURE") == "1"
-
-
-def _runtime_running() -> bool:
-    from podium._src import proc_mesh
-
-    return proc_mesh._running
 
 
 def _runtime_secret() -> Optional[bytes]:
@@ -65,7 +61,7 @@ def create(directory: Optional[str]) -> str:
         directory = tempfile.mkdtemp(prefix="podium-job-")  # mode 0700
     else:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-    value = _runtime_secret() if _runtime_running() else None
+    value = _runtime_secret() if runtime.running() else None
     if value is None:
         value = secrets.token_hex(32).encode()
     fd, path = tempfile.mkstemp(prefix="job-", suffix=".secret", dir=directory)  # 0600
@@ -78,14 +74,12 @@ def create(directory: Optional[str]) -> str:
 def use(path: str, who: str) -> None:
     """Makes this controller use the secret in `path` (SE-5): before its runtime starts, by
     setting PODIUM_SECRET_FILE; once it runs, only if it runs on that secret already."""
-    from podium._src.job.base import JobError
-
     try:
         with open(path, "rb") as f:
             value = f.read().strip()
     except OSError as e:
         raise JobError(f"{who}: cannot read the job's secret file {path}: {e}") from None
-    if not _runtime_running():
+    if not runtime.running():
         os.environ["PODIUM_SECRET_FILE"] = os.path.abspath(path)
         return
     if _runtime_secret() != value:

@@ -1,0 +1,112 @@
+"""The handle on this process's podium runtime: the bottom of the private package.
+
+``ensure_runtime()`` starts the C++ runtime once (a controller, unless this process is a
+proc; podium._core.mesh.init_controller), with the actor server (server.py) and podium's exit
+handler; ``enable_transport()`` chooses how it listens, before it starts. Modules that need a
+running runtime (actor_mesh, ports, proc_mesh, worker) import this one; it imports only
+``_core``, ``server``, ``supervision`` and ``port_ref``, never a module above it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+from typing import Any, Optional
+
+from podium._core import mesh as _mesh
+from podium._src import port_ref, server, supervision
+
+# How the C++ runtime starts a proc: ``python -m podium._src.proc`` (PODIUM_BOOT set).
+PROC_ARGV = [sys.executable, "-m", "podium._src.proc"]
+# Procs fork from a warm interpreter (podium._src.zygote) that has imported podium once;
+# PODIUM_ZYGOTE=0 starts each proc as a new interpreter instead.
+ZYGOTE_ARGV = [sys.executable, "-m", "podium._src.zygote"]
+
+_lock = threading.Lock()
+_running = False
+# Where this process listens (enable_transport): None for a private Unix socket, else a TCP
+# address such as "tcp:10.0.0.1:0".
+_listen: Optional[str] = None
+
+
+def _zygote_argv() -> list:
+    return [] if os.environ.get("PODIUM_ZYGOTE", "1") == "0" else ZYGOTE_ARGV
+
+
+def running() -> bool:
+    """Whether ensure_runtime() has started the runtime of this process."""
+    return _running
+
+
+def listen_address() -> Optional[str]:
+    """The address enable_transport() chose (None: a private Unix socket)."""
+    return _listen
+
+
+def ensure_runtime() -> None:
+    """Starts this process's podium runtime (a controller, unless it is a proc) once."""
+    global _running
+    if _running:
+        return
+    with _lock:
+        if _running:
+            return
+        # Does nothing in a proc, whose runtime is serving.
+        _mesh.init_controller(PROC_ARGV, _zygote_argv(), _listen)
+        server.start()
+        atexit.register(_at_exit)
+        _running = True
+
+
+def _at_exit() -> None:
+    supervision.at_exit()
+    server.stop()
+    _mesh.shutdown()
+
+
+def _tcp_address(host: str, port: int) -> str:
+    return f"tcp:[{host}]:{port}" if ":" in host else f"tcp:{host}:{port}"
+
+
+def enable_transport(transport: Any) -> None:
+    """Chooses how this job's processes talk, before anything starts podium in this process:
+    ``"tcp"`` (this machine's address, from ``PODIUM_HOST_ADDR`` or the default route, and a
+    free port), ``"tcp://HOST:PORT"`` (that address), or ``"ipc"``/``"unix"`` (Unix sockets,
+    the default; one host only). TCP is needed to attach workers on other hosts; every TCP
+    connection proves the job's secret (``PODIUM_SECRET``). Calling it again with the same
+    choice does nothing; a different one once podium runs raises RuntimeError."""
+    global _listen
+    name = getattr(transport, "name", transport)  # an enum member names its transport
+    if not isinstance(name, str):
+        raise TypeError(f"enable_transport: expected a str such as 'tcp', got {transport!r}")
+    t = name.strip()
+    if t.lower() in ("ipc", "unix"):
+        listen = None
+    elif t.lower() in ("tcp", "tcpwithhostname", "tcp_with_hostname"):
+        listen = _tcp_address(_mesh.default_host_address(), 0)
+    elif t.startswith("tcp://") or t.startswith("tcp:"):
+        rest = t[6:] if t.startswith("tcp://") else t[4:]
+        host, sep, port = rest.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"enable_transport({transport!r}): expected tcp://HOST:PORT")
+        listen = _tcp_address(host.strip("[]"), int(port))
+    else:
+        raise ValueError(f"enable_transport({transport!r}): podium supports 'tcp', "
+                         f"'tcp://HOST:PORT' and 'ipc'")
+    with _lock:
+        if _running or _mesh.is_proc():
+            same = (listen is None) == (_listen is None) and (
+                listen is None or t.lower() == "tcp" or listen == _listen)
+            if not same:
+                raise RuntimeError(
+                    f"enable_transport({transport!r}) must be called before podium starts in "
+                    f"this process; it already listens on {_mesh.this_proc_id()}")
+            return
+        _listen = listen
+
+
+# A Port sent on in a process that has not started podium starts it first (port_ref.py sits
+# below this module, so it is handed the function instead of importing it).
+port_ref.bind_runtime(ensure_runtime)
