@@ -194,7 +194,7 @@ std::shared_ptr<const PortRuns> CastTargets::ports() const {
 
 std::shared_ptr<CastPlan> make_tree_plan(const CastTargets& to, const ndslice::Extent& extent,
                                          std::string_view endpoint, std::vector<Buffer> args,
-                                         bool want_reply) {
+                                         bool want_reply, std::string_view reply_to) {
   auto& proc = Runtime::get().proc();
   auto plan = std::make_shared<CastPlan>();
   plan->fanout = cast_fanout();
@@ -212,13 +212,15 @@ std::shared_ptr<CastPlan> make_tree_plan(const CastTargets& to, const ndslice::E
   plan->seqs = SeqRuns::build(seqs);
   plan->args = std::move(args);
   plan->want_reply = want_reply;
+  if (!want_reply) plan->reply_to.assign(reply_to);
   return plan;
 }
 
 actor::Future<Replies> cast(std::shared_ptr<const CastTargets> to_ptr,
                             const ndslice::Extent& extent, std::string_view endpoint,
                             std::vector<Buffer> args, bool want_reply,
-                            std::shared_ptr<LoadCounters> load, bool allow_tree) {
+                            std::shared_ptr<LoadCounters> load, bool allow_tree,
+                            std::string_view reply_to) {
   auto& rt = Runtime::get();
   auto& proc = rt.proc();
   const CastTargets& to = *to_ptr;
@@ -228,12 +230,13 @@ actor::Future<Replies> cast(std::shared_ptr<const CastTargets> to_ptr,
   bool tree = allow_tree && fanout != 0 && targets.size() > fanout;
   if (to.whole && tree) load = nullptr;  // it would not change choose()'s pick (CastTargets)
   if (!want_reply && tree) {
-    start_tree_cast(rt.relay(), make_tree_plan(to, extent, endpoint, std::move(args), false),
+    start_tree_cast(rt.relay(),
+                    make_tree_plan(to, extent, endpoint, std::move(args), false, reply_to),
                     nullptr, {});
     return {};
   }
   std::shared_ptr<Collector> collector;
-  std::string reply_port;
+  std::string reply_port(want_reply ? std::string_view() : reply_to);  // CS-1
   if (want_reply) {
     collector = std::make_shared<Collector>(to.proc_keys);
     // This process cannot outlive its own proc: only remote procs can fail a call (ME-2).
@@ -282,7 +285,7 @@ actor::Future<Replies> cast(std::shared_ptr<const CastTargets> to_ptr,
     env.kind = static_cast<uint8_t>(actor::MessageKind::kCall);
     env.dest = t.dest;
     env.sender = sender;
-    if (want_reply) env.headers.emplace_back(actor::kReplyHeader, reply_port);
+    if (!reply_port.empty()) env.headers.emplace_back(actor::kReplyHeader, reply_port);
     env.parts.reserve(1 + args.size());
     env.parts.push_back(actor::encode_call_header(endpoint, r, extent.labels(), extent.sizes()));
     for (const auto& a : args) env.parts.push_back(a);
@@ -290,6 +293,44 @@ actor::Future<Replies> cast(std::shared_ptr<const CastTargets> to_ptr,
   }
   if (!want_reply) return {};
   return collector->future();
+}
+
+}  // namespace podium::mesh
+
+namespace podium::mesh {
+
+// --- ReplyStream ---------------------------------------------------------------------------
+
+std::shared_ptr<ReplyStream> ReplyStream::make(const std::vector<actor::Future<Replies>>& calls) {
+  std::shared_ptr<ReplyStream> st(new ReplyStream(calls.size()));
+  // Each call holds the stream until it completes.
+  for (size_t r = 0; r < calls.size(); ++r) {
+    calls[r].on_ready([st, r](const Result<Replies>& reply) { st->arrived(r, reply); });
+  }
+  return st;
+}
+
+std::vector<actor::Future<Replies>> ReplyStream::futures() const {
+  std::vector<actor::Future<Replies>> out;
+  out.reserve(slots_.size());
+  for (const auto& s : slots_) out.push_back(s.future());
+  return out;
+}
+
+std::optional<size_t> ReplyStream::rank(size_t k) const {
+  std::lock_guard lock(mu_);
+  if (k >= next_) return std::nullopt;
+  return ranks_[k];
+}
+
+void ReplyStream::arrived(size_t rank, const Result<Replies>& reply) {
+  size_t k;
+  {
+    std::lock_guard lock(mu_);
+    k = next_++;
+    ranks_[k] = rank;
+  }
+  slots_[k].set(reply);
 }
 
 }  // namespace podium::mesh

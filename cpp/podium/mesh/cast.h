@@ -9,6 +9,12 @@
 //   ME-9 The replies are runs in rank order (Replies): a run of ranks that gave byte-equal
 //        replies is held once, so a tree cast whose actors all answer alike costs its caller
 //        O(runs) to gather and hand over, not O(ranks) (docs/cast.md, "The root").
+//   CS-1 A port cast (cast() with `reply_to`) takes the path of a one-way cast of the same
+//        region: past the fan-out it goes through the relay tree, so its sender sends at most
+//        fan-out messages (CT-1). Every actor answers `reply_to` itself, with its rank, as soon
+//        as it has answered: nothing is gathered, nothing waits for the replies.
+//   CS-2 A ReplyStream's k-th future resolves with the k-th reply to arrive, and rank(k)
+//        then names the rank (of the called region) whose reply it is.
 #pragma once
 
 #include <atomic>
@@ -145,16 +151,44 @@ struct CastTargets {
 };
 
 // Sends `endpoint(args)` to every rank of `to` (the ranks of `extent`). With `want_reply`
-// false the messages are one-way and the returned future is invalid. More ranks than the cast
-// fan-out go through the relay tree (relay.h) when `tree` is set; the caller clears it while
-// the actors' spawn messages may still be on their way (a call through a relay could overtake
-// the spawn, which the controller sends directly).
+// false the messages are one-way and the returned future is invalid; then `reply_to`, when
+// not empty, is the port (a PortId text) every actor answers instead, with its rank (CS-1).
+// More ranks than the cast fan-out go through the relay tree (relay.h) when `tree` is set;
+// the caller clears it while the actors' spawn messages may still be on their way (a call
+// through a relay could overtake the spawn, which the controller sends directly).
 [[nodiscard]] actor::Future<Replies> cast(std::shared_ptr<const CastTargets> to,
                                           const ndslice::Extent& extent,
                                           std::string_view endpoint, std::vector<Buffer> args,
                                           bool want_reply,
                                           std::shared_ptr<LoadCounters> load = nullptr,
-                                          bool tree = true);
+                                          bool tree = true, std::string_view reply_to = {});
+
+// The replies of calls to every rank of a region in arrival order (CS-2): futures()[k] is
+// the k-th reply to arrive, rank(k) whose it is. Thread-safe; made by
+// ActorMeshBase::stream_raw().
+class ReplyStream {
+ public:
+  // `calls[r]`: the call of rank r (one reply each). Futures are set on the threads that
+  // complete the calls; each call holds the stream until it completes.
+  static std::shared_ptr<ReplyStream> make(const std::vector<actor::Future<Replies>>& calls);
+  ReplyStream(const ReplyStream&) = delete;
+  ReplyStream& operator=(const ReplyStream&) = delete;
+
+  size_t size() const { return slots_.size(); }
+  // One future per rank, in arrival order.
+  std::vector<actor::Future<Replies>> futures() const;
+  // The rank whose reply is future k, once that future is ready; nullopt before.
+  std::optional<size_t> rank(size_t k) const;
+
+ private:
+  explicit ReplyStream(size_t n) : ranks_(n), slots_(n) {}
+  void arrived(size_t rank, const Result<Replies>& reply);
+
+  mutable std::mutex mu_;      // guards next_, ranks_
+  size_t next_ = 0;            // the slot the next reply fills
+  std::vector<size_t> ranks_;  // ranks_[k]: the rank whose reply filled slot k (k < next_)
+  std::vector<actor::Promise<Replies>> slots_;  // immutable size
+};
 
 // The plan of a tree cast to `to` (relay.h), as the sender makes it: every rank's AC-11
 // number is taken now, so the calls keep their order against direct sends whichever path
@@ -162,7 +196,7 @@ struct CastTargets {
 struct CastPlan;
 std::shared_ptr<CastPlan> make_tree_plan(const CastTargets& to, const ndslice::Extent& extent,
                                          std::string_view endpoint, std::vector<Buffer> args,
-                                         bool want_reply);
+                                         bool want_reply, std::string_view reply_to = {});
 
 // Splits a kReply envelope into the replying rank and its value (or error).
 std::pair<uint64_t, Reply> decode_reply(wire::Envelope&& env);

@@ -7,9 +7,11 @@
 
 #include <atomic>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
+#include "podium/actor/port_receiver.h"
 #include "podium/actor/proc.h"
 #include "podium/mesh/actor_mesh.h"
 #include "podium/mesh/relay.h"
@@ -214,6 +216,79 @@ TEST_F(CastTest, ControllerSendsAndReceivesAtMostFanoutMessages) {  // CT-1
       EXPECT_LE(after.received - before.received, k + 1) << "fanout " << k;
     }
   }
+}
+
+TEST_F(CastTest, PortCastsGoThroughTheTreeAndEveryActorAnswersThePort) {  // CS-1, CT-1
+  auto& proc = podium::mesh::Runtime::get().proc();
+  podium::actor::PortReceiver rx(proc, false);
+  auto none = podium::detail::pack(std::tuple<>());
+  for (size_t k : {4u, 16u}) {
+    podium::mesh::set_cast_fanout(k);
+    auto before = proc.traffic();
+    ASSERT_TRUE(nodes().cast_to_port("where", {none}, rx.port_id()));
+    std::set<int64_t> ranks;
+    for (int i = 0; i < 64; ++i) {
+      auto m = rx.recv().get(20s);
+      ASSERT_TRUE(m) << m.error().to_string();
+      auto v = ok(podium::detail::unpack<int64_t>(m->at(0), "where"));
+      EXPECT_EQ(v % 1000000, g_fx->procs->pid(v / 1000000) % 1000000);
+      ranks.insert(v / 1000000);
+    }
+    auto after = proc.traffic();
+    EXPECT_EQ(ranks.size(), 64u);
+    EXPECT_EQ(*ranks.begin(), 0);
+    EXPECT_EQ(*ranks.rbegin(), 63);
+    // The sender sent the tree's k chunks, not one call per actor.
+    EXPECT_LE(after.sent - before.sent, k + 1) << "fanout " << k;
+  }
+  // One rank alone, as a mesh of no dimensions (its rank there is 0).
+  ASSERT_TRUE(nodes().cast_to_port("where", {none}, rx.port_id(), 37));
+  auto m = rx.recv().get(20s);
+  ASSERT_TRUE(m) << m.error().to_string();
+  auto v = ok(podium::detail::unpack<int64_t>(m->at(0), "where"));
+  EXPECT_EQ(v / 1000000, 0);
+  EXPECT_EQ(v % 1000000, g_fx->procs->pid(37) % 1000000);
+  auto bad = nodes().cast_to_port("where", {none}, rx.port_id(), 64);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().subsystem, podium::Subsystem::kNdslice);
+}
+
+TEST_F(CastTest, PortCastErrorsReachThePortForTheirRanks) {  // CS-1
+  podium::mesh::set_cast_fanout(2);
+  podium::actor::PortReceiver rx(podium::mesh::Runtime::get().proc(), false);
+  auto args = podium::detail::pack(std::tuple<int, int>(0, 64));
+  ASSERT_TRUE(nodes().cast_to_port("fail_between", {args}, rx.port_id()));
+  for (int i = 0; i < 64; ++i) {
+    auto m = rx.recv().get(20s);
+    ASSERT_FALSE(m);
+    EXPECT_NE(m.error().message.find("refused"), std::string::npos) << m.error().message;
+  }
+}
+
+TEST_F(CastTest, StreamHandsRepliesOutInArrivalOrder) {  // CS-2
+  auto four = ok(ok(nodes().slice("hosts", 0)).slice("gpus", podium::ndslice::Range{0, 4, 1}));
+  std::vector<std::vector<podium::Buffer>> per_rank;
+  for (int ms : {1500, 0, 0, 0}) per_rank.push_back({podium::detail::pack(std::tuple<int>(ms))});
+  auto stream = ok(four.stream_raw("slow", std::move(per_rank)));
+  auto futures = stream->futures();
+  ASSERT_EQ(futures.size(), 4u);
+  std::set<size_t> fast;
+  for (size_t k = 0; k < 3; ++k) {
+    auto r = futures[k].get(20s);
+    ASSERT_TRUE(r) << r.error().to_string();
+    auto rank = stream->rank(k);
+    ASSERT_TRUE(rank);
+    fast.insert(*rank);
+    EXPECT_EQ(ok(podium::detail::unpack<int>(ok(podium::mesh::Reply((*r)[0])).at(0), "ms")), 0);
+  }
+  EXPECT_EQ(fast, (std::set<size_t>{1, 2, 3}));
+  auto last = futures[3].get(20s);
+  ASSERT_TRUE(last) << last.error().to_string();
+  EXPECT_EQ(stream->rank(3), std::optional<size_t>(0));
+  // One argument list per rank, or nothing is called.
+  auto wrong = four.stream_raw("slow", {});
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(wrong.error().code, static_cast<uint16_t>(podium::BaseErrc::kInvalidArgument));
 }
 
 TEST_F(CastTest, HandlerErrorsComeBackForTheirRanksOnly) {  // CT-3

@@ -24,6 +24,13 @@ Result<Mesh> sliced(const ndslice::Region& region, std::string_view label, Sel s
   return make(std::move(*sub));
 }
 
+// A handle over `region` reshaped (a Region of the same base ranks), sharing `st`.
+template <class Mesh, class State>
+Result<Mesh> reshaped(const std::shared_ptr<State>& st, Result<ndslice::Region> region) {
+  if (!region) return std::unexpected(region.error());
+  return Mesh(st, std::move(*region));
+}
+
 // Once-ports that a dead proc will never answer are closed when the collector completes.
 void close_ports_when_done(actor::Proc& proc, const mesh::Collector& c,
                            std::vector<uint64_t> ports) {
@@ -44,6 +51,19 @@ Result<ActorMeshBase> ActorMeshBase::slice(std::string_view label, int64_t index
 Result<ActorMeshBase> ActorMeshBase::slice(std::string_view label, ndslice::Range range) const {
   return sliced<ActorMeshBase>(region_, label, range,
                                [&](ndslice::Region r) { return ActorMeshBase(st_, std::move(r)); });
+}
+
+Result<ActorMeshBase> ActorMeshBase::split(std::string_view label, std::vector<std::string> labels,
+                                           std::vector<int64_t> sizes) const {
+  return reshaped<ActorMeshBase>(st_, region_.split(label, std::move(labels), std::move(sizes)));
+}
+
+Result<ActorMeshBase> ActorMeshBase::flatten(std::string label) const {
+  return reshaped<ActorMeshBase>(st_, region_.flatten(std::move(label)));
+}
+
+Result<ActorMeshBase> ActorMeshBase::rename(std::string_view from, std::string to) const {
+  return reshaped<ActorMeshBase>(st_, region_.rename(from, std::move(to)));
 }
 
 std::vector<const mesh::ActorTarget*> ActorMeshBase::targets_of_region(
@@ -88,6 +108,40 @@ actor::Future<mesh::Replies> ActorMeshBase::call_rank_raw(size_t rank, std::stri
 void ActorMeshBase::broadcast_raw(std::string_view endpoint, std::vector<Buffer> args) const {
   (void)mesh::cast(cast_targets(), region_.extent(), endpoint, std::move(args), false, nullptr,
                    st_->initialized.ready());
+}
+
+Status ActorMeshBase::cast_to_port(std::string_view endpoint, std::vector<Buffer> args,
+                                   std::string_view reply_port,
+                                   std::optional<size_t> only) const {
+  if (!only) {
+    (void)mesh::cast(cast_targets(), region_.extent(), endpoint, std::move(args), false, nullptr,
+                     st_->initialized.ready(), reply_port);
+    return ok();
+  }
+  auto b = region_.base_rank(*only);
+  if (!b) return std::unexpected(b.error());
+  auto one = ndslice::Extent::make({}, {});
+  auto to = mesh::CastTargets::build({&st_->targets[*b]}, {*b}, st_->targets.size() == 1);
+  (void)mesh::cast(std::move(to), *one, endpoint, std::move(args), false, nullptr, false,
+                   reply_port);
+  return ok();
+}
+
+Result<std::shared_ptr<mesh::ReplyStream>> ActorMeshBase::stream_raw(
+    std::string_view endpoint, std::vector<std::vector<Buffer>> per_rank) const {
+  if (per_rank.size() != size()) {
+    return std::unexpected(make_error(
+        BaseErrc::kInvalidArgument, "stream('" + std::string(endpoint) + "') on mesh '" +
+                                        name() + "': one list of arguments per rank expected (" +
+                                        std::to_string(size()) + "), got " +
+                                        std::to_string(per_rank.size())));
+  }
+  std::vector<actor::Future<mesh::Replies>> calls;
+  calls.reserve(per_rank.size());
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    calls.push_back(call_rank_raw(r, endpoint, std::move(per_rank[r])));
+  }
+  return mesh::ReplyStream::make(calls);
 }
 
 size_t ActorMeshBase::least_loaded_rank() const {
@@ -166,6 +220,19 @@ Result<ProcMesh> ProcMesh::slice(std::string_view label, int64_t index) const {
 Result<ProcMesh> ProcMesh::slice(std::string_view label, ndslice::Range range) const {
   return sliced<ProcMesh>(region_, label, range,
                           [&](ndslice::Region r) { return ProcMesh(st_, std::move(r)); });
+}
+
+Result<ProcMesh> ProcMesh::split(std::string_view label, std::vector<std::string> labels,
+                                 std::vector<int64_t> sizes) const {
+  return reshaped<ProcMesh>(st_, region_.split(label, std::move(labels), std::move(sizes)));
+}
+
+Result<ProcMesh> ProcMesh::flatten(std::string label) const {
+  return reshaped<ProcMesh>(st_, region_.flatten(std::move(label)));
+}
+
+Result<ProcMesh> ProcMesh::rename(std::string_view from, std::string to) const {
+  return reshaped<ProcMesh>(st_, region_.rename(from, std::move(to)));
 }
 
 Result<ActorMeshBase> ProcMesh::spawn_raw(std::string_view type, std::string name,
@@ -306,6 +373,51 @@ int ProcMesh::pid(size_t rank) const {
 
 actor::Future<void> ProcMesh::stop(std::chrono::milliseconds grace) const {
   return mesh::Runtime::get().stop_procs(st_, grace);
+}
+
+actor::Future<void> ProcMesh::stop_after(std::vector<actor::Future<mesh::Replies>> first,
+                                         std::chrono::milliseconds wait,
+                                         std::chrono::milliseconds grace) const {
+  struct Chain {
+    std::mutex mu;  // guards started, remaining
+    bool started = false;
+    size_t remaining = 0;
+    actor::Promise<void> done;
+  };
+  auto chain = std::make_shared<Chain>();
+  auto out = chain->done.future();
+  // ME-12: whichever comes first starts the stop; the others find it started.
+  auto go = [chain, self = *this, grace] {
+    {
+      std::lock_guard lock(chain->mu);
+      if (chain->started) return;
+      chain->started = true;
+    }
+    self.stop(grace).on_ready([chain](const Result<void>& r) { chain->done.set(r); });
+  };
+  chain->remaining = first.size();
+  if (first.empty()) {
+    go();
+    return out;
+  }
+  // The timer owns itself until it fires or is cancelled, once the chain is done (its wait
+  // holds this mesh and the chain: grace_timer.h).
+  auto timer = std::make_shared<asio::steady_timer>(mesh::Runtime::get().proc().io(), wait);
+  timer->async_wait([timer, go](std::error_code ec) {
+    if (!ec) go();
+  });
+  mesh::cancel_when_ready(timer, out);
+  for (const auto& f : first) {
+    f.on_ready([chain, go](const Result<mesh::Replies>&) {
+      bool last;
+      {
+        std::lock_guard lock(chain->mu);
+        last = --chain->remaining == 0;
+      }
+      if (last) go();
+    });
+  }
+  return out;
 }
 
 Result<ProcMesh> HostMesh::find_procs(const std::string& name) const {

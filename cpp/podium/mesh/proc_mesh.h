@@ -15,6 +15,14 @@
 //   ME-8 ActorMeshBase::stop() completes within its grace period plus the time to kill: an
 //        actor that does not stop in time has its proc killed, and a warning names it. An
 //        actor on the controller's own proc cannot be killed: the warning says so.
+//   ME-12 ProcMesh::stop_after() stops the procs once every future it was given is ready
+//        (whatever its outcome) or once `wait` has passed, whichever comes first, exactly once.
+//   ME-13 rank_info() and a rank's errors name the host the rank's proc runs on (its
+//        ProcInfo::host; this host's name when it runs here), never the host of the process
+//        that asks (supervision SV-4).
+//
+// Handles and refs: ref() / from_ref() turn a handle into plain values and back (mesh_ref.h);
+// the state a handle shares with its slices is private to this layer.
 #pragma once
 
 #include <chrono>
@@ -27,6 +35,7 @@
 
 #include "podium/actor/future.h"
 #include "podium/mesh/cast.h"
+#include "podium/mesh/mesh_ref.h"
 #include "podium/mesh/runtime.h"
 #include "podium/ndslice/range.h"
 #include "podium/ndslice/region.h"
@@ -53,11 +62,22 @@ class ActorMeshBase {
   const ndslice::Extent& extent() const { return region_.extent(); }
   size_t size() const { return region_.num_ranks(); }
   const std::string& name() const { return st_->name; }
-  // The state shared by every slice of this mesh (bindings rebuild handles from it).
-  const std::shared_ptr<mesh::ActorMeshState>& state() const { return st_; }
 
   [[nodiscard]] Result<ActorMeshBase> slice(std::string_view label, int64_t index) const;
   [[nodiscard]] Result<ActorMeshBase> slice(std::string_view label, ndslice::Range range) const;
+  // The same actors in another shape (ndslice::Region::split / flatten / rename).
+  [[nodiscard]] Result<ActorMeshBase> split(std::string_view label,
+                                            std::vector<std::string> labels,
+                                            std::vector<int64_t> sizes) const;
+  [[nodiscard]] Result<ActorMeshBase> flatten(std::string label) const;
+  [[nodiscard]] Result<ActorMeshBase> rename(std::string_view from, std::string to) const;
+
+  // This handle as plain values (mesh_ref.h, MR-1), and back: a handle on actors another
+  // process spawned, whose `initialized` is resolved (the spawner owns and watches them).
+  mesh::ActorMeshRef ref() const;
+  [[nodiscard]] static Result<ActorMeshBase> from_ref(const mesh::ActorMeshRef& ref);
+  // Who and where rank `rank` of this region is (ME-13); kOutOfRange.
+  [[nodiscard]] Result<mesh::RankInfo> rank_info(size_t rank) const;
 
   // Resolves once every actor of the whole mesh has been constructed (ME-5).
   actor::Future<void> initialized() const { return st_->initialized; }
@@ -69,6 +89,17 @@ class ActorMeshBase {
                                              std::vector<Buffer> args) const;
   // One-way to every actor of this region.
   void broadcast_raw(std::string_view endpoint, std::vector<Buffer> args) const;
+  // One-way to every actor of this region (or to rank `only` alone, then as a mesh of no
+  // dimensions, like call_rank_raw), each answering `reply_port` (a PortId text; empty:
+  // nowhere) with its rank. Through the cast tree like broadcast_raw (mesh::cast CS-1).
+  // kOutOfRange when `only` is not a rank of this region.
+  [[nodiscard]] Status cast_to_port(std::string_view endpoint, std::vector<Buffer> args,
+                                    std::string_view reply_port,
+                                    std::optional<size_t> only = std::nullopt) const;
+  // Calls `endpoint` on every rank r with `per_rank[r]`; the replies in arrival order (CS-2).
+  // kInvalidArgument unless there is one argument list per rank.
+  [[nodiscard]] Result<std::shared_ptr<mesh::ReplyStream>> stream_raw(
+      std::string_view endpoint, std::vector<std::vector<Buffer>> per_rank) const;
   // The rank with the fewest calls outstanding (ties: the lowest rank).
   size_t least_loaded_rank() const;
 
@@ -104,11 +135,20 @@ class ProcMesh {
   const ndslice::Region& region() const { return region_; }
   const ndslice::Extent& extent() const { return region_.extent(); }
   size_t size() const { return region_.num_ranks(); }
-  // The state shared by every slice of this mesh (bindings rebuild handles from it).
-  const std::shared_ptr<mesh::ProcMeshState>& state() const { return st_; }
 
   [[nodiscard]] Result<ProcMesh> slice(std::string_view label, int64_t index) const;
   [[nodiscard]] Result<ProcMesh> slice(std::string_view label, ndslice::Range range) const;
+  // The same procs in another shape (ndslice::Region::split / flatten / rename).
+  [[nodiscard]] Result<ProcMesh> split(std::string_view label, std::vector<std::string> labels,
+                                       std::vector<int64_t> sizes) const;
+  [[nodiscard]] Result<ProcMesh> flatten(std::string label) const;
+  [[nodiscard]] Result<ProcMesh> rename(std::string_view from, std::string to) const;
+
+  // This handle as plain values (mesh_ref.h, MR-1), and back: a handle on procs another
+  // process spawned, every proc registered and `initialized` resolved; calls through it to a
+  // proc that ended fail with the reason (runtime ME-11).
+  mesh::ProcMeshRef ref() const;
+  [[nodiscard]] static Result<ProcMesh> from_ref(const mesh::ProcMeshRef& ref);
 
   // Resolves when every proc of the mesh has registered (ME-4).
   actor::Future<void> initialized() const { return st_->initialized; }
@@ -139,6 +179,11 @@ class ProcMesh {
 
   // Asks every proc of the whole mesh to exit; kills the ones still alive after `grace`.
   actor::Future<void> stop(std::chrono::milliseconds grace = std::chrono::seconds(5)) const;
+  // stop(grace) once every future in `first` is ready, whatever its outcome, or once `wait`
+  // has passed (ME-12): a ProcMesh stopped after its actor meshes' stop() futures.
+  actor::Future<void> stop_after(std::vector<actor::Future<mesh::Replies>> first,
+                                 std::chrono::milliseconds wait,
+                                 std::chrono::milliseconds grace) const;
 
  private:
   // A mesh of actors `name` on this region: sends message(base rank, supervision id, this
@@ -182,7 +227,9 @@ class HostMesh {
   [[nodiscard]] Result<HostMesh> slice(std::string_view label, int64_t index) const;
   [[nodiscard]] Result<HostMesh> slice(std::string_view label, ndslice::Range range) const;
   HostMesh with_region(ndslice::Region region) const { return HostMesh(st_, std::move(region)); }
-  const std::shared_ptr<mesh::HostMeshState>& state() const { return st_; }
+  // Every host of the attached mesh (all of them, whatever this handle's region), by rank;
+  // empty for this_host().
+  std::vector<mesh::HostInfo> hosts() const;
 
  private:
   HostMesh(std::shared_ptr<mesh::HostMeshState> st, ndslice::Region region)

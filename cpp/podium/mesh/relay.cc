@@ -384,7 +384,7 @@ struct Relay::Impl {
     env.parts.reserve(2 + p.args.size());
     env.parts.push_back(actor::encode_system_header(actor::SystemHeader{
         "cast",
-        {p.endpoint, p.sender, parent},
+        {p.endpoint, p.sender, parent, p.reply_to},
         {p.id, p.fanout, c.lo, c.hi, p.want_reply ? 1u : 0u, p.stream}}));
     env.parts.push_back(encode_plan_part(p, n->plan_lo, c));
     for (const auto& a : p.args) env.parts.push_back(a);
@@ -428,6 +428,8 @@ struct Relay::Impl {
     env.order_seq = p.seqs.at(rank - n->plan_lo);
     if (p.want_reply) {
       env.headers.emplace_back(actor::kReplyHeader, proc().port_text(n->gather_port));
+    } else if (!p.reply_to.empty()) {
+      env.headers.emplace_back(actor::kReplyHeader, p.reply_to);  // a port cast (cast.h CS-1)
     }
     env.parts.reserve(1 + p.args.size());
     env.parts.push_back(actor::encode_call_header(p.endpoint, rank, p.labels, p.sizes));
@@ -480,10 +482,11 @@ void start_tree_cast(Relay& relay, std::shared_ptr<CastPlan> plan,
   for (Chunk c : split_chunks(0, n, plan->fanout)) impl.send_child(node, c);
 }
 
-// "cast" [endpoint, sender, parent port] [cast id, fanout, lo, hi, want reply, stream],
+// "cast" [endpoint, sender, parent port, reply-to port] [cast id, fanout, lo, hi, want reply,
+// stream],
 // part 1 = the plan of [lo, hi), parts 2.. = the call's arguments.
 void Relay::on_cast(const actor::SystemHeader& h, wire::Envelope&& env) {
-  if (h.args.size() != 3 || h.numbers.size() != 6 || env.parts.size() < 2 ||
+  if (h.args.size() != 4 || h.numbers.size() != 6 || env.parts.size() < 2 ||
       h.numbers[3] <= h.numbers[2] || h.numbers[1] == 0) {
     spdlog::error("podium: malformed cast from {}", env.sender);
     return;
@@ -497,6 +500,7 @@ void Relay::on_cast(const actor::SystemHeader& h, wire::Envelope&& env) {
   plan->endpoint = h.args[0];
   plan->sender = h.args[1];
   const std::string& parent = h.args[2];
+  if (!plan->want_reply) plan->reply_to = h.args[3];
   std::pair<uint64_t, size_t> key{plan->id, c.lo};
   {
     std::shared_ptr<Node> seen;

@@ -61,6 +61,8 @@ struct CastPlan {
   SeqRuns seqs;
   std::vector<Buffer> args;
   bool want_reply = true;
+  // One-way casts: where every actor answers itself (a port cast, cast.h CS-1); empty: nowhere.
+  std::string reply_to;
 };
 
 class Relay;

@@ -1,0 +1,131 @@
+// podium._core.mesh runtime functions: starting this process as a controller, a host agent
+// (worker) or a proc, its shutdown, and the knobs and counters of its runtime
+// (mesh/runtime.h, mesh/relay.h). Each forwards to the C++ function of the same name.
+//
+// Threads: any Python thread; every function that starts, serves or stops releases the GIL.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "future.h"
+#include "podium/actor/executor.h"
+#include "podium/actor/proc.h"
+#include "podium/mesh/proc_mesh.h"
+#include "podium/mesh/relay.h"
+#include "podium/mesh/runtime.h"
+
+namespace podium::python {
+
+void bind_runtime(nb::module_& m) {
+  m.def(
+      "set_poll",
+      [](double runners_us, double drivers_us) {
+        actor::Executor::set_poll(
+            std::chrono::nanoseconds(static_cast<int64_t>(std::max(0.0, runners_us) * 1e3)),
+            std::chrono::nanoseconds(static_cast<int64_t>(std::max(0.0, drivers_us) * 1e3)));
+      },
+      nb::arg("runners_us"), nb::arg("drivers_us"),
+      "How long idle runners and waiting callers poll the reactor before they sleep (µs).");
+  m.def(
+      "init_controller",
+      [](std::vector<std::string> proc_argv, std::vector<std::string> zygote_argv,
+         std::optional<std::string> listen) {
+        InitOptions options{std::move(proc_argv), std::move(zygote_argv), std::nullopt};
+        if (listen) options.listen = unwrap(channel::Address::parse(*listen));
+        Status st;
+        {
+          nb::gil_scoped_release unlocked;
+          st = init_controller(std::move(options));
+        }
+        unwrap(st);
+      },
+      nb::arg("proc_argv"), nb::arg("zygote_argv") = std::vector<std::string>{},
+      nb::arg("listen").none() = nb::none(),
+      "Starts the controller runtime; procs are started with `proc_argv`, forked from a "
+      "zygote started with `zygote_argv` when it is given. `listen`: this process's address "
+      "('tcp:HOST:0' puts the job on TCP); None: a private Unix socket. A second call does "
+      "nothing.");
+  m.def("default_host_address", &default_host_address,
+        "This machine's address as other hosts reach it (PODIUM_HOST_ADDR, else the default "
+        "route's source address).");
+  m.def(
+      "serve_worker",
+      [](const std::string& listen, std::vector<std::string> proc_argv,
+         std::vector<std::string> zygote_argv, bool persistent, nb::object on_listening,
+         bool insecure) {
+        WorkerOptions options;
+        options.insecure = insecure;
+        options.listen = unwrap(parse_worker_address(listen));
+        options.procs = InitOptions{std::move(proc_argv), std::move(zygote_argv), std::nullopt};
+        options.persistent = persistent;
+        if (!on_listening.is_none()) {
+          options.on_listening = [on_listening](const channel::Address& a) {
+            nb::gil_scoped_acquire locked;
+            on_listening(a.to_string());
+          };
+        }
+        Status st;
+        {
+          nb::gil_scoped_release unlocked;
+          st = serve_worker(std::move(options));
+        }
+        unwrap(st);
+      },
+      nb::arg("listen"), nb::arg("proc_argv"), nb::arg("zygote_argv"),
+      nb::arg("persistent") = false, nb::arg("on_listening").none() = nb::none(),
+      nb::arg("insecure") = false,
+      "Runs this process as a host agent listening on `listen` (tcp://HOST:PORT) until it is "
+      "killed; `on_listening(address)` runs once it listens. Without a secret in the "
+      "environment it refuses to start unless `insecure` (SE-2).");
+  m.def("secret_file", [] {
+        const char* p = std::getenv("PODIUM_SECRET_FILE");
+        return std::string(p ? p : "");
+      },
+      "PODIUM_SECRET_FILE as this process's C environment holds it now: the runtime sets it "
+      "when it generates the controller's secret (SE-1), which os.environ does not see.");
+  m.def("is_proc", &is_proc, "True in a process that podium spawned as a proc, until it serves.");
+  m.def(
+      "serve_proc",
+      [] {
+        Status st;
+        {
+          nb::gil_scoped_release unlocked;
+          st = serve_proc();
+        }
+        unwrap(st);
+      },
+      "Serves this proc until the controller says exit (or dies).");
+  m.def(
+      "shutdown",
+      [] {
+        nb::gil_scoped_release unlocked;
+        shutdown();
+      },
+      "Kills every proc this process spawned and stops its runtime. Idempotent.");
+
+  m.def("this_proc_id", [] { return mesh::Runtime::get().proc().id().to_string(); },
+        "The ProcId (channel address) of this process's root proc.");
+  m.def("cast_fanout", &mesh::cast_fanout,
+        "Fan-out of the cast tree for casts from this process (0: always a star).");
+  m.def("set_cast_fanout", &mesh::set_cast_fanout, nb::arg("k"),
+        "Sets the cast tree's fan-out for casts from this process (docs/cast.md).");
+  m.def(
+      "traffic",
+      [] {
+        auto t = mesh::Runtime::get().proc().traffic();
+        return std::make_pair(t.sent, t.received);
+      },
+      "(sent, received): envelopes this process's root proc exchanged with other procs.");
+}
+
+}  // namespace podium::python
