@@ -10,12 +10,12 @@
 // read-only Python buffer over the C++ Buffer, so pickle.loads(buffers=...) reads the bytes
 // in place.
 //
-// Errors. throw_error() is the one translation from podium::Error to a Python exception for
-// errors raised synchronously by the bindings: ndslice kUnknownLabel -> TypeError, kOutOfRange
-// -> IndexError, other ndslice codes and invalid arguments -> ValueError, timeouts ->
-// TimeoutError, everything else -> podium._core.base.CoreError with `subsystem`, `code` and
-// `message` attributes. Errors that arrive as replies are handed to Python as values
-// (error_tuple) and translated by podium._src.errors.
+// Errors. throw_error() raises, for a podium::Error raised synchronously by the bindings, the
+// exception that podium._src.errors.from_core() makes of it: the one table from C++ error
+// codes to Python exceptions (docs/python.md, "Errors"), installed with
+// _core.base.set_error_translator() when podium is imported. Before that, it raises
+// podium._core.base.CoreError with `subsystem`, `code` and `message` attributes. Errors that
+// arrive as replies are handed to Python as values (error_tuple) and go through the same table.
 //
 // Threads: every function here requires the GIL, except that a Buffer made by
 // buffer_from_python() may be copied and dropped on any thread.
