@@ -27,7 +27,7 @@ R refusal_of(const Error& e) {
 std::shared_ptr<Session> attach_session(Core& core, uint64_t id) {
   std::lock_guard lock(core.mu);
   // Sessions arrive only with a Hello, so sweeping here bounds the table.
-  auto now = Clock::now();
+  auto now = core.now();
   auto linger = 2 * core.config.delivery_timeout;
   std::erase_if(core.sessions, [&](const auto& kv) {
     return kv.second->connections == 0 && now - kv.second->idle_since > linger;
@@ -49,9 +49,9 @@ Inbound::Inbound(std::shared_ptr<Core> core, Socket socket, Transport transport,
       decoder_(wire::FrameLimits{core_->config.max_frame_bytes, core_->config.max_parts,
                                  core_->config.max_header_bytes}),
       socket_(std::move(socket)),
-      ack_timer_(core_->io),
+      ack_timer_(core_->io, core_->config.clock),
       transport_(transport),
-      auth_timer_(core_->io) {
+      auth_timer_(core_->io, core_->config.clock) {
   configure_stream(socket_, transport);
 }
 
@@ -65,7 +65,7 @@ Inbound::~Inbound() {
   if (unauthenticated_) unauthenticated_->fetch_sub(1, std::memory_order_relaxed);
   if (!session_) return;
   std::lock_guard lock(core_->mu);
-  if (--session_->connections == 0) session_->idle_since = Clock::now();
+  if (--session_->connections == 0) session_->idle_since = core_->now();
 }
 
 void Inbound::start() {
@@ -467,7 +467,7 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
   if (closed_) return;
   if (session_) {
     uint64_t unacked = session_->delivered.load(std::memory_order_acquire) - acked_;
-    if (unacked > 0 && unacked_since_ == Clock::time_point{}) unacked_since_ = Clock::now();
+    if (unacked > 0 && unacked_since_ == Clock::time_point{}) unacked_since_ = core_->now();
     if (unacked >= core_->config.ack_every) {
       ack_locked();
     } else if (unacked > 0 && !ack_armed_) {
@@ -598,7 +598,7 @@ void Inbound::flush_ack() {
   if (session_->delivered.load(std::memory_order_acquire) <= acked_) return;
   // A fast exchange keeps its acks batched: what arrived within ack_with_send_after waits
   // for a later send, ack_every or the timer (CH-10).
-  if (Clock::now() - unacked_since_ < core_->config.ack_with_send_after) return;
+  if (core_->now() - unacked_since_ < core_->config.ack_with_send_after) return;
   ack_locked();
   // A timer left armed would wake this proc later for nothing.
   if (ack_armed_ && acked_ >= session_->delivered.load(std::memory_order_acquire)) {
@@ -620,7 +620,7 @@ SocketListener::SocketListener(std::shared_ptr<Core> core, Address addr)
     : core_(std::move(core)),
       bound_(std::move(addr)),
       acceptor_(core_->io),
-      retry_(core_->io) {}
+      retry_(core_->io, core_->config.clock) {}
 
 Result<std::shared_ptr<SocketListener>> SocketListener::listen(std::shared_ptr<Core> core,
                                                                const Address& addr) {

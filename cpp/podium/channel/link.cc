@@ -40,9 +40,9 @@ Link::Link(std::shared_ptr<Core> core, Address to)
       to_(std::move(to)),
       to_text_(to_.to_string()),
       backoff_(core_->config.reconnect_min),
-      retry_timer_(core_->io),
-      deadline_timer_(core_->io),
-      flush_later_timer_(core_->io) {}
+      retry_timer_(core_->io, core_->config.clock),
+      deadline_timer_(core_->io, core_->config.clock),
+      flush_later_timer_(core_->io, core_->config.clock) {}
 
 bool Link::defer_flush_locked() {
   if (!tls_flush_later || flush_later_count_ + 1 >= kFlushLaterFrames) return false;
@@ -73,7 +73,7 @@ void Link::send(wire::Envelope&& env) {
     hand_back(*core_, back, ChannelErrc::kCancelled, why);
     return;
   }
-  auto deadline = Clock::now() + core_->config.delivery_timeout;
+  auto deadline = core_->now() + core_->config.delivery_timeout;
   queue_.push_back({++next_seq_, deadline, std::move(env)});
   sent_since_deadline_ = true;
   if (!deadline_armed_) arm_deadline_locked(deadline);
@@ -162,7 +162,7 @@ void Link::on_deadline(const std::error_code& ec) {
   {
     std::lock_guard lock(mu_);
     if (state_ == State::kStopped) return;
-    auto now = Clock::now();
+    auto now = core_->now();
     while (!queue_.empty() && queue_.front().deadline <= now) {
       if (written_ == 0 && offset_ > 0) {
         // Half a frame is on the wire and the peer has not read it for the whole timeout:
@@ -186,7 +186,7 @@ void Link::on_deadline(const std::error_code& ec) {
   if (!queue_.empty()) {
     arm_deadline_locked(queue_.front().deadline);
   } else if (sent_since_deadline_) {
-    arm_deadline_locked(Clock::now() + core_->config.delivery_timeout);
+    arm_deadline_locked(core_->now() + core_->config.delivery_timeout);
   }
   sent_since_deadline_ = false;
 }
@@ -198,7 +198,7 @@ SocketLink::SocketLink(std::shared_ptr<Core> core, Address to)
       session_id_(random_session_id()),
       socket_(core_->io),
       resolver_(core_->io),
-      auth_timer_(core_->io),
+      auth_timer_(core_->io, core_->config.clock),
       decoder_(wire::FrameLimits{.max_frame_bytes = 4096, .max_parts = 0}, 4096) {}
 
 void SocketLink::reset_for_test() {
