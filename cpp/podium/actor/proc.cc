@@ -158,7 +158,10 @@ void Proc::Impl::stamp(wire::Envelope& env) {
   env.order_stream = self->sender_stream();
   env.order_seq = self->next_seq(env.order_stream, env.dest);
   // AC-15: the receiver learns which process sends on the stream.
-  if (env.sender.empty()) env.sender = id_text;
+  if (env.sender.empty()) {
+    const std::string* me = internal::drive_tls().actor_text;
+    env.sender = me ? *me : id_text;
+  }
 }
 
 uint64_t Proc::sender_stream() const {
