@@ -70,7 +70,7 @@ void help_while_waiting() {
   auto gate = h.gate.lock();
   auto mailbox = h.mailbox.lock();
   if (!gate || !mailbox || !h.drain) return;
-  // AC-16: the proc cannot end while this thread is inside its gate.
+  // AC-17: the proc cannot end while this thread is inside its gate.
   if (!gate->enter()) return;
   const internal::HelpGate* outer = std::exchange(tls.helping, gate.get());
   h.drain(h.impl, mailbox);

@@ -21,7 +21,7 @@
 //
 // Threads: HelpGate is thread-safe. The rest is per thread.
 // Invariants:
-//   AC-16 A thread that helps (help_while_waiting) runs a proc's mailbox only inside that
+//   AC-17 A thread that helps (help_while_waiting) runs a proc's mailbox only inside that
 //        proc's HelpGate: Proc::stop() (and so ~Proc) closes the gate and waits until no other
 //        thread helps, so a Proc destroyed while a thread helps is never touched after its
 //        end; a help that comes after the close does nothing. A thread that stops the proc
@@ -65,12 +65,12 @@ class DeliveryOnlyScope {
 
 // A thread outside the runtime that is about to block with no timeout runs the mailbox it
 // scheduled last, if no runner has started it yet: a local call then costs no thread hop.
-// Called by Signal::wait(); does nothing on runner threads. AC-16.
+// Called by Signal::wait(); does nothing on runner threads. AC-17.
 void help_while_waiting();
 
 namespace internal {
 
-// AC-16: counts the threads helping one proc; Proc::stop() closes it.
+// AC-17: counts the threads helping one proc; Proc::stop() closes it.
 class HelpGate {
  public:
   bool enter();  // false once closed

@@ -1,5 +1,5 @@
 // Proc::Impl's mailboxes (mailbox.h): queueing, draining, and an actor's construct, stop and
-// failure. AC-6, AC-8, AC-9, AC-10 (proc.h, drive.h); AC-17 (proc.h): the table of ended
+// failure. AC-6, AC-8, AC-9, AC-10 (proc.h, drive.h); AC-18 (proc.h): the table of ended
 // actors is bounded.
 #include <spdlog/spdlog.h>
 
@@ -28,7 +28,7 @@ void Proc::Impl::enqueue(const std::shared_ptr<Mailbox>& cell, Item&& item) {
   }
   if (!Executor::current()) {
     // A thread outside the runtime (a controller's main thread) that waits for the answer
-    // right after sending may run this drain itself (help_while_waiting, AC-16).
+    // right after sending may run this drain itself (help_while_waiting, AC-17).
     tls.help = internal::HelpCandidate{help_gate, this, &Impl::drain_for_helper, cell};
   }
   asio::post(io, [this, cell] { drain(cell); });
@@ -169,7 +169,7 @@ void Proc::Impl::fail(Mailbox& cell, Error cause) {
     std::unique_lock lock(cells_mu);
     ended_locked(cell, cause);
   }
-  seqs.forget_stream(cell.stream);  // AC-15: this incarnation never sends again
+  seqs.forget_stream(cell.stream);  // AC-16: this incarnation never sends again
   for (auto& it : refused) refuse(std::move(it), cause);
   report_failure(cell, cause);
 }
@@ -201,12 +201,12 @@ void Proc::Impl::stop_cell(Mailbox& cell, std::function<void(Status)> done) {
     std::unique_lock lock(cells_mu);
     ended_locked(cell, cause);
   }
-  seqs.forget_stream(cell.stream);  // AC-15
+  seqs.forget_stream(cell.stream);  // AC-16
   for (auto& it : refused) refuse(std::move(it), cause);
   if (done) done(ok());
 }
 
-// AC-17: the actor leaves the table; its cause is kept among the last ended_kept.
+// AC-18: the actor leaves the table; its cause is kept among the last ended_kept.
 void Proc::Impl::ended_locked(Mailbox& cell, const Error& cause) {
   auto it = cells.find(cell.key);
   if (it != cells.end() && it->second.get() == &cell) cells.erase(it);
@@ -241,7 +241,7 @@ Result<std::shared_ptr<Mailbox>> Proc::Impl::make_cell(std::string name, uint32_
   cell->id = ActorId{id, std::move(name), index};
   cell->key = cell->id.local_key();
   cell->id_text = cell->id.to_string();
-  // AC-15: each incarnation its own stream, so that its counters can go with it.
+  // AC-16: each incarnation its own stream, so that its counters can go with it.
   cell->stream = stream_hash(cell->id_text + '\n' +
                              std::to_string(incarnations.fetch_add(1, std::memory_order_relaxed)));
   cell->factory = std::move(factory);

@@ -46,7 +46,7 @@ struct Mailbox {
   ActorId id;
   std::string key;                   // id.local_key()
   std::string id_text;               // id.to_string()
-  uint64_t stream = 0;               // AC-11's stream of this incarnation (ordering.h AC-15)
+  uint64_t stream = 0;               // AC-11's stream of this incarnation (ordering.h AC-16)
   ActorFactory factory;              // consumed by the kConstruct item (drain only)
   std::unique_ptr<ActorBase> actor;  // drain only
 

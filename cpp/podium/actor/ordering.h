@@ -14,7 +14,7 @@
 // completed the stream's next number, or on the thread that runs the gap timer (an io_context
 // thread, or a ManualClock's advance()).
 // Invariants (AC-11 is stated in proc.h):
-//   AC-15 The receiver forgets the streams of a sending process once the proc layer is told
+//   AC-16 The receiver forgets the streams of a sending process once the proc layer is told
 //        that process ended (Proc::forget_dests, Proc::forget_peer): its held calls, its
 //        counters and its gap timer go, so a long-lived proc keeps ordering state only for
 //        senders that can still send. A sender names its process in every call it stamps
@@ -73,7 +73,7 @@ class SeqCounters {
   SeqSlots seq_slots(uint64_t stream, std::span<const std::string* const> dests);
   // Drops the counters of every dest on the procs `proc_keys` ("<proc>#<actor>:<port>").
   void forget_dests(std::span<const std::string> proc_keys);
-  // Drops every counter of `stream` (its sender ended: AC-15).
+  // Drops every counter of `stream` (its sender ended: AC-16).
   void forget_stream(uint64_t stream);
   size_t stream_count() const;  // tests
 
@@ -101,7 +101,7 @@ class OrderedInbox {
 
   // Takes a stamped call (order_stream != 0) and delivers it, and any it completes, in order.
   void route(wire::Envelope&& env);
-  // AC-15: the processes `proc_keys` (ProcId texts) ended; their streams go.
+  // AC-16: the processes `proc_keys` (ProcId texts) ended; their streams go.
   void forget_senders(std::span<const std::string> proc_keys);
   size_t stream_count() const;  // tests
   size_t held_count() const;    // calls held back, all streams (tests)
@@ -114,7 +114,7 @@ class OrderedInbox {
     bool delivering = false;                   // a thread is routing `ready`
     std::unique_ptr<base::Timer> gap_timer;    // armed while `early` waits
     uint64_t gap_at = 0;                       // `next` when the timer was armed
-    std::string sender_proc;                   // who sends on it, "" when unknown (AC-15)
+    std::string sender_proc;                   // who sends on it, "" when unknown (AC-16)
   };
   static void release_early(Stream& s);
   void deliver_ready(std::unique_lock<std::mutex>& lock, Stream& s);

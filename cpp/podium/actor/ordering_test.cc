@@ -78,7 +78,7 @@ TEST(OrderingTest, SecondGapWaitsItsOwnTimeout) {
   EXPECT_EQ(f.got, (std::vector<uint64_t>{1, 2, 4}));
 }
 
-// AC-15: the streams of a process that ended go, and what they held is delivered, not
+// AC-16: the streams of a process that ended go, and what they held is delivered, not
 // dropped; streams of other senders stay.
 TEST(OrderingTest, ForgetSendersDropsTheirStreams) {
   Fixture f;
@@ -103,7 +103,7 @@ TEST(OrderingTest, ProcOfSenderTexts) {
   EXPECT_EQ(proc_of("unix:/tmp/x#y"), "unix:/tmp/x#y");  // '#' in a path, no actor
 }
 
-// AC-15, sender side: a stream's counters go with forget_stream(); dests of ended procs
+// AC-16, sender side: a stream's counters go with forget_stream(); dests of ended procs
 // with forget_dests().
 TEST(OrderingTest, SeqCountersForget) {
   SeqCounters c;

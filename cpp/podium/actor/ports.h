@@ -5,11 +5,9 @@
 // message.
 //
 // Threads: every member is thread-safe; handlers run outside the lock.
-// Invariants:
-//   AC-13 Once the proc stopped (close_all()), no port is served: every handler is dropped
-//        then, while the program still runs, and a port opened later is never registered. A
-//        handler that owns a reply's promise abandons it, so whoever waits on it hears
-//        kCancelled.
+// Invariants: AC-13 (stated in docs/actor.md): close_all() drops every handler while the
+// program still runs, and a port opened after it is never registered, so a handler that owns
+// a reply's promise abandons it and its waiter hears kCancelled.
 #pragma once
 
 #include <atomic>

@@ -56,7 +56,7 @@ void Proc::Impl::route(wire::Envelope&& env) {
   route_to_actor(std::move(env));
 }
 
-// AC-14 (CH-12): a message for the proc that listened at this address before (same host and
+// For AC-14 (CH-12): a message for the proc that listened at this address before (same host and
 // port, another incarnation) must not reach this proc's actors or ports, whose names and port
 // numbers may well be the same as the dead one's. An address with no incarnation, or another
 // host name, is not judged: it may be an alias of this one.
@@ -157,7 +157,7 @@ void Proc::Impl::stamp(wire::Envelope& env) {
   if (env.kind != static_cast<uint8_t>(MessageKind::kCall) || env.order_stream != 0) return;
   env.order_stream = self->sender_stream();
   env.order_seq = self->next_seq(env.order_stream, env.dest);
-  // AC-15: the receiver learns which process sends on the stream.
+  // AC-16: the receiver learns which process sends on the stream.
   if (env.sender.empty()) {
     const std::string* me = internal::drive_tls().actor_text;
     env.sender = me ? *me : id_text;
@@ -192,7 +192,7 @@ void Proc::next_seqs(std::span<uint64_t* const> slots, uint64_t* out) {
 
 void Proc::forget_dests(std::span<const std::string> proc_keys) {
   impl_->seqs.forget_dests(proc_keys);
-  impl_->inbox->forget_senders(proc_keys);  // AC-15
+  impl_->inbox->forget_senders(proc_keys);  // AC-16
 }
 
 Proc::OrderingState Proc::ordering_state() const {
@@ -301,7 +301,7 @@ void Proc::send(wire::Envelope env) {
 void Proc::forget_peer(const channel::Address& peer, const std::string& why) {
   if (impl_->net) impl_->net->forget(peer, why);
   std::string key = peer.to_string();
-  impl_->inbox->forget_senders(std::span<const std::string>(&key, 1));  // AC-15
+  impl_->inbox->forget_senders(std::span<const std::string>(&key, 1));  // AC-16
 }
 
 size_t Proc::link_count() const { return impl_->net ? impl_->net->link_count() : 0; }
@@ -385,7 +385,7 @@ void Proc::stop() {
   impl_->exit_requested.set();
   if (impl_->net) impl_->net->stop();
   impl_->executor.stop();
-  // AC-16: no thread that helps drain a mailbox is inside this proc past this point.
+  // AC-17: no thread that helps drain a mailbox is inside this proc past this point.
   impl_->help_gate->close_and_wait();
   {
     std::unique_lock lock(impl_->cells_mu);

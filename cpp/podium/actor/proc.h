@@ -41,7 +41,7 @@
 //   AC-11's streams are salted per process: a process that reuses a dead one's address (a
 //        controller restarted on the same port) starts new streams, not the old ones' tail.
 //        The gap timer reads ProcConfig::clock (base/clock.h); ordering.h holds both ends.
-//   AC-17 A proc remembers why its last ProcConfig::ended_actors_kept actors that ended
+//   AC-18 A proc remembers why its last ProcConfig::ended_actors_kept actors that ended
 //        (stopped or failed) ended, and refuses their messages with that cause (AC-8); a
 //        message for one that ended longer ago is refused as for an actor that never
 //        existed (kNoSuchActor). So the table of ended actors stays bounded in a long-lived
@@ -77,7 +77,7 @@ class Executor;
 
 // How long a receiver holds calls behind a missing one before skipping it (AC-11).
 inline constexpr std::chrono::seconds kOrderGapTimeout{10};
-// How many ended actors' causes a proc keeps by default (AC-17).
+// How many ended actors' causes a proc keeps by default (AC-18).
 inline constexpr size_t kEndedActorsKept = 4096;
 
 struct ProcConfig {
@@ -91,7 +91,7 @@ struct ProcConfig {
   // The time the proc's timers read (AC-11's gap timer), and its Net's unless channel.clock
   // is set. Null: the real clock. Tests pass a base::ManualClock (docs/actor.md).
   std::shared_ptr<base::Clock> clock;
-  // AC-17.
+  // AC-18.
   size_t ended_actors_kept = kEndedActorsKept;
 };
 
@@ -133,7 +133,7 @@ class Proc {
   // The procs `proc_keys` (ProcId texts) have ended and nothing here addresses them any more
   // (mesh ME-11): the AC-11 counters of their actors are dropped, so that a sender that
   // outlives many procs keeps counters only for those it can still call, and so are the
-  // streams they sent here on (AC-15).
+  // streams they sent here on (AC-16).
   void forget_dests(std::span<const std::string> proc_keys);
   // What the AC-11 state holds (tests): streams this proc sends on, streams it receives.
   struct OrderingState {
@@ -141,7 +141,7 @@ class Proc {
     size_t receiving_streams = 0;
   };
   OrderingState ordering_state() const;
-  // The actors whose end this proc remembers (AC-17; tests).
+  // The actors whose end this proc remembers (AC-18; tests).
   size_t ended_actor_count() const;
   // AC-12.
   struct Traffic {
@@ -151,7 +151,7 @@ class Proc {
   Traffic traffic() const;
 
   // The proc at `peer` has ended: drops this proc's link to it (channel CH-11), handing back
-  // what it still held with `why`, and the streams it sent here on (AC-15). Links to procs
+  // what it still held with `why`, and the streams it sent here on (AC-16). Links to procs
   // that come and go are not kept forever.
   void forget_peer(const channel::Address& peer, const std::string& why);
   // How many peers this proc holds a link to (tests).

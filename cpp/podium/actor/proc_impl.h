@@ -6,7 +6,7 @@
 //   system_port.cc   the system port "proc[0]:0": spawn, adopt, stop, exit, extensions
 //   ordering.{h,cc}  AC-11: SeqCounters (sender) and OrderedInbox (receiver, gap timer)
 //   ports.{h,cc}     PortTable (AC-13)
-//   drive.{h,cc}     which thread drains a mailbox; every thread_local; HelpGate (AC-16)
+//   drive.{h,cc}     which thread drains a mailbox; every thread_local; HelpGate (AC-17)
 //
 // Threads: every field group names its guard below; immutable ones are set by Proc::make()
 // before the Net listens and the executor starts. Lock order: cells_mu, then a Mailbox's mu
@@ -59,13 +59,13 @@ struct Proc::Impl {
   asio::io_context io;
   Executor executor{io};
   std::unique_ptr<channel::Net> net;
-  // AC-16: threads that help drain a mailbox (drive.h) enter it; stop() closes it.
+  // AC-17: threads that help drain a mailbox (drive.h) enter it; stop() closes it.
   std::shared_ptr<internal::HelpGate> help_gate = std::make_shared<internal::HelpGate>();
 
   // --- actors (mailbox.cc) ------------------------------------------------------------------
   std::shared_mutex cells_mu;  // guards cells, ended, ended_order
   StringMap<std::shared_ptr<Mailbox>> cells;
-  // Why recently ended actors ended, for clear refusals (AC-17): at most ended_kept, oldest
+  // Why recently ended actors ended, for clear refusals (AC-18): at most ended_kept, oldest
   // dropped first.
   StringMap<Error> ended;
   std::deque<std::string> ended_order;

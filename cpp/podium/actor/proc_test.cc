@@ -617,7 +617,7 @@ class BlockingActor : public ActorBase {
   Signal* release_;
 };
 
-// AC-16: a Proc destroyed while another thread helps drain one of its mailbox waits until the
+// AC-17: a Proc destroyed while another thread helps drain one of its mailbox waits until the
 // help is over (the helper touches the proc: its handler replies through it), instead of
 // being freed under it.
 TEST_F(ProcTest, ProcDestroyedWhileAThreadHelpsWaitsForTheHelp) {
@@ -658,7 +658,7 @@ TEST_F(ProcTest, ProcDestroyedWhileAThreadHelpsWaitsForTheHelp) {
   EXPECT_TRUE(destroyed);
 }
 
-// AC-17: the table of ended actors keeps the last ended_actors_kept; an older one's messages
+// AC-18: the table of ended actors keeps the last ended_actors_kept; an older one's messages
 // are refused as for an actor that never existed.
 TEST_F(ProcTest, EndedActorsTableIsBounded) {
   auto addr = channel::Address::parse("unix:" + dir_ + "/bounded.sock");
@@ -709,7 +709,7 @@ class Forwarder : public ActorBase {
   int n_;
 };
 
-// AC-15: an actor's sending stream goes when it stops, and a respawned actor of the same
+// AC-16: an actor's sending stream goes when it stops, and a respawned actor of the same
 // name starts a new one (its calls are not taken for duplicates of the old ones); the
 // receiver drops the streams of a sender process it is told has ended.
 TEST_F(ProcTest, OrderingStateIsPrunedWhenSendersEnd) {

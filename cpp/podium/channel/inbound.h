@@ -69,7 +69,8 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   void close_locked(const std::string& why, Core::Refusal refusal);
   void on_handshake_timeout();  // CH-13
   void release_unauthenticated_locked();
-  void start_read_locked();
+  enum class ReadFor : uint8_t { kSetup, kFrames };
+  void arm_read_locked(ReadFor what);  // the one socket read of this connection
   void on_read(const std::error_code& ec, size_t n);
   // Decodes and delivers the frames in decoder_ (the caller entered the gate); false when
   // the connection closed.
@@ -80,7 +81,6 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   // CH-9: greet, complete the handshake, confirm, then (with a secret) the CH-8 exchange
   // inside TLS; frames only after.
   void start_tls_locked();
-  void read_tls_locked();  // one socket read into the TLS session's input
   void on_tls_input(const std::error_code& ec, size_t n);
   void advance_tls_locked();  // runs the setup as far as the input received allows
   // Reads plaintext of the current setup step into setup_in_: true once it holds `need`
