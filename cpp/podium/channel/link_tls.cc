@@ -1,6 +1,6 @@
 // SocketLink's TLS setup (CH-9), the dialler's side: send the ClientHello, read the
 // listener's greeting, finish the handshake, read its confirmation, then (with a secret) the
-// CH-8 challenge and verdict inside TLS. The listener's side is Inbound's (inbound.cc).
+// challenge and verdict of CH-8 inside TLS. The listener's side is Inbound's (inbound.cc).
 //
 // Threads: as SocketLink (link.h): every function here runs with mu_ held, on an io_context
 // thread or inside on_connected().
