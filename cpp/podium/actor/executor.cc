@@ -1,5 +1,7 @@
 #include "podium/actor/executor.h"
 
+#include <spdlog/spdlog.h>
+
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
@@ -115,6 +117,9 @@ struct Executor::Impl {
 
   std::mutex mu;                 // guards runners, stopping, watchdog_parked wake-ups
   std::list<Runner> runners;     // guarded by mu; stable addresses
+  // The runner that called stop() from inside a handler: it cannot join itself, so it is
+  // joined by ~Executor (AC-3), once its handler has returned.
+  std::thread stopped_from_inside;
   std::atomic<size_t> live{0};   // runners not yet finished
   bool stopping = false;         // guarded by mu
   std::condition_variable watchdog_cv;
@@ -283,7 +288,20 @@ struct Executor::Impl {
 Executor::Executor(asio::io_context& io, size_t max_runners)
     : impl_(std::make_unique<Impl>(this, io, max_runners)) {}
 
-Executor::~Executor() { stop(); }
+Executor::~Executor() {
+  stop();
+  std::thread& last = impl_->stopped_from_inside;
+  if (!last.joinable()) return;
+  if (last.get_id() != std::this_thread::get_id()) {
+    last.join();
+    return;
+  }
+  // Destroyed on that very runner, from inside one of its own handlers: the runner's loop
+  // would return into freed memory whatever happens here, so this is a misuse; say so loudly
+  // rather than std::terminate on a joinable thread.
+  spdlog::critical("podium: an Executor was destroyed from inside one of its own handlers");
+  std::abort();
+}
 
 void Executor::start() {
   std::lock_guard lock(impl_->mu);
@@ -318,7 +336,7 @@ void Executor::stop() {
   }
   for (auto& r : runners) {
     if (r.thread.get_id() == std::this_thread::get_id()) {
-      r.thread.detach();  // stop() from inside a handler: this thread exits after it returns
+      impl_->stopped_from_inside = std::move(r.thread);  // joined by ~Executor
     } else if (r.thread.joinable()) {
       r.thread.join();
     }

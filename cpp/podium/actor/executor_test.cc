@@ -219,5 +219,29 @@ TEST(Executor, AfterHandBackThePrimaryRunsTheLoop) {
   ex.stop();
 }
 
+
+// AC-3: a runner that stops its executor from inside a handler is not detached: the executor
+// keeps it and joins it when destroyed, after the handler returned.
+TEST(Executor, StopFromInsideAHandlerIsJoinedByTheDestructor) {
+  asio::io_context io;
+  auto ex = std::make_unique<Executor>(io);
+  ex->start();
+  Signal stopped;
+  std::atomic<bool> handler_returned{false};
+  struct Mark {
+    std::atomic<bool>* flag;
+    ~Mark() { flag->store(true); }
+  };
+  asio::post(io, [&] {
+    Mark mark{&handler_returned};
+    ex->stop();
+    stopped.set();
+    std::this_thread::sleep_for(20ms);  // work after stop(), inside the handler
+  });
+  ASSERT_TRUE(stopped.wait_for(5s));
+  ex.reset();  // joins the runner, so the handler has returned by now
+  EXPECT_TRUE(handler_returned);
+}
+
 }  // namespace
 }  // namespace podium::actor

@@ -40,6 +40,14 @@
 //        does not exist, or failed or stopped (the cause).
 //   AC-11's streams are salted per process: a process that reuses a dead one's address (a
 //        controller restarted on the same port) starts new streams, not the old ones' tail.
+//        The gap timer reads ProcConfig::clock (base/clock.h); ordering.h holds both ends.
+//   AC-18 A proc remembers why its last ProcConfig::ended_actors_kept actors that ended
+//        (stopped or failed) ended, and refuses their messages with that cause (AC-8); a
+//        message for one that ended longer ago is refused as for an actor that never
+//        existed (kNoSuchActor). So the table of ended actors stays bounded in a long-lived
+//        proc that spawns and stops actors all its life.
+//
+// The implementation is split by concern; proc_impl.h maps the files.
 #pragma once
 
 #include <chrono>
@@ -49,8 +57,11 @@
 #include <string>
 
 #include "podium/actor/actor.h"
+#include "podium/actor/drive.h"
 #include "podium/actor/ids.h"
 #include "podium/actor/message.h"
+#include "podium/actor/ordering.h"
+#include "podium/base/clock.h"
 #include "podium/base/error.h"
 #include "podium/channel/address.h"
 #include "podium/channel/net.h"
@@ -66,6 +77,8 @@ class Executor;
 
 // How long a receiver holds calls behind a missing one before skipping it (AC-11).
 inline constexpr std::chrono::seconds kOrderGapTimeout{10};
+// How many ended actors' causes a proc keeps by default (AC-18).
+inline constexpr size_t kEndedActorsKept = 4096;
 
 struct ProcConfig {
   channel::Address listen;  // where the proc's Net listens; its ProcId
@@ -75,6 +88,11 @@ struct ProcConfig {
   // runtime) misses none that peers send as soon as the proc listens, and its handlers run
   // only once it is ready. spawn, stop and exit are served at once.
   bool hold_system_ops = false;
+  // The time the proc's timers read (AC-11's gap timer), and its Net's unless channel.clock
+  // is set. Null: the real clock. Tests pass a base::ManualClock (docs/actor.md).
+  std::shared_ptr<base::Clock> clock;
+  // AC-18.
+  size_t ended_actors_kept = kEndedActorsKept;
 };
 
 class Proc {
@@ -109,16 +127,22 @@ class Proc {
   // same actors again and again (mesh::CastTargets keeps them): valid while the SeqSlots
   // lives, even once forget_dests() dropped their dests. next_seqs(slots.slots, out) then
   // takes each one's next number under one lock, without hashing.
-  struct SeqSlots {
-    std::vector<uint64_t*> slots;                     // by dest
-    std::vector<std::shared_ptr<uint64_t[]>> blocks;  // what `slots` point into
-  };
+  using SeqSlots = actor::SeqSlots;  // ordering.h
   SeqSlots seq_slots(uint64_t stream, std::span<const std::string* const> dests);
   void next_seqs(std::span<uint64_t* const> slots, uint64_t* out);
   // The procs `proc_keys` (ProcId texts) have ended and nothing here addresses them any more
   // (mesh ME-11): the AC-11 counters of their actors are dropped, so that a sender that
-  // outlives many procs keeps counters only for those it can still call.
+  // outlives many procs keeps counters only for those it can still call, and so are the
+  // streams they sent here on (AC-16).
   void forget_dests(std::span<const std::string> proc_keys);
+  // What the AC-11 state holds (tests): streams this proc sends on, streams it receives.
+  struct OrderingState {
+    size_t sending_streams = 0;
+    size_t receiving_streams = 0;
+  };
+  OrderingState ordering_state() const;
+  // The actors whose end this proc remembers (AC-18; tests).
+  size_t ended_actor_count() const;
   // AC-12.
   struct Traffic {
     uint64_t sent = 0;
@@ -127,7 +151,8 @@ class Proc {
   Traffic traffic() const;
 
   // The proc at `peer` has ended: drops this proc's link to it (channel CH-11), handing back
-  // what it still held with `why`. Links to procs that come and go are not kept forever.
+  // what it still held with `why`, and the streams it sent here on (AC-16). Links to procs
+  // that come and go are not kept forever.
   void forget_peer(const channel::Address& peer, const std::string& why);
   // How many peers this proc holds a link to (tests).
   size_t link_count() const;
@@ -164,40 +189,14 @@ class Proc {
   // Stops the Net, the runners and every actor. Idempotent.
   void stop();
 
-  struct Impl;  // public only so that help_while_waiting() can reach a mailbox
+  struct Impl;  // proc_impl.h
 
  private:
   Proc();
   std::unique_ptr<Impl> impl_;
 };
 
-// The actor whose handler is running on this thread, or nullptr.
-const ActorId* current_actor();
-// Its text form (cached: no formatting per message), or nullptr.
-const std::string* current_actor_text();
-
-// A thread that drives the loop while it waits for one actor's next message (a Python
-// actor's thread) runs message deliveries only: constructs and stops wait for other threads
-// (the spawner, an actor's thread, possibly this very one), so while a DeliveryOnlyScope
-// lives on a thread, a drain there that reaches one leaves it queued for another thread and
-// sets deferred(), and the driver steps out of the loop so that a runner takes over. AC-10.
-class DeliveryOnlyScope {
- public:
-  DeliveryOnlyScope();
-  ~DeliveryOnlyScope();
-  DeliveryOnlyScope(const DeliveryOnlyScope&) = delete;
-  DeliveryOnlyScope& operator=(const DeliveryOnlyScope&) = delete;
-  // A drain on this thread left a construct or a stop for another thread.
-  static bool deferred();
-
- private:
-  bool outer_active_;
-  bool outer_deferred_;
-};
-
-// A thread outside the runtime that is about to block with no timeout runs the mailbox it
-// scheduled last, if no runner has started it yet: a local call then costs no thread hop.
-// Called by Signal::wait(); does nothing on runner threads.
-void help_while_waiting();
+// current_actor(), current_actor_text(), DeliveryOnlyScope and help_while_waiting() are in
+// drive.h (included above).
 
 }  // namespace podium::actor

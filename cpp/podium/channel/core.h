@@ -18,6 +18,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "podium/base/clock_timer.h"
 #include "podium/base/log.h"
 #include "podium/channel/net.h"
 #include "podium/channel/tls.h"
@@ -126,6 +127,8 @@ struct Core {
 
   asio::io_context& io;
   const Config config;
+  // config.clock's time (the real clock when it is null): every deadline of the Net.
+  Clock::time_point now() const { return base::now_of(config.clock); }
   const DeliverFn deliver;
   const UndeliverableFn undeliverable;
   // CH-9, set by the constructor, then only read: with config.tls enabled, either the parsed

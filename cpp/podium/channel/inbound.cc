@@ -27,7 +27,7 @@ R refusal_of(const Error& e) {
 std::shared_ptr<Session> attach_session(Core& core, uint64_t id) {
   std::lock_guard lock(core.mu);
   // Sessions arrive only with a Hello, so sweeping here bounds the table.
-  auto now = Clock::now();
+  auto now = core.now();
   auto linger = 2 * core.config.delivery_timeout;
   std::erase_if(core.sessions, [&](const auto& kv) {
     return kv.second->connections == 0 && now - kv.second->idle_since > linger;
@@ -49,9 +49,9 @@ Inbound::Inbound(std::shared_ptr<Core> core, Socket socket, Transport transport,
       decoder_(wire::FrameLimits{core_->config.max_frame_bytes, core_->config.max_parts,
                                  core_->config.max_header_bytes}),
       socket_(std::move(socket)),
-      ack_timer_(core_->io),
+      ack_timer_(core_->io, core_->config.clock),
       transport_(transport),
-      auth_timer_(core_->io) {
+      auth_timer_(core_->io, core_->config.clock) {
   configure_stream(socket_, transport);
 }
 
@@ -65,7 +65,7 @@ Inbound::~Inbound() {
   if (unauthenticated_) unauthenticated_->fetch_sub(1, std::memory_order_relaxed);
   if (!session_) return;
   std::lock_guard lock(core_->mu);
-  if (--session_->connections == 0) session_->idle_since = Clock::now();
+  if (--session_->connections == 0) session_->idle_since = core_->now();
 }
 
 void Inbound::start() {
@@ -82,7 +82,7 @@ void Inbound::start() {
   } else if (transport_ == Transport::kTcp && !core_->config.secret.empty()) {
     start_auth_locked();
   } else {
-    start_read_locked();
+    arm_read_locked(ReadFor::kFrames);
   }
 }
 
@@ -137,7 +137,7 @@ void Inbound::on_auth_response(const std::error_code& ec) {
                     [self = shared_from_this()](const std::error_code& ec, size_t) {
                       if (ec) self->close("authentication: write: " + ec.message(), R::kNone);
                     });
-  start_read_locked();
+  arm_read_locked(ReadFor::kFrames);
 }
 
 // ---- Inbound: TLS setup (CH-9) ----
@@ -164,20 +164,7 @@ void Inbound::start_tls_locked() {
                  R::kNone);
     return;
   }
-  read_tls_locked();
-}
-
-void Inbound::read_tls_locked() {
-  auto into = tls_->input_space();
-  if (into.empty()) {  // the peer sent more than the setup consumes
-    close_locked("refused: protocol error: unexpected data during the TLS setup", R::kAuth);
-    return;
-  }
-  read_into_ = into.data();
-  socket_.async_read_some(asio::buffer(into.data(), into.size()),
-                          [self = shared_from_this()](const std::error_code& ec, size_t n) {
-                            self->on_tls_input(ec, n);
-                          });
+  arm_read_locked(ReadFor::kSetup);
 }
 
 void Inbound::on_tls_input(const std::error_code& ec, size_t n) {
@@ -220,7 +207,7 @@ void Inbound::advance_tls_locked() {
         }
         if (!send_tls_locked()) return;
         if (step == TlsSession::Step::kWantInput) {
-          read_tls_locked();
+          arm_read_locked(ReadFor::kSetup);
           return;
         }
         // Accepted: confirm, and challenge when this Net holds a secret (CH-8 inside TLS).
@@ -285,7 +272,7 @@ bool Inbound::take_tls_locked(size_t need) {
     return false;
   }
   if (setup_in_.size() < need) {
-    read_tls_locked();
+    arm_read_locked(ReadFor::kSetup);
     return false;
   }
   return true;
@@ -325,7 +312,7 @@ void Inbound::tls_ready_locked() {
     // Bytes that came with the end of the setup: decode them before reading more.
     asio::post(core_->io, [self = shared_from_this()] { self->on_read({}, 0); });
   } else {
-    start_read_locked();
+    arm_read_locked(ReadFor::kFrames);
   }
 }
 
@@ -393,16 +380,26 @@ void Inbound::close_locked(const std::string& why, Core::Refusal refusal) {
   }
 }
 
-void Inbound::start_read_locked() {
+// One socket read, the only place a read is armed (D11): into the TLS session's input when
+// TLS is on, else into the frame decoder; its completion goes to the TLS setup or to on_read.
+void Inbound::arm_read_locked(ReadFor what) {
   auto into = tls_ ? tls_->input_space() : decoder_.prepare();
-  if (into.empty()) {  // a TLS input ring that a partial record cannot fill
-    close_locked("TLS: protocol error: input buffer full", R::kMalformed);
+  if (into.empty()) {
+    if (what == ReadFor::kSetup) {  // the peer sent more than the setup consumes
+      close_locked("refused: protocol error: unexpected data during the TLS setup", R::kAuth);
+    } else {  // a TLS input ring that a partial record cannot fill
+      close_locked("TLS: protocol error: input buffer full", R::kMalformed);
+    }
     return;
   }
   read_into_ = into.data();
   socket_.async_read_some(asio::buffer(into.data(), into.size()),
-                          [self = shared_from_this()](const std::error_code& ec, size_t n) {
-                            self->on_read(ec, n);
+                          [self = shared_from_this(), what](const std::error_code& ec, size_t n) {
+                            if (what == ReadFor::kSetup) {
+                              self->on_tls_input(ec, n);
+                            } else {
+                              self->on_read(ec, n);
+                            }
                           });
 }
 
@@ -467,7 +464,7 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
   if (closed_) return;
   if (session_) {
     uint64_t unacked = session_->delivered.load(std::memory_order_acquire) - acked_;
-    if (unacked > 0 && unacked_since_ == Clock::time_point{}) unacked_since_ = Clock::now();
+    if (unacked > 0 && unacked_since_ == Clock::time_point{}) unacked_since_ = core_->now();
     if (unacked >= core_->config.ack_every) {
       ack_locked();
     } else if (unacked > 0 && !ack_armed_) {
@@ -477,7 +474,7 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
           [self = shared_from_this()](const std::error_code& ec) { self->on_ack_timer(ec); });
     }
   }
-  if (!closed_) start_read_locked();
+  if (!closed_) arm_read_locked(ReadFor::kFrames);
 }
 
 bool Inbound::deliver_frames(BatchEnd& batch, std::unique_lock<std::mutex>& delivering) {
@@ -598,7 +595,7 @@ void Inbound::flush_ack() {
   if (session_->delivered.load(std::memory_order_acquire) <= acked_) return;
   // A fast exchange keeps its acks batched: what arrived within ack_with_send_after waits
   // for a later send, ack_every or the timer (CH-10).
-  if (Clock::now() - unacked_since_ < core_->config.ack_with_send_after) return;
+  if (core_->now() - unacked_since_ < core_->config.ack_with_send_after) return;
   ack_locked();
   // A timer left armed would wake this proc later for nothing.
   if (ack_armed_ && acked_ >= session_->delivered.load(std::memory_order_acquire)) {
@@ -620,7 +617,7 @@ SocketListener::SocketListener(std::shared_ptr<Core> core, Address addr)
     : core_(std::move(core)),
       bound_(std::move(addr)),
       acceptor_(core_->io),
-      retry_(core_->io) {}
+      retry_(core_->io, core_->config.clock) {}
 
 Result<std::shared_ptr<SocketListener>> SocketListener::listen(std::shared_ptr<Core> core,
                                                                const Address& addr) {

@@ -15,7 +15,6 @@
 #pragma once
 
 #include <asio/basic_socket_acceptor.hpp>
-#include <asio/steady_timer.hpp>
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -70,7 +69,8 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   void close_locked(const std::string& why, Core::Refusal refusal);
   void on_handshake_timeout();  // CH-13
   void release_unauthenticated_locked();
-  void start_read_locked();
+  enum class ReadFor : uint8_t { kSetup, kFrames };
+  void arm_read_locked(ReadFor what);  // the one socket read of this connection
   void on_read(const std::error_code& ec, size_t n);
   // Decodes and delivers the frames in decoder_ (the caller entered the gate); false when
   // the connection closed.
@@ -81,7 +81,6 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   // CH-9: greet, complete the handshake, confirm, then (with a secret) the CH-8 exchange
   // inside TLS; frames only after.
   void start_tls_locked();
-  void read_tls_locked();  // one socket read into the TLS session's input
   void on_tls_input(const std::error_code& ec, size_t n);
   void advance_tls_locked();  // runs the setup as far as the input received allows
   // Reads plaintext of the current setup step into setup_in_: true once it holds `need`
@@ -112,7 +111,7 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   std::vector<std::byte> out_;  // control frame being written, out_off_ bytes sent
   size_t out_off_ = 0;
   bool write_waiting_ = false;  // an async_wait(write) is pending
-  asio::steady_timer ack_timer_;
+  base::Timer ack_timer_;
   bool ack_armed_ = false;
   Clock::time_point unacked_since_{};  // first delivery after the last Ack; {} when none
   const Transport transport_;
@@ -123,7 +122,7 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   std::array<uint8_t, kVerdictBytes> verdict_{};
   // CH-13: armed by start(), cancelled once Hello is accepted; bounds the CH-9 setup, the
   // CH-8 exchange and the Hello together.
-  asio::steady_timer auth_timer_;
+  base::Timer auth_timer_;
   bool authenticated_ = false;  // the CH-8 or CH-9 setup passed (for the timeout's reason)
   // CH-14: the listener's count of connections mid-handshake; null once released.
   std::shared_ptr<std::atomic<uint32_t>> unauthenticated_;
@@ -161,7 +160,7 @@ class SocketListener final : public ListenerBase,
   std::mutex mu_;
   // Guarded by mu_:
   Acceptor acceptor_;
-  asio::steady_timer retry_;  // re-accept after an error such as EMFILE
+  base::Timer retry_;  // re-accept after an error such as EMFILE
   bool closed_ = false;
   // CH-14: connections accepted here that have not completed their handshake (each Inbound
   // holds it and gives its unit back once).

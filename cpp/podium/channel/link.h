@@ -14,7 +14,6 @@
 #include <sys/uio.h>
 
 #include <asio/ip/tcp.hpp>
-#include <asio/steady_timer.hpp>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -82,12 +81,12 @@ class Link : public std::enable_shared_from_this<Link> {
   // Guarded by mu_:
   uint64_t next_seq_ = 0;
   Clock::duration backoff_;
-  asio::steady_timer retry_timer_;
+  base::Timer retry_timer_;
   // One timer for all deadlines, armed no later than queue_.front().deadline while anything
   // is queued. It is not cancelled when the queue empties, so that a busy link's send()
   // never touches it: when it fires on an empty queue after recent sends it re-arms for
   // delivery_timeout; only an idle link lets it lapse.
-  asio::steady_timer deadline_timer_;
+  base::Timer deadline_timer_;
   bool deadline_armed_ = false;
   bool sent_since_deadline_ = false;
 
@@ -96,7 +95,7 @@ class Link : public std::enable_shared_from_this<Link> {
   // writes them at the latest flush_later_delay after the first.
   size_t flush_later_count_ = 0;
   bool flush_later_armed_ = false;
-  asio::steady_timer flush_later_timer_;
+  base::Timer flush_later_timer_;
   // True when this send may wait (and arms the timer); requires mu_ and a connected link.
   bool defer_flush_locked();
 };
@@ -163,7 +162,7 @@ class SocketLink final : public Link {
   std::array<uint8_t, kChallengeBytes> challenge_{};
   std::array<uint8_t, kResponseBytes> response_{};
   std::array<uint8_t, kVerdictBytes> verdict_{};
-  asio::steady_timer auth_timer_;  // bounds the CH-8 exchange, and the CH-9 setup
+  base::Timer auth_timer_;  // bounds the CH-8 exchange, and the CH-9 setup
   enum class TlsStep : uint8_t { kGreeting, kHandshake, kConfirm, kChallenge, kVerdict, kReady };
   std::unique_ptr<TlsSession> tls_;  // this connection's TLS (CH-9); null in plaintext
   TlsStep tls_step_ = TlsStep::kGreeting;

@@ -76,6 +76,7 @@
 #include <memory>
 #include <string>
 
+#include "podium/base/clock.h"
 #include "podium/base/error.h"
 #include "podium/channel/address.h"
 #include "podium/channel/tls_config.h"
@@ -139,6 +140,10 @@ struct Config {
   // holds. Only for a proc whose host agent reserved its port; two listeners of one user on
   // one port would otherwise share connections.
   bool reuse_port = false;
+  // The time every timer of this Net reads (delivery and handshake deadlines, acks, backoff,
+  // CH-7's bound): null is the real clock; a test passes a base::ManualClock and moves time
+  // with advance() (docs/channel.md).
+  std::shared_ptr<base::Clock> clock;
 };
 
 // A TCP port held for a proc that will listen on it: a socket bound with SO_REUSEPORT and
