@@ -466,9 +466,9 @@ void HostAgent::on_detach(const actor::SystemHeader& h, const std::string& sende
   }
   if (auto why = not_controller(sender)) {
     // HA-10: a detach behind an attach this worker refused, or one that crossed a release,
-    // is expected; it is logged at debug level only.
+    // is expected: answered (nobody may wait for it) and logged at debug level only.
     spdlog::debug("podium worker: host_detach from {} ignored: {}", sender, *why);
-    return;
+    return answer(sender, proto::HostSpawned{m->request, where() + ": " + *why, {}}.encode());
   }
   release(m->stop ? "shut this host down" : "detached", m->stop);
   send(m->controller, proto::HostSpawned{m->request, "", {}}.encode());

@@ -72,11 +72,17 @@ std::function<void(actor::MeshFailure)> default_root_handler(Runtime::Impl& impl
 void Runtime::Impl::shutdown() {
   {
     // BT-2: while a fault ends the process, every other caller waits for that end, so none
-    // goes on to exit() and a status of its own.
-    std::lock_guard lock(fault_mu);
-    if (fault_exit.joinable() && fault_exit.get_id() != std::this_thread::get_id()) {
-      fault_exit.join();  // returns only if the process did not end
+    // goes on to exit() and a status of its own. The first joins the fault thread (outside
+    // fault_mu: that thread's own shutdown takes it); later ones wait for the same end.
+    bool faulting = false, join = false;
+    {
+      std::lock_guard lock(fault_mu);
+      faulting = fault_exit.joinable() && fault_exit.get_id() != std::this_thread::get_id();
+      join = faulting && !fault_joining;
+      if (join) fault_joining = true;
     }
+    if (join) fault_exit.join();  // the thread ends the process: this does not return
+    while (faulting) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
   {
     // ME-10: a second caller (the main thread on its way to exit() while the fault thread

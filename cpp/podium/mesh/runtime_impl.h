@@ -78,7 +78,8 @@ struct Runtime::Impl : ProcRegistry {
 
   // ---- BT-2: the fault-exit thread; fault_mu guards it ----
   std::mutex fault_mu;
-  std::thread fault_exit;
+  std::thread fault_exit;      // set once; joined by the first other shutdown() caller
+  bool fault_joining = false;  // that caller has claimed the join
   void exit_on_fault();
 
   // ---- mu guards everything below, and the ProcRegistry base ----
