@@ -133,9 +133,27 @@ Result<ReplyHeader> decode_reply_header(const Buffer& b) {
   }
 }
 
-wire::Envelope system_message(const ProcId& to, const SystemHeader& h) {
+std::string system_sender(const ProcId& proc) {
+  return ActorId{proc, std::string(kSystemActorName), 0}.to_string();
+}
+
+Result<ProcId> system_sender_proc(std::string_view sender) {
+  if (sender.empty()) {
+    return std::unexpected(make_error(ActorErrc::kBadId, "the message names no sender"));
+  }
+  auto id = ActorId::parse(sender);
+  if (!id) return std::unexpected(id.error());
+  if (id->name != kSystemActorName || id->index != 0) {
+    return std::unexpected(make_error(ActorErrc::kBadId, "sender " + std::string(sender) +
+                                                             " is not a proc's system actor"));
+  }
+  return id->proc;
+}
+
+wire::Envelope system_message(const ProcId& from, const ProcId& to, const SystemHeader& h) {
   wire::Envelope env;
   env.kind = static_cast<uint8_t>(MessageKind::kSystem);
+  env.sender = system_sender(from);
   env.dest = PortId{ActorId{to, std::string(kSystemActorName), 0}, kMailboxPort}.to_string();
   env.parts.push_back(encode_system_header(h));
   return env;

@@ -59,8 +59,16 @@ struct SystemHeader {
 [[nodiscard]] Buffer encode_reply_header(const ReplyHeader& h);
 [[nodiscard]] Result<ReplyHeader> decode_reply_header(const Buffer& b);
 [[nodiscard]] Buffer encode_system_header(const SystemHeader& h);
-// A one-way kSystem message `h` for the system actor of the proc `to`.
-[[nodiscard]] wire::Envelope system_message(const ProcId& to, const SystemHeader& h);
+// A one-way kSystem message `h` from the system actor of the proc `from` to that of the proc
+// `to`. Its sender is `from`'s system actor (system_sender), so a receiver can check who sent
+// an operation it accepts from one peer only (a host agent's kills: mesh/host_agent.h).
+[[nodiscard]] wire::Envelope system_message(const ProcId& from, const ProcId& to,
+                                            const SystemHeader& h);
+// The sender text of system messages from `proc`: its system actor, "ADDR#proc[0]".
+[[nodiscard]] std::string system_sender(const ProcId& proc);
+// The proc whose system actor sent a message with sender text `sender`; an error when the
+// sender is empty, does not parse, or is not a system actor.
+[[nodiscard]] Result<ProcId> system_sender_proc(std::string_view sender);
 [[nodiscard]] Result<SystemHeader> decode_system_header(const Buffer& b);
 
 // The value of the "reply" header, or empty.

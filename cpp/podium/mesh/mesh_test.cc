@@ -392,7 +392,7 @@ ControllerRun run_controller(const char* mode) {
   return ::testing::AssertionSuccess();
 }
 
-TEST(MeshSupervision, AnUnhandledFaultEndsTheControllerWithStatus1) {  // SV-3
+TEST(MeshSupervision, AnUnhandledFaultEndsTheControllerWithStatus1) {  // SV-3, BT-2
   auto run = run_controller("--unhandled-fault");
   const std::string& text = run.text;
   ASSERT_TRUE(exited_with(run, 1)) << text;

@@ -10,7 +10,13 @@
 // through pidfds (an exit is seen at once and reported with its status), and killed at
 // shutdown. Their Unix sockets live in a per-controller directory of mode 0700.
 //
+// Layout: this header is the runtime's public face; runtime_impl.h says which file holds
+// which role (boot: bootstrap.h; spawning: proc_spawner.h; the host agent: host_agent.h; the
+// controller's side of it: host_client.h; the typed messages: host_protocol.h).
+//
 // Threads: every member is thread-safe.
+// Locks, in the order they may be taken: Runtime::Impl::mu -> HostMeshState::mu ->
+// ProcMeshState::mu (the others are leaves; runtime_impl.h).
 // Invariants:
 //   ME-3 Every proc spawned is reaped; shutdown() kills and reaps the ones still alive.
 //   ME-4 A ProcMesh's `initialized` resolves once: ok when every proc registered, or the first
@@ -118,7 +124,7 @@ struct ProcMeshState {
   uint64_t mesh_id = 0;
   ndslice::Extent extent;
   std::mutex mu;                     // guards procs[*].ready/exit/pid, ready_count, stopping
-  std::vector<ProcInfo> procs;       // ids immutable after spawn
+  std::vector<ProcInfo> procs;       // size and ids set before the state is published
   size_t ready_count = 0;
   bool stopping = false;
   actor::Promise<void> initialized_promise;
@@ -216,9 +222,10 @@ class Runtime {
 
   void shutdown();
 
-  struct Impl;
+  struct Impl;  // runtime_impl.h: the services and the state of each role
   explicit Runtime(std::unique_ptr<Impl> impl);
   ~Runtime();
+  Impl& impl() { return *impl_; }  // for podium_mesh's own files
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -1,0 +1,307 @@
+// The process-wide runtime and the entry points of runtime.h: init, init_controller,
+// serve_proc, serve_worker, shutdown (bootstrap.h states BT-1 and BT-2).
+#include "podium/mesh/bootstrap.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <random>
+
+#include "podium/actor/message.h"
+#include "podium/mesh/host_protocol.h"
+#include "podium/mesh/job_config.h"
+#include "podium/mesh/runtime_impl.h"
+
+namespace podium {
+namespace mesh {
+namespace {
+
+std::mutex g_mu;                           // guards g_runtime, g_fault_handler
+std::unique_ptr<Runtime> g_runtime;        // set once by a start below
+std::atomic<Runtime*> g_current{nullptr};  // g_runtime.get(), read without the lock
+std::function<void(actor::MeshFailure)> g_fault_handler;  // empty: the default (BT-2)
+
+// Publishes `rt` as this process's runtime; g_mu held.
+void publish(std::unique_ptr<Runtime> rt) {
+  g_runtime = std::move(rt);
+  g_current.store(g_runtime.get(), std::memory_order_release);
+}
+
+// A directory only this user can open: $XDG_RUNTIME_DIR or /tmp, then podium-<uid>/<pid>-<rand>.
+Result<std::string> make_socket_dir() {
+  std::string base = "/tmp";
+  if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x && ::access(x, W_OK) == 0) base = x;
+  std::string user_dir = base + "/podium-" + std::to_string(::getuid());
+  if (::mkdir(user_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return std::unexpected(errno_error("mkdir " + user_dir, errno));
+  }
+  struct stat st{};
+  if (::lstat(user_dir.c_str(), &st) != 0) return std::unexpected(errno_error("stat " + user_dir, errno));
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0) {
+    return std::unexpected(make_error(BaseErrc::kIo, user_dir +
+                                                         " must be a directory owned by this user "
+                                                         "with mode 0700"));
+  }
+  if (size_t n = internal::sweep_stale_socket_dirs(user_dir); n > 0) {
+    spdlog::debug("podium: removed {} socket directories of ended controllers in {}", n, user_dir);
+  }
+  std::random_device rd;
+  char suffix[17];
+  std::snprintf(suffix, sizeof suffix, "%08x", rd());
+  std::string dir = user_dir + "/" + std::to_string(::getpid()) + "-" + suffix;
+  if (::mkdir(dir.c_str(), 0700) != 0) return std::unexpected(errno_error("mkdir " + dir, errno));
+  return dir;
+}
+
+}  // namespace
+
+std::string Boot::encode() const {
+  return parent.to_string() + ";" + listen.to_string() + ";" + std::to_string(mesh_id) + ";" +
+         std::to_string(rank) + (reuse_port ? ";reuse_port" : "");
+}
+
+Result<Boot> Boot::decode(std::string_view line) {
+  std::vector<std::string> f;
+  size_t start = 0;
+  for (size_t i = 0; i <= line.size(); ++i) {
+    if (i == line.size() || line[i] == ';') {
+      f.emplace_back(line.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  auto bad = [&](const std::string& why) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument, "bad " + std::string(kBootEnv) +
+                                                                      "='" + std::string(line) +
+                                                                      "': " + why));
+  };
+  if (f.size() != 4 && f.size() != 5) return bad("expected 4 or 5 fields");
+  if (f.size() == 5 && f[4] != "reuse_port") return bad("the 5th field is not reuse_port");
+  Boot b;
+  b.reuse_port = f.size() == 5;
+  auto parent = channel::Address::parse(f[0]);
+  auto listen = channel::Address::parse(f[1]);
+  if (!parent) return bad(parent.error().to_string());
+  if (!listen) return bad(listen.error().to_string());
+  b.parent = *parent;
+  b.listen = *listen;
+  for (auto [text, out] : {std::pair{&f[2], &b.mesh_id}, std::pair{&f[3], &b.rank}}) {
+    char* end = nullptr;
+    errno = 0;
+    *out = std::strtoull(text->c_str(), &end, 10);
+    if (text->empty() || *end || errno != 0) return bad("mesh id and rank must be numbers");
+  }
+  return b;
+}
+
+Runtime& Runtime::get() {
+  // Every cast asks; the runtime is set once and lives until the process exits.
+  Runtime* rt = g_current.load(std::memory_order_acquire);
+  if (!rt) {
+    spdlog::critical("podium: podium::init() must be called before using meshes");
+    std::abort();
+  }
+  return *rt;
+}
+
+}  // namespace mesh
+
+bool is_proc() { return std::getenv(mesh::kBootEnv) != nullptr; }
+
+Status serve_proc() {
+  const char* env = std::getenv(mesh::kBootEnv);
+  if (!env) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument,
+                                      std::string(mesh::kBootEnv) + " is not set: not a proc"));
+  }
+  auto boot = mesh::Boot::decode(env);
+  if (!boot) return std::unexpected(boot.error());
+  ::unsetenv(mesh::kBootEnv);  // BT-1: actors that start programs must not make them procs
+  {
+    std::lock_guard lock(mesh::g_mu);
+    if (mesh::g_runtime) {
+      return std::unexpected(make_error(BaseErrc::kInvalidArgument, "the runtime is already running"));
+    }
+    mesh::RuntimeConfig config;
+    config.listen = boot->listen;
+    config.parent = boot->parent;
+    config.reuse_port = boot->reuse_port;
+    config.fault_handler = mesh::g_fault_handler;
+    auto rt = mesh::make_runtime(std::move(config));
+    if (!rt) return std::unexpected(rt.error());
+    mesh::publish(std::move(*rt));
+  }
+  actor::Proc& proc = mesh::g_runtime->proc();
+  proc.serve_held_system_ops();
+  proc.send(boot->parent,
+            actor::system_message(proc.id(), actor::ProcId{boot->parent},
+                                  mesh::proto::Ready{boot->listen.to_string(), boot->mesh_id,
+                                                     boot->rank, static_cast<uint64_t>(::getpid())}
+                                      .encode()));
+  // The controller's "exit" ends the loop; its death ends the process (PR_SET_PDEATHSIG).
+  proc.wait_exit_requested(std::chrono::hours(24 * 365 * 100));
+  mesh::g_runtime->shutdown();
+  return ok();
+}
+
+Status init_controller(InitOptions options) {
+  std::lock_guard lock(mesh::g_mu);
+  if (mesh::g_runtime) return ok();
+  auto dir = mesh::make_socket_dir();
+  if (!dir) return std::unexpected(dir.error());
+  if (auto made = mesh::internal::ensure_controller_secret(*dir); !made) {
+    std::error_code ec;
+    std::filesystem::remove_all(*dir, ec);
+    return std::unexpected(made.error());
+  }
+  channel::Address listen{channel::Transport::kUnix, *dir + "/controller.sock", 0};
+  if (options.listen) listen = *options.listen;
+  bool tcp = listen.transport == channel::Transport::kTcp;
+  mesh::RuntimeConfig config;
+  config.listen = std::move(listen);
+  config.sock_dir = *dir;
+  config.spawn = std::move(options);
+  config.fault_handler = mesh::g_fault_handler;
+  auto rt = mesh::make_runtime(std::move(config));
+  if (!rt) return std::unexpected(rt.error());
+  mesh::publish(std::move(*rt));
+  if (auto secret = mesh::internal::job_secret(); tcp && secret && secret->empty()) {
+    // PODIUM_INSECURE=1 (SE-1 made no secret): say so, as an insecure worker does (SE-2).
+    std::fprintf(stderr,
+                 "podium: WARNING: PODIUM_INSECURE=1: this controller and its procs accept "
+                 "unauthenticated TCP connections on %s; anyone who can reach them can run "
+                 "code here\n",
+                 mesh::g_runtime->proc().id().addr.to_string().c_str());
+    std::fflush(stderr);
+  }
+  mesh::g_runtime->proc().serve_held_system_ops();
+  std::atexit(shutdown);
+  return ok();
+}
+
+std::string default_host_address() {
+  if (const char* a = std::getenv("PODIUM_HOST_ADDR"); a && *a) return a;
+  // The source address of the route to a public address: connect() on a UDP socket sends
+  // nothing.
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(9);
+    ::inet_pton(AF_INET, "192.0.2.1", &to.sin_addr);  // TEST-NET-1: never answered
+    sockaddr_in me{};
+    socklen_t len = sizeof me;
+    char buf[INET_ADDRSTRLEN] = {};
+    bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
+              ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0 &&
+              me.sin_addr.s_addr != 0 && ::inet_ntop(AF_INET, &me.sin_addr, buf, sizeof buf);
+    ::close(fd);
+    if (ok) return buf;
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(actor::host_name().c_str(), nullptr, &hints, &res) == 0 && res) {
+    char buf[INET_ADDRSTRLEN] = {};
+    auto* in = reinterpret_cast<sockaddr_in*>(res->ai_addr);
+    bool ok = ::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf) != nullptr;
+    ::freeaddrinfo(res);
+    if (ok) return buf;
+  }
+  return "127.0.0.1";
+}
+
+Status serve_worker(WorkerOptions options) {
+  auto bad = [](std::string why) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument, std::move(why)));
+  };
+  if (options.listen.transport != channel::Transport::kTcp) {
+    return bad("a worker listens on TCP (tcp://HOST:PORT), not " + options.listen.to_string());
+  }
+  // SE-2: a worker accepts controllers from other machines; it does so unauthenticated only
+  // when told to.
+  auto secret = mesh::internal::job_secret();
+  if (!secret) return std::unexpected(secret.error());
+  if (secret->empty() && !options.insecure) {
+    return bad("refusing to listen on " + options.listen.to_string() +
+               " without the job's secret: set PODIUM_SECRET_FILE (a file of mode 0600 holding "
+               "the secret; PODIUM_SECRET also works), or pass --insecure to accept "
+               "unauthenticated connections (anyone who can reach this port can then run code "
+               "in this worker's procs)");
+  }
+  {
+    std::lock_guard lock(mesh::g_mu);
+    if (mesh::g_runtime) return bad("the podium runtime already runs in this process");
+    mesh::RuntimeConfig config;
+    config.listen = options.listen;
+    config.worker = true;
+    config.persistent = options.persistent;
+    config.spawn = std::move(options.procs);
+    config.fault_handler = mesh::g_fault_handler;
+    auto rt = mesh::make_runtime(std::move(config));
+    if (!rt) return std::unexpected(rt.error());
+    mesh::publish(std::move(*rt));
+  }
+  auto& rt = *mesh::g_runtime;
+  if (secret->empty()) {
+    std::fprintf(stderr,
+                 "podium worker: WARNING: --insecure: %s accepts unauthenticated connections; "
+                 "anyone who can reach it can run code here\n",
+                 rt.proc().id().addr.to_string().c_str());
+    std::fflush(stderr);
+  }
+  rt.proc().serve_held_system_ops();
+  spdlog::debug("podium worker: listening on {} (host {})", rt.proc_key(), actor::host_name());
+  if (options.on_listening) options.on_listening(rt.proc().id().addr);
+  rt.proc().wait_exit_requested(std::chrono::hours(24 * 365 * 100));
+  mesh::g_runtime->shutdown();
+  return ok();
+}
+
+void init(int argc, char** argv) {
+  if (is_proc()) {
+    auto st = serve_proc();
+    if (!st) spdlog::critical("podium proc: {}", st.error().to_string());
+    std::fflush(nullptr);
+    ::_exit(st ? 0 : 2);
+  }
+  // Procs re-enter this binary; argv[0] may be relative to a directory they do not start
+  // in, so the binary itself is named, before anything is published.
+  std::vector<std::string> argv_copy(argv, argv + argc);
+  if (!argv_copy.empty()) argv_copy[0] = mesh::self_exe();
+  auto st = init_controller(InitOptions{std::move(argv_copy)});
+  if (!st) {
+    spdlog::critical("podium: cannot start the runtime: {}", st.error().to_string());
+    std::abort();
+  }
+}
+
+void set_unhandled_fault_handler(std::function<void(actor::MeshFailure)> handler) {
+  std::lock_guard lock(mesh::g_mu);
+  mesh::g_fault_handler = handler;
+  if (mesh::g_runtime) {
+    mesh::g_runtime->supervisor().set_root_handler(
+        handler ? std::move(handler) : mesh::default_root_handler(mesh::g_runtime->impl()));
+  }
+}
+
+void shutdown() {
+  mesh::Runtime* rt = nullptr;
+  {
+    std::lock_guard lock(mesh::g_mu);
+    rt = mesh::g_runtime.get();
+  }
+  // The runtime object lives until the process exits; only its services stop here.
+  if (rt) rt->shutdown();
+}
+
+}  // namespace podium

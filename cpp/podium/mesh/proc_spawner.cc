@@ -1,0 +1,151 @@
+#include "podium/mesh/proc_spawner.h"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "podium/host/zygote.h"
+
+namespace podium::mesh {
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("/proc/self/exe") : p.string();
+}
+
+void JobThread::start() {
+  std::lock_guard lock(mu_);
+  if (thread_.joinable() || stopping_) return;
+  thread_ = std::thread([this] { main(); });
+  id_ = thread_.get_id();
+}
+
+bool JobThread::post(std::function<void()> job) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return false;
+    auto j = std::make_shared<Job>();
+    j->run = std::move(job);
+    jobs_.push_back(std::move(j));
+  }
+  cv_.notify_all();
+  return true;
+}
+
+void JobThread::main() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+    if (stopping_) return;
+    auto job = std::move(jobs_.front());
+    jobs_.pop_front();
+    job->started = true;
+    lock.unlock();
+    job->run();
+    job.reset();
+    lock.lock();
+  }
+}
+
+void JobThread::stop() {
+  std::deque<std::shared_ptr<Job>> dropped;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    dropped.swap(jobs_);
+  }
+  cv_.notify_all();
+  for (auto& j : dropped) {
+    if (j->cancel) j->cancel();
+  }
+  if (thread_.joinable() && !on_this_thread()) thread_.join();
+}
+
+ProcSpawner::ProcSpawner(asio::io_context& io, host::ChildWatcher& watcher,
+                         std::vector<std::string> proc_argv, std::vector<std::string> zygote_argv)
+    : io_(io),
+      watcher_(watcher),
+      proc_argv_(proc_argv.empty() ? std::vector<std::string>{self_exe()} : std::move(proc_argv)),
+      zygote_argv_(std::move(zygote_argv)) {}
+
+ProcSpawner::~ProcSpawner() { stop(); }
+
+void ProcSpawner::start() { thread_.start(); }
+
+void ProcSpawner::stop() {
+  std::shared_ptr<host::Zygote> zygote;
+  {
+    std::lock_guard lock(mu_);
+    zygote = std::move(zygote_);
+  }
+  if (zygote) zygote->stop();  // SIGKILL to every forked proc's group (ME-3)
+  thread_.stop();
+}
+
+void ProcSpawner::set_output_fds(int out, int err) {
+  out_fd_[0] = out;
+  out_fd_[1] = err;
+}
+
+void ProcSpawner::add_output_fds(host::ChildSpec& spec) const {
+  if (out_fd_[0] < 0) return;
+  spec.fds.push_back(host::PassFd{out_fd_[0], 1});
+  spec.fds.push_back(host::PassFd{out_fd_[1], 2});
+}
+
+std::shared_ptr<host::Zygote> ProcSpawner::zygote_for_spawn() {
+  if (zygote_argv_.empty()) return nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (zygote_failed_) return nullptr;
+    if (zygote_ && zygote_->alive()) return zygote_;
+  }
+  auto started = thread_.run<std::shared_ptr<host::Zygote>>(
+      [&]() -> Result<std::shared_ptr<host::Zygote>> {
+        host::ChildSpec spec;
+        spec.path = zygote_argv_[0];
+        spec.argv = zygote_argv_;
+        add_output_fds(spec);
+        return host::Zygote::start(io_, watcher_, spec);
+      },
+      kSpawnWait);
+  std::lock_guard lock(mu_);
+  if (!started) {
+    if (started.error().is(MeshErrc::kShutDown)) return nullptr;
+    spdlog::warn("podium: cannot start the zygote ({}); procs start as new processes",
+                 started.error().to_string());
+    zygote_failed_ = true;
+    return nullptr;
+  }
+  zygote_ = std::move(*started);
+  return zygote_;
+}
+
+Result<pid_t> ProcSpawner::spawn(const ProcCommand& cmd, host::OnExit on_exit) {
+  host::ChildSpec spec;
+  spec.path = proc_argv_[0];
+  spec.argv = proc_argv_;
+  spec.env = cmd.env;
+  add_output_fds(spec);
+  if (auto zygote = zygote_for_spawn()) {
+    std::error_code ec;
+    std::string cwd = std::filesystem::current_path(ec).string();
+    return zygote->spawn(host::ZygoteChild{spec.argv, host::current_environment(spec.env), cwd},
+                         std::move(on_exit));
+  }
+  return thread_.run<pid_t>([&]() -> Result<pid_t> { return watcher_.spawn(spec, on_exit); },
+                            kSpawnWait);
+}
+
+bool ProcSpawner::kill_group(pid_t pid, int sig) {
+  std::shared_ptr<host::Zygote> z;
+  {
+    std::lock_guard lock(mu_);
+    z = zygote_;
+  }
+  if (z && z->kill_group(pid, sig)) return true;
+  return static_cast<bool>(watcher_.kill_group(pid, sig));
+}
+
+}  // namespace podium::mesh

@@ -1,0 +1,186 @@
+// podium::mesh::ProcSpawner — starts this process's procs (exec'd, or forked from a zygote)
+// and signals their process groups; podium::mesh::JobThread — one thread that runs jobs in
+// order and is joined when it stops.
+//
+// PR_SET_PDEATHSIG fires when the *thread* that spawned a child exits, so every child is
+// spawned from the spawner's JobThread, which lives as long as the runtime. The zygote
+// (InitOptions::zygote_argv, host/zygote.h) is started on that thread at the first spawn and
+// again when it died; one that cannot start is logged once, and procs are exec'd from then on.
+//
+// Threads: every member is thread-safe. JobThread::run() from the job thread itself runs the
+// job inline (no self-deadlock).
+// Locks: JobThread::mu_ guards its queue and state; ProcSpawner::mu_ guards zygote_ and
+// zygote_failed_. Both are leaves: nothing else is locked under them, and no job runs under
+// them.
+// Invariants:
+//   PS-1 No wait on the spawner is unbounded: run() returns the job's result, or fails
+//        (MeshErrc::kSpawnFailed) when the job did not start within its timeout, or
+//        (MeshErrc::kShutDown) once stop() began; a job not started by then never runs, so
+//        nothing it refers to is touched after run() returned. A job that started is waited
+//        for (a fork is bounded).
+//   PS-2 stop() returns once the thread has ended and been joined; jobs queued behind it are
+//        dropped with kShutDown, and post()/run() after it refuse at once.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "podium/base/error.h"
+#include "podium/host/child_watcher.h"
+#include "podium/host/spawn.h"
+#include "podium/mesh/errc.h"
+
+namespace asio {
+class io_context;
+}
+namespace podium::host {
+class Zygote;
+}
+
+namespace podium::mesh {
+
+class JobThread {
+ public:
+  explicit JobThread(std::string name) : name_(std::move(name)) {}
+  ~JobThread() { stop(); }
+  JobThread(const JobThread&) = delete;
+  JobThread& operator=(const JobThread&) = delete;
+
+  void start();
+  // Queues `job`; false (not queued) once stop() began.
+  bool post(std::function<void()> job);
+  // Runs `f` on the thread and returns what it returned (PS-1).
+  template <class T>
+  Result<T> run(std::function<Result<T>()> f, std::chrono::milliseconds timeout);
+  // PS-2. Idempotent.
+  void stop();
+  bool on_this_thread() const { return std::this_thread::get_id() == id_; }
+
+ private:
+  struct Job {
+    std::function<void()> run;
+    std::function<void()> cancel;  // run() by stop() for a job that never started; may be empty
+    bool started = false;          // mu_
+  };
+  void main();
+
+  const std::string name_;
+  std::thread thread_;
+  std::thread::id id_;
+  std::mutex mu_;  // guards jobs_, stopping_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> jobs_;
+  bool stopping_ = false;
+};
+
+template <class T>
+Result<T> JobThread::run(std::function<Result<T>()> f, std::chrono::milliseconds timeout) {
+  if (on_this_thread()) return f();
+  struct Slot {
+    std::mutex m;
+    std::condition_variable cv;
+    std::optional<Result<T>> out;
+  };
+  auto slot = std::make_shared<Slot>();
+  auto job = std::make_shared<Job>();
+  // `f` refers to the caller's frame: it runs only while the caller waits (PS-1).
+  job->run = [slot, &f] {
+    auto r = f();
+    std::lock_guard l(slot->m);
+    slot->out.emplace(std::move(r));
+    slot->cv.notify_all();
+  };
+  job->cancel = [slot, name = name_] {
+    std::lock_guard l(slot->m);
+    if (!slot->out) {
+      slot->out.emplace(std::unexpected(make_error(MeshErrc::kShutDown, name + " thread stopped")));
+    }
+    slot->cv.notify_all();
+  };
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      return std::unexpected(make_error(MeshErrc::kShutDown, name_ + " thread has stopped"));
+    }
+    jobs_.push_back(job);
+  }
+  cv_.notify_all();
+  std::unique_lock l(slot->m);
+  if (slot->cv.wait_for(l, timeout, [&] { return slot->out.has_value(); })) {
+    return std::move(*slot->out);
+  }
+  l.unlock();
+  {
+    std::lock_guard lock(mu_);
+    if (!job->started) {
+      std::erase(jobs_, job);
+      return std::unexpected(make_error(
+          stopping_ ? MeshErrc::kShutDown : MeshErrc::kSpawnFailed,
+          name_ + " thread did not run the job within " + std::to_string(timeout.count()) +
+              " ms" + (stopping_ ? " (it stopped)" : "")));
+    }
+  }
+  l.lock();
+  slot->cv.wait(l, [&] { return slot->out.has_value(); });  // started: bounded by the job
+  return std::move(*slot->out);
+}
+
+// How a proc is started: its command, and what its environment says.
+struct ProcCommand {
+  std::vector<std::pair<std::string, std::string>> env;  // e.g. PODIUM_BOOT
+};
+
+class ProcSpawner {
+ public:
+  // `proc_argv`: the command that starts a proc (empty: this binary); `zygote_argv`: the
+  // zygote's (empty: none). Both are fixed here, before any spawn.
+  ProcSpawner(asio::io_context& io, host::ChildWatcher& watcher,
+              std::vector<std::string> proc_argv, std::vector<std::string> zygote_argv);
+  ~ProcSpawner();
+
+  void start();
+  // Stops the zygote (SIGKILL to every proc forked from it) and joins the thread (PS-2).
+  // The watcher's own children are the caller's (ChildWatcher::stop).
+  void stop();
+
+  // A host agent's procs write to these fds as their stdout and stderr (HA-6); set before
+  // the first spawn.
+  void set_output_fds(int out, int err);
+
+  // Starts one proc with `env` added to its environment; `on_exit` runs once when it ends.
+  [[nodiscard]] Result<pid_t> spawn(const ProcCommand& cmd, host::OnExit on_exit);
+  // `sig` to a proc's process group, whether forked from the zygote or exec'd.
+  bool kill_group(pid_t pid, int sig);
+
+  // How long a spawn waits for the spawner thread to take it (PS-1).
+  static constexpr std::chrono::seconds kSpawnWait{30};
+
+ private:
+  std::shared_ptr<host::Zygote> zygote_for_spawn();
+  void add_output_fds(host::ChildSpec& spec) const;
+
+  asio::io_context& io_;
+  host::ChildWatcher& watcher_;
+  const std::vector<std::string> proc_argv_;  // argv[0] is the absolute executable
+  const std::vector<std::string> zygote_argv_;
+  int out_fd_[2] = {-1, -1};  // set before the first spawn; immutable after
+  JobThread thread_{"the spawner"};
+  std::mutex mu_;  // guards zygote_, zygote_failed_
+  std::shared_ptr<host::Zygote> zygote_;
+  bool zygote_failed_ = false;
+};
+
+// This binary's path (/proc/self/exe resolved).
+std::string self_exe();
+
+}  // namespace podium::mesh

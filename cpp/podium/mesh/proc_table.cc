@@ -1,0 +1,493 @@
+// Runtime::Impl's proc table (runtime_impl.h): the procs this process spawned or heard of,
+// their readiness (ME-4), ends (ME-2, ME-7), kills and stops (ME-8), and the sweep of their
+// dead records (ME-11). Local spawns (Runtime::spawn_procs(extent)) live here too.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "podium/actor/message.h"
+#include "podium/mesh/bootstrap.h"
+#include "podium/mesh/grace_timer.h"
+#include "podium/mesh/host_protocol.h"
+#include "podium/mesh/runtime_impl.h"
+
+namespace podium::mesh {
+
+namespace {
+
+// "its proc (pid 42) was killed by signal SIGKILL (9)": the cause a caller sees.
+std::string exit_cause(const host::ExitStatus& status) {
+  return "its proc (pid " + std::to_string(status.pid) + ") " + (status.signaled ? "was " : "") +
+         status.to_string();
+}
+
+Error proc_exited(std::string msg) {
+  return make_error(actor::ActorErrc::kProcExited, std::move(msg));
+}
+
+}  // namespace
+
+Error Runtime::Impl::shut_down_error() const {
+  return make_error(MeshErrc::kShutDown, "podium runtime is shut down");
+}
+
+void Runtime::Impl::malformed(const std::string& op, const std::string& sender, const Error& why) {
+  bad_messages.warn("podium: ignored a malformed {} from {}: {}", op,
+                    sender.empty() ? std::string("an unnamed sender") : sender, why.message);
+}
+
+void Runtime::Impl::on_ready(const actor::SystemHeader& h, const std::string& sender) {
+  auto m = proto::Ready::decode(h);
+  if (!m) return malformed(h.op, sender, m.error());
+  std::shared_ptr<ProcMeshState> mesh;
+  {
+    std::lock_guard lock(mu);
+    auto it = meshes.find(m->proc_mesh);
+    if (it != meshes.end()) mesh = it->second.lock();
+  }
+  // A mesh is published (meshes) only once its procs are filled in: procs.size() is final.
+  if (!mesh) {
+    spdlog::debug("podium: ready from {} for proc mesh {}, which is gone", sender, m->proc_mesh);
+    return;
+  }
+  if (m->rank >= mesh->procs.size()) {
+    return malformed(h.op, sender,
+                     make_error(MeshErrc::kProtocol, "rank " + std::to_string(m->rank) +
+                                                         " is outside proc mesh " +
+                                                         std::to_string(m->proc_mesh)));
+  }
+  bool all = false;
+  {
+    std::lock_guard lock(mesh->mu);
+    auto& p = mesh->procs[m->rank];
+    if (p.ready || p.exit) return;
+    p.ready = true;
+    all = ++mesh->ready_count == mesh->procs.size();
+  }
+  if (all) mesh->initialized_promise.set({});
+}
+
+// One-way messages that could not be delivered. Those to procs that have exited or are
+// being stopped are expected (an "exit" that the proc obeyed before acknowledging it).
+void Runtime::Impl::on_undeliverable(const wire::Envelope& env, const Error& why) {
+  bool expected = false;
+  if (auto v = actor::split_port_id(env.dest)) {
+    std::string key(v->addr);
+    if (worker_undeliverable(key, why)) {
+      spdlog::debug("podium: undeliverable to worker {}: {}", key, why.to_string());
+      return;
+    }
+    if (agent && agent->expects_undeliverable(key)) {
+      expected = true;  // a worker's answer to a controller it no longer serves
+    } else {
+      std::lock_guard lock(mu);
+      if (dead.contains(key) || shut_down) {
+        expected = true;
+      } else if (auto it = by_key.find(key); it != by_key.end()) {
+        if (auto mesh = it->second.mesh.lock()) {
+          std::lock_guard mlock(mesh->mu);
+          expected = mesh->stopping;
+        }
+      }
+    }
+  }
+  if (expected) {
+    spdlog::debug("podium: undeliverable to a stopped proc: {}: {}", env.dest, why.to_string());
+  } else {
+    spdlog::warn("podium: undeliverable message from {} to {}: {}", env.sender, env.dest,
+                 why.to_string());
+  }
+}
+
+void Runtime::Impl::on_exit(const std::string& key, const host::ExitStatus& status) {
+  {
+    std::lock_guard lock(mu);
+    reservations.erase(key);
+  }
+  proc_ended(key, status.pid, status.signaled ? status.code : 0, status.signaled ? -1 : status.code,
+             status.to_string(), exit_cause(status));
+}
+
+// The proc `key` is gone: it exited (`how`: "exited with status 3") or its host was lost.
+// `cause` is what callers see ("its proc (pid 42) was killed by signal SIGKILL (9)").
+void Runtime::Impl::proc_ended(const std::string& key, int64_t pid, int32_t sig, int32_t code,
+                               const std::string& how, const std::string& cause) {
+  std::shared_ptr<ProcMeshState> mesh;
+  size_t rank = 0;
+  std::string who;
+  std::vector<channel::Address> others;
+  bool down = false;
+  bool was_released = false;
+  {
+    std::lock_guard lock(mu);
+    down = shut_down;
+    was_released = released.erase(key) > 0;
+    auto it = by_key.find(key);
+    if (it != by_key.end()) {
+      mesh = it->second.mesh.lock();
+      rank = it->second.rank;
+    }
+    who = "proc " + key + " (pid " + std::to_string(pid) + ")";
+    if (mesh) {
+      who = "proc rank " + std::to_string(rank);
+      if (auto p = mesh->extent.point_of_rank(rank)) who += " " + p->to_string();
+      who += " (pid " + std::to_string(pid) + ", " + key + ")";
+    }
+    // ME-7: every other live proc hears of it.
+    for (const auto& [k, ref] : by_key) {
+      if (k == key || dead.contains(k)) continue;
+      auto m = ref.mesh.lock();
+      if (!m) continue;
+      std::lock_guard mlock(m->mu);
+      if (!m->procs[ref.rank].exit && m->procs[ref.rank].pid > 0) {
+        others.push_back(m->procs[ref.rank].id.addr);
+      }
+    }
+  }
+  bool expected = down || was_released;
+  if (mesh) {
+    std::lock_guard lock(mesh->mu);
+    if (mesh->procs[rank].exit) return;  // told twice (its host lost, then its exit)
+    mesh->procs[rank].exit = how;
+    expected = expected || mesh->stopping;
+  }
+  if (!expected) spdlog::warn("podium: {} {}", who, how);
+  if (mesh) mesh->initialized_promise.set(std::unexpected(proc_exited(who + " " + how)));
+  if (!down) {
+    auto note = proto::ProcExit{key, cause, pid, expected, sig, code}.encode();
+    for (const auto& addr : others) send_to(addr, note);
+  }
+  // Calls still waiting when this process shuts down (its exit, with a failure being
+  // reported on another thread) fail with the reason their procs went.
+  proc_gone(key, pid, sig, code, down ? cause + " when this process shut down" : cause, expected);
+}
+
+// A proc ended (seen here, or told by the controller): calls waiting on it fail (ME-2), and
+// unless it was being stopped, the meshes owned here with an actor on it failed (SV-2).
+void Runtime::Impl::proc_gone(const std::string& key, int64_t pid, int32_t sig, int32_t code,
+                              const std::string& cause, bool expected) {
+  std::vector<std::shared_ptr<Collector>> waiting;
+  Error why = proc_exited(cause);
+  {
+    std::lock_guard lock(mu);
+    if (!note_dead(key, why, std::chrono::steady_clock::now())) return;
+    ++dead_generation;
+    arm_sweep();
+    for (auto& w : collectors) {
+      if (auto c = w.lock()) waiting.push_back(std::move(c));
+    }
+  }
+  // The owner hears first: a caller that sees its call fail and ends the program finds the
+  // fault queued already (the unhandled fault hook still runs at exit).
+  if (!expected) supervisor->proc_exited(key, pid, sig, code, cause);
+  for (auto& c : waiting) c->proc_failed(key, why);
+  relay->proc_gone(key, why);  // CT-4: casts that route through it go around it
+  // CH-11: no link to it is kept; what is still queued there comes back as undeliverable,
+  // which on_undeliverable expects for a dead proc.
+  if (auto addr = channel::Address::parse(key)) {
+    proc->forget_peer(*addr, "the proc at " + key + " has ended");
+  }
+}
+
+// ME-11: the sweep runs when the oldest dead record's grace is over (at most four times a
+// grace period); under mu.
+void Runtime::Impl::arm_sweep() {
+  if (sweep_armed || shut_down) return;
+  auto due = next_sweep(dead_grace);
+  if (!due) return;
+  if (!sweep_timer) sweep_timer = std::make_unique<asio::steady_timer>(proc->io());
+  sweep_armed = true;
+  sweep_timer->expires_at(std::max(*due, std::chrono::steady_clock::now() + dead_grace / 4));
+  sweep_timer->async_wait([this](std::error_code ec) {
+    if (!ec) sweep_dead();
+  });
+}
+
+void Runtime::Impl::sweep_dead() {
+  std::vector<Dropped> dropped;
+  {
+    std::lock_guard lock(mu);
+    sweep_armed = false;
+    if (shut_down) return;
+    dropped = sweep(std::chrono::steady_clock::now(), dead_grace);
+    // The weak pointers of finished collectors hold their memory (make_shared) until
+    // pruned; track() prunes every 256 calls, this when calls stop.
+    collectors.remove_if([](const auto& w) { return w.expired(); });
+    tracks_since_prune = 0;
+    arm_sweep();
+    // Under mu, as `dead` changed: shutdown_hosts reads both under it.
+    for (const auto& d : dropped) {
+      if (!d.host) continue;
+      std::lock_guard hlock(d.host->mu);
+      std::erase(d.host->hosts[d.host_index].proc_keys, d.key);
+    }
+  }
+  if (dropped.empty()) return;
+  std::vector<std::string> keys;
+  for (auto& d : dropped) keys.push_back(std::move(d.key));
+  proc->forget_dests(keys);
+}
+
+// ME-7: a proc's end, told by the controller.
+void Runtime::Impl::on_proc_exit(const actor::SystemHeader& h, const std::string& sender) {
+  auto m = proto::ProcExit::decode(h);
+  if (!m) return malformed(h.op, sender, m.error());
+  proc_gone(m->proc_key, m->pid, m->signal, m->code, m->cause, m->expected);
+}
+
+// "actor_failed" [] [supervision id, base rank], part 1 = MeshFailure (actor layer SV-1).
+void Runtime::Impl::on_actor_failed(const actor::SystemHeader& h, wire::Envelope&& env) {
+  if (h.numbers.size() != 2 || env.parts.size() != 2) {
+    return malformed(h.op, env.sender,
+                     make_error(MeshErrc::kProtocol,
+                                "expected 2 numbers and 2 parts, got " +
+                                    std::to_string(h.numbers.size()) + " and " +
+                                    std::to_string(env.parts.size())));
+  }
+  auto f = actor::decode_mesh_failure(env.parts[1]);
+  if (!f) {
+    spdlog::error("podium: bad failure report from {}: {}", env.sender, f.error().to_string());
+    return;
+  }
+  supervisor->actor_failed(h.numbers[0], h.numbers[1], std::move(*f));
+}
+
+// A proc asks the controller to kill a proc whose actor did not stop.
+void Runtime::Impl::on_kill(const actor::SystemHeader& h, const std::string& sender) {
+  auto m = proto::KillRequest::decode(h);
+  if (!m) return malformed(h.op, sender, m.error());
+  kill(m->proc_key);
+}
+
+// A controller re-attached to this proc's persistent worker took it over (HA-7): requests
+// for the controller (kills) go there from now on.
+void Runtime::Impl::on_adopt(const actor::SystemHeader& h, const std::string& sender) {
+  auto m = proto::AdoptProcs::decode(h);
+  if (!m) return malformed(h.op, sender, m.error());
+  auto who = actor::system_sender_proc(sender);
+  if (!who || who->addr != m->controller) {
+    return malformed(h.op, sender,
+                     make_error(MeshErrc::kProtocol, "the sender is not the controller it names (" +
+                                                         m->controller.to_string() + ")"));
+  }
+  std::lock_guard lock(mu);
+  parent = m->controller;
+}
+
+void Runtime::Impl::kill(const std::string& key) {
+  int pid = -1;
+  {
+    std::unique_lock lock(mu);
+    if (dead.contains(key)) return;
+    auto it = by_key.find(key);
+    if (it != by_key.end() && it->second.host) {
+      auto host = it->second.host;
+      size_t index = it->second.host_index;
+      lock.unlock();
+      kill_remote(host, index, key, SIGKILL);
+      return;
+    }
+    if (it == by_key.end()) {
+      if (parent) {  // not ours: the controller spawned it
+        auto to = *parent;
+        lock.unlock();
+        send_to(to, proto::KillRequest{key}.encode());
+      } else {
+        spdlog::warn("podium: cannot kill proc {}: this process did not spawn it and has no "
+                     "controller to ask",
+                     key);
+      }
+      return;
+    }
+    if (auto m = it->second.mesh.lock()) {
+      std::lock_guard mlock(m->mu);
+      if (!m->procs[it->second.rank].exit) pid = m->procs[it->second.rank].pid;
+    }
+  }
+  if (pid > 0) (void)spawner->kill_group(pid, SIGKILL);
+}
+
+// SIGKILL (or `sig`) to the proc `key` (pid `pid`), here or through its host's agent.
+bool Runtime::Impl::kill_any(const std::string& key, pid_t pid, int sig) {
+  std::shared_ptr<HostMeshState> host;
+  size_t index = 0;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = by_key.find(key); it != by_key.end() && it->second.host) {
+      host = it->second.host;
+      index = it->second.host_index;
+    }
+  }
+  if (host) {
+    kill_remote(host, index, key, sig);
+    return true;
+  }
+  return spawner->kill_group(pid, sig);
+}
+
+Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Extent& extent) {
+  auto& impl = *impl_;
+  if (impl.sock_dir.empty()) {
+    return std::unexpected(make_error(BaseErrc::kUnsupported,
+                                      "spawning procs from a spawned proc is not supported yet"));
+  }
+  auto mesh = std::make_shared<ProcMeshState>();
+  mesh->extent = extent;
+  mesh->initialized = mesh->initialized_promise.future();
+  size_t n = extent.num_ranks();
+  mesh->procs.resize(n);
+  {
+    std::lock_guard lock(impl.mu);
+    if (impl.shut_down) return std::unexpected(impl.shut_down_error());
+    mesh->mesh_id = impl.next_mesh++;
+  }
+  // A job on TCP puts its local procs on TCP too: procs on other hosts must reach them.
+  const auto& self = impl.proc->id().addr;
+  bool tcp = self.transport == channel::Transport::kTcp;
+  std::vector<channel::PortReservation> ports;
+  for (size_t r = 0; r < n; ++r) {
+    if (tcp) {
+      auto port = channel::PortReservation::make(self.target);
+      if (!port) return std::unexpected(port.error());
+      mesh->procs[r].id = actor::ProcId{channel::Address{
+          channel::Transport::kTcp, self.target, port->port(), channel::new_incarnation()}};
+      ports.push_back(std::move(*port));
+      continue;
+    }
+    std::string path = impl.sock_dir + "/m" + std::to_string(mesh->mesh_id) + "-" +
+                       std::to_string(r) + ".sock";
+    mesh->procs[r].id = actor::ProcId{channel::Address{channel::Transport::kUnix, path, 0}};
+  }
+  {
+    // Published once its procs' ids are filled in: on_ready reads procs.size() unlocked.
+    std::lock_guard lock(impl.mu);
+    impl.meshes[mesh->mesh_id] = mesh;
+    for (size_t r = 0; r < n; ++r) {
+      std::string key = mesh->procs[r].id.to_string();
+      impl.by_key[key] = Impl::ProcRef{mesh, r, nullptr, 0};
+      if (tcp) impl.reservations.emplace(key, std::move(ports[r]));
+    }
+  }
+  for (size_t r = 0; r < n; ++r) {
+    std::string key = mesh->procs[r].id.to_string();
+    Boot boot{impl.proc->id().addr, mesh->procs[r].id.addr, mesh->mesh_id, r, tcp};
+    auto pid = impl.spawner->spawn(ProcCommand{{{kBootEnv, boot.encode()}}},
+                                   [&impl, key](const host::ExitStatus& s) { impl.on_exit(key, s); });
+    if (!pid) {
+      Error e = make_error(MeshErrc::kSpawnFailed, "cannot start proc rank " + std::to_string(r) +
+                                                       ": " + pid.error().to_string());
+      mesh->initialized_promise.set(std::unexpected(e));
+      std::lock_guard lock(mesh->mu);
+      mesh->procs[r].exit = "failed to start: " + pid.error().to_string();
+      return std::unexpected(e);
+    }
+    std::lock_guard lock(mesh->mu);
+    mesh->procs[r].pid = *pid;
+  }
+  return mesh;
+}
+
+actor::Future<void> Runtime::stop_procs(const std::shared_ptr<ProcMeshState>& mesh,
+                                        std::chrono::milliseconds grace) {
+  struct Stopping {
+    actor::Promise<void> done;
+    std::shared_ptr<Collector> exits;  // kept alive until every proc has exited
+  };
+  auto stopping = std::make_shared<Stopping>();
+  auto future = stopping->done.future();
+  if (mesh->local) {
+    stopping->done.set({});
+    return future;
+  }
+  std::vector<std::pair<actor::ProcId, int>> alive;
+  {
+    std::lock_guard lock(mesh->mu);
+    mesh->stopping = true;
+    for (auto& p : mesh->procs) {
+      if (!p.exit && p.pid > 0) alive.emplace_back(p.id, p.pid);
+    }
+  }
+  if (alive.empty()) {
+    stopping->done.set({});
+    return future;
+  }
+  // The exit watcher fails every rank of a tracked collector when its proc exits, so a
+  // collector over the live procs completes exactly when the last one is gone.
+  std::vector<std::string> keys;
+  for (auto& [id, pid] : alive) keys.push_back(id.to_string());
+  auto exits = std::make_shared<Collector>(keys);
+  stopping->exits = exits;
+  exits->future().on_ready([stopping](const Result<Replies>&) {
+    stopping->done.set({});
+    stopping->exits.reset();
+  });
+  track(exits, keys);
+  for (auto& [id, pid] : alive) impl_->send_to(id.addr, actor::SystemHeader{"exit", {}, {}});
+  // Escalate: whoever has not exited after the grace period is killed.
+  auto timer = std::make_shared<asio::steady_timer>(impl_->proc->io(), grace);
+  auto* impl = impl_.get();
+  timer->async_wait([timer, alive, impl, exits](std::error_code ec) {
+    if (ec || exits->future().ready()) return;
+    for (auto& [id, pid] : alive) {
+      if (impl->kill_any(id.to_string(), pid, SIGKILL)) {
+        spdlog::warn("podium: proc {} (pid {}) did not exit within the grace period; killed",
+                     id.to_string(), pid);
+      }
+    }
+  });
+  cancel_when_ready(timer, exits->future());
+  return future;
+}
+
+void Runtime::track(const std::shared_ptr<Collector>& collector,
+                    const std::vector<std::string>& proc_keys, std::atomic<uint64_t>* clean) {
+  std::vector<std::pair<std::string, Error>> already;
+  {
+    std::lock_guard lock(impl_->mu);
+    // Generations count from 1 here, so that 0 means "never checked".
+    uint64_t gen = impl_->dead_generation + 1;
+    if (!clean || clean->load(std::memory_order_relaxed) != gen) {
+      for (const auto& k : proc_keys) {
+        auto it = impl_->dead.find(k);
+        if (it != impl_->dead.end()) already.emplace_back(k, it->second);
+      }
+      if (clean && already.empty()) clean->store(gen, std::memory_order_relaxed);
+    }
+    if (++impl_->tracks_since_prune >= 256) {
+      impl_->collectors.remove_if([](const auto& w) { return w.expired(); });
+      impl_->tracks_since_prune = 0;
+    }
+    impl_->collectors.push_back(collector);
+  }
+  for (auto& [k, e] : already) collector->proc_failed(k, e);
+}
+
+std::optional<Error> Runtime::proc_dead(const std::string& proc_key) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->dead.find(proc_key);
+  if (it == impl_->dead.end()) return std::nullopt;
+  return it->second;
+}
+
+void Runtime::kill_proc(const std::string& proc_key) { impl_->kill(proc_key); }
+
+void Runtime::watch(const std::shared_ptr<ProcMeshState>& mesh) {
+  std::lock_guard lock(impl_->mu);
+  impl_->add_view(mesh);
+}
+
+std::shared_ptr<ProcMeshState> Runtime::this_proc() {
+  std::lock_guard lock(impl_->mu);
+  if (!impl_->local_mesh) {
+    auto m = std::make_shared<ProcMeshState>();
+    m->local = true;
+    m->procs.push_back(ProcInfo{impl_->proc->id(), ::getpid(), true, std::nullopt});
+    m->ready_count = 1;
+    m->initialized = m->initialized_promise.future();
+    m->initialized_promise.set({});
+    impl_->local_mesh = std::move(m);
+  }
+  return impl_->local_mesh;
+}
+
+}  // namespace podium::mesh

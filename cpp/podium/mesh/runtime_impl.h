@@ -1,0 +1,156 @@
+// Internal to podium_mesh: Runtime::Impl, the services one process's runtime is made of and
+// the state each role keeps. Its members are defined by role:
+//   runtime.cc      wiring (make_runtime), the public accessors, shutdown in reverse order;
+//   proc_table.cc   the procs this process spawned or heard of: readiness, ends (ME-2, ME-4,
+//                   ME-7), kills and stops (ME-8), the dead records' sweep (ME-11);
+//   host_client.cc  the controller side of the host-agent protocol (host_client.h);
+//   bootstrap.cc    the process-wide runtime and the entry points (bootstrap.h).
+// The worker side is a service of its own (HostAgent, host_agent.h), as are the spawner
+// (proc_spawner.h), the output writer (host_output.h), the supervisor and the relay.
+//
+// Threads: handlers run on the root proc's loop threads; public Runtime calls on any thread.
+// Every service pointer is set by make_runtime() before the runtime is published and never
+// changes; the services stop in shutdown(), in the reverse order of their start.
+// Locks, in the order they may be taken (never the other way):
+//   Impl::mu -> HostMeshState::mu -> ProcMeshState::mu
+// and leaf locks taken alone: HostAgent::mu_, ProcSpawner's and JobThread's, OutputWriter's,
+// Supervisor's, Relay's. No message is sent to another process, and no proc spawned, while
+// Impl::mu is held, except sends that only queue (Proc::send never blocks).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_set>
+
+#include <asio/steady_timer.hpp>
+
+#include "podium/actor/proc.h"
+#include "podium/host/child_watcher.h"
+#include "podium/mesh/cast.h"
+#include "podium/mesh/host_agent.h"
+#include "podium/mesh/host_client.h"
+#include "podium/mesh/host_output.h"
+#include "podium/mesh/proc_registry.h"
+#include "podium/mesh/proc_spawner.h"
+#include "podium/mesh/relay.h"
+#include "podium/mesh/runtime.h"
+#include "podium/mesh/supervisor.h"
+
+namespace podium::mesh {
+
+// What make_runtime() builds a runtime from.
+struct RuntimeConfig {
+  channel::Address listen;
+  std::string sock_dir;                   // a controller's socket directory; empty: none
+  std::optional<channel::Address> parent;  // in a proc: its controller
+  bool reuse_port = false;                 // in a proc on a reserved port (HA-2)
+  bool worker = false;                     // a host agent
+  bool persistent = false;                 // a persistent host agent (HA-7)
+  InitOptions spawn;                       // how procs are started (proc_argv: absolute)
+  std::function<void(actor::MeshFailure)> fault_handler;  // empty: the default (BT-2)
+};
+[[nodiscard]] Result<std::unique_ptr<Runtime>> make_runtime(RuntimeConfig config);
+
+// The default root handler of `impl`'s runtime (BT-2).
+std::function<void(actor::MeshFailure)> default_root_handler(Runtime::Impl& impl);
+
+struct Runtime::Impl : ProcRegistry {
+  // ---- services: set by make_runtime(), then immutable (their own locks) ----
+  std::unique_ptr<actor::Proc> proc;
+  std::unique_ptr<host::ChildWatcher> watcher;
+  std::unique_ptr<ProcSpawner> spawner;
+  std::unique_ptr<OutputWriter> output;
+  std::unique_ptr<Supervisor> supervisor;
+  std::unique_ptr<Relay> relay;
+  std::unique_ptr<HostAgent> agent;  // in a worker only
+  std::string sock_dir;  // empty in procs and workers
+  std::string proc_key;  // proc->id().to_string()
+  std::chrono::milliseconds host_lost_after{3000};   // PODIUM_HOST_LOST_MS
+  std::chrono::milliseconds attach_timeout{10000};   // PODIUM_ATTACH_TIMEOUT_MS
+  std::chrono::milliseconds dead_grace = dead_record_grace();  // ME-11
+
+  // ---- BT-2: the fault-exit thread; fault_mu guards it ----
+  std::mutex fault_mu;
+  std::thread fault_exit;      // set once; joined by the first other shutdown() caller
+  bool fault_joining = false;  // that caller has claimed the join
+  void exit_on_fault();
+
+  // ---- mu guards everything below, and the ProcRegistry base ----
+  std::mutex mu;
+  // The controller, in a proc: the one that spawned it, or the last to adopt it (HA-7).
+  std::optional<channel::Address> parent;
+  uint64_t next_mesh = 1;
+  // Procs whose end is expected: their host was shut down (shutdown_hosts). Taken out when
+  // the end is seen.
+  std::unordered_set<std::string> released;
+  uint64_t dead_generation = 0;  // bumped whenever `dead` grows
+  std::unique_ptr<asio::steady_timer> sweep_timer;  // made by the first death
+  bool sweep_armed = false;
+  std::list<std::weak_ptr<Collector>> collectors;
+  size_t tracks_since_prune = 0;
+  std::shared_ptr<ProcMeshState> local_mesh;
+  // shutdown(): `stopping` once a thread has begun it, `shut_down` once the hosts are
+  // detached (new work is refused from then on), `stopped` when it has finished;
+  // `stopped_cv` tells a concurrent caller, who must not return before then (ME-10).
+  bool stopping = false;
+  bool shut_down = false;
+  bool stopped = false;
+  std::condition_variable stopped_cv;
+  // The controller side of attached hosts (host_client.h).
+  HostTable hosts;
+  std::unique_ptr<asio::steady_timer> host_timer;  // started by the first attach
+
+  // ---- proc table (proc_table.cc) ----
+  void on_ready(const actor::SystemHeader& h, const std::string& sender);
+  void on_undeliverable(const wire::Envelope& env, const Error& why);
+  void on_exit(const std::string& key, const host::ExitStatus& status);
+  void proc_ended(const std::string& key, int64_t pid, int32_t sig, int32_t code,
+                  const std::string& how, const std::string& cause);
+  void proc_gone(const std::string& key, int64_t pid, int32_t sig, int32_t code,
+                 const std::string& cause, bool expected);
+  void arm_sweep();  // mu held
+  void sweep_dead();
+  void on_proc_exit(const actor::SystemHeader& h, const std::string& sender);
+  void on_actor_failed(const actor::SystemHeader& h, wire::Envelope&& env);
+  void on_kill(const actor::SystemHeader& h, const std::string& sender);
+  void on_adopt(const actor::SystemHeader& h, const std::string& sender);
+  void kill(const std::string& key);
+  bool kill_any(const std::string& key, pid_t pid, int sig);
+  // A malformed message with no request to answer: logged (rate-limited) with its reason.
+  void malformed(const std::string& op, const std::string& sender, const Error& why);
+  base::RateLimitedLog bad_messages;
+  Error shut_down_error() const;
+
+  // ---- host client (host_client.cc) ----
+  void send_to(const channel::Address& to, actor::SystemHeader h);
+  void kill_remote(const std::shared_ptr<HostMeshState>& host, size_t index,
+                   const std::string& key, int sig);
+  std::shared_ptr<HostMeshState> host_of(uint64_t mesh, uint64_t index);
+  void on_host_attached(const actor::SystemHeader& h, const std::string& sender);
+  void on_host_spawned(const actor::SystemHeader& h, const std::string& sender);
+  void on_host_found(const actor::SystemHeader& h, const std::string& sender);
+  void on_host_proc_exit(const actor::SystemHeader& h, const std::string& sender);
+  void on_host_output(const actor::SystemHeader& h, const std::string& sender);
+  void on_worker_beat(const actor::SystemHeader& h, const std::string& sender);
+  std::shared_ptr<actor::Promise<HostTable::Answer>> take_request(uint64_t req);
+  void forget_request(uint64_t req);
+  void host_failed(const std::shared_ptr<HostMeshState>& hm, size_t index,
+                   const std::string& why, MeshErrc code);
+  void host_tick();
+  void arm_host_timer();
+  void release_worker(const channel::Address& worker);
+  bool worker_undeliverable(const std::string& addr, const Error& why);
+  void detach_hosts();
+
+  // ---- lifecycle (runtime.cc) ----
+  void shutdown();
+};
+
+}  // namespace podium::mesh
