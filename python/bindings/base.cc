@@ -14,6 +14,7 @@
 #include "podium/actor/ids.h"
 #include "podium/channel/net.h"
 #include "podium/host/error.h"
+#include "podium/mesh/errc.h"
 #include "podium/ndslice/errc.h"
 #include "podium/wire/frame.h"
 
@@ -233,6 +234,7 @@ void bind_base(nb::module_& m) {
   bind_errc<channel::ChannelErrc>(m, errc, "ChannelErrc");
   bind_errc<actor::ActorErrc>(m, errc, "ActorErrc");
   bind_errc<host::HostErrc>(m, errc, "HostErrc");
+  bind_errc<mesh::MeshErrc>(m, errc, "MeshErrc");
   m.attr("ERRC") = errc;
   m.def(
       "set_error_translator",

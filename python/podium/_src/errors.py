@@ -20,6 +20,7 @@ from podium._core.base import (
     ChannelErrc,
     CoreError,
     HostErrc,
+    MeshErrc,
     NdsliceErrc,
     Subsystem,
     WireErrc,
@@ -225,6 +226,15 @@ TABLE: Dict[Any, Type[BaseException]] = {
     HostErrc.NO_PROCESS_GROUP: CoreError,
     HostErrc.SIGNAL_FAILED: CoreError,
     HostErrc.STOPPED: CoreError,  # the zygote's controller or the watcher has gone
+    # A host that cannot be used any more (no answer, no heartbeats, shut down) and a runtime
+    # that was shut down: what ran there is gone, as for a proc that exited.
+    MeshErrc.HOST_LOST: _GONE,
+    MeshErrc.SHUT_DOWN: _GONE,
+    # A worker that refused, a message that does not decode, procs that could not start:
+    # podium could not do what was asked, and the message says who and why.
+    MeshErrc.HOST_REFUSED: CoreError,
+    MeshErrc.PROTOCOL: CoreError,
+    MeshErrc.SPAWN_FAILED: CoreError,
 }
 # (subsystem, code) -> class: the lookup both paths make.
 _SUBSYSTEM_OF: Dict[Any, Subsystem] = {enum: sub for sub, enum in _base.ERRC.items()}
