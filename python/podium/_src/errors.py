@@ -225,6 +225,8 @@ TABLE: Dict[Any, Type[BaseException]] = {
     HostErrc.NO_PROCESS_GROUP: CoreError,
     HostErrc.SIGNAL_FAILED: CoreError,
     HostErrc.STOPPED: CoreError,  # the zygote's controller or the watcher has gone
+    HostErrc.NOT_READY: CoreError,  # a launched worker; podium.job raises JobError instead
+    HostErrc.SURVIVED: CoreError,
 }
 # (subsystem, code) -> class: the lookup both paths make.
 _SUBSYSTEM_OF: Dict[Any, Subsystem] = {enum: sub for sub, enum in _base.ERRC.items()}
