@@ -153,7 +153,8 @@ Status end_session(pid_t sid, const UniqueFd& leader, bool leader_live, millisec
       if (leader) (void)reap(leader.get());
       std::vector<Member> members = session_members(sid);
       if (members.empty() || Clock::now() >= deadline) break;
-      if (!orphans && std::ranges::none_of(members, [&](const Member& m) { return m.pid == sid; })) {
+      const auto is_leader = [sid](const Member& m) { return m.pid == sid; };
+      if (!orphans && std::ranges::none_of(members, is_leader)) {
         orphans = true;
         deadline = std::min(deadline, Clock::now() + kOrphanGrace);
       }
