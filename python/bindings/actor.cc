@@ -69,6 +69,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// A wait "without a timeout": only an item or a close ends it (about 31 years).
+constexpr double kForeverS = 1e9;
+
 std::chrono::nanoseconds seconds_to_ns(double s) {
   if (s < 0) s = 0;
   if (s > 1e9) s = 1e9;
@@ -486,12 +489,13 @@ void bind_actor(nb::module_& m) {
         "Fails queued and later spawns of Python actors; next_spawn returns None.");
   m.def(
       "next_spawn",
-      [](double timeout_s) -> std::shared_ptr<SpawnRequest> {
+      [](std::optional<double> timeout_s) -> std::shared_ptr<SpawnRequest> {
         release_deferred();
         nb::gil_scoped_release unlocked;
-        return spawn_queue().pop(seconds_to_ns(timeout_s));
+        return spawn_queue().pop(seconds_to_ns(timeout_s.value_or(kForeverS)));
       },
-      nb::arg("timeout_s"), "The next spawn request, or None after timeout_s or close_spawns().");
+      nb::arg("timeout_s").none() = nb::none(),
+      "The next spawn request, or None after timeout_s (None: no timeout) or close_spawns().");
 
   nb::class_<SpawnRequest>(m, "SpawnRequest")
       .def_prop_ro("inbox", [](SpawnRequest& r) { return r.inbox; })
@@ -538,17 +542,19 @@ void bind_actor(nb::module_& m) {
       .def_prop_ro("index", &Inbox::index)
       .def(
           "next",
-          [](Inbox& in, double timeout_s) -> std::optional<PyItem> {
+          [](Inbox& in, std::optional<double> timeout_s) -> std::optional<PyItem> {
             release_deferred();
             std::optional<InboxItem> item;
             {
               nb::gil_scoped_release unlocked;
-              item = in.pop(seconds_to_ns(timeout_s));
+              item = in.pop(seconds_to_ns(timeout_s.value_or(kForeverS)));
             }
             if (!item) return std::nullopt;
             return PyItem{std::move(*item)};
           },
-          nb::arg("timeout_s"), "The next item, or None after timeout_s or once closed.")
+          nb::arg("timeout_s").none() = nb::none(),
+          "The next item, or None after timeout_s or once closed (timeout_s None: only once "
+          "closed; close() wakes the wait).")
       .def_prop_ro("closed", &Inbox::closed)
       .def("close", &Inbox::close)
       .def(

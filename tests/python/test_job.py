@@ -1,5 +1,6 @@
 """podium.job without the worker daemon: the state file (JB-1), local worker processes
-(WP-1, WP-2) driven through a stand-in worker program, failure paths of LocalJob and their
+(WP-1, WP-2, WP-3; the C++ launcher, cpp/podium/host/launcher.h) driven through a stand-in
+worker program, failure paths of LocalJob and their
 bounded errors (JB-2), and kill() from a controller that did not start the workers (JB-3).
 The end-to-end tests with the real worker are in test_job_e2e.py."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -19,9 +21,10 @@ from podium.job import JobError, JobState, LocalJob, SlurmJob, job_load, job_loa
 from podium._src.job import worker_process
 from podium._src.job.worker_process import WorkerProcess
 
-# Stands in for `podium worker` where only the process protocol matters: prints the line the
-# worker prints once it listens, starts a child in a process group of its own (as the worker
-# starts its procs), then sleeps. With "stubborn" it ignores SIGTERM.
+# Stands in for `podium worker` where only the process protocol matters: starts a child in a
+# process group of its own (as the worker starts its procs), writes its address to
+# PODIUM_READY_FD as the worker does once it listens, then sleeps. With "stubborn" it
+# ignores SIGTERM.
 FAKE_WORKER = r"""
 import os, signal, socket, subprocess, sys, time
 if "stubborn" in sys.argv:
@@ -29,7 +32,8 @@ if "stubborn" in sys.argv:
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
 child = subprocess.Popen(["sleep", "300"], preexec_fn=os.setpgrp)
 print(f"child {child.pid}", flush=True)
-print(f"podium worker listening on tcp://127.0.0.1:{s.getsockname()[1]}", flush=True)
+fd = int(os.environ.pop("PODIUM_READY_FD"))
+os.write(fd, f"tcp://127.0.0.1:{s.getsockname()[1]}\n".encode()); os.close(fd)
 time.sleep(300)
 """
 
@@ -59,54 +63,65 @@ def fake_worker(tmp_path):
 # --- local worker processes -------------------------------------------------------------------
 
 
+def _launch(argv, log, job_id, timeout=30.0):
+    [w] = worker_process.launch([argv], os.environ, [log], timeout, job_id)
+    return w
+
+
 @pytest.mark.parametrize("stubborn", [False, True], ids=["polite", "ignores-sigterm"])
 def test_worker_address_then_stop_leaves_no_process(fake_worker, tmp_path, stubborn):
-    """WP-1, WP-2: the address is read from the worker's output; stopping it ends the
+    """WP-1, WP-2: the address comes through the worker's ready fd; stopping it ends the
     worker and the child it started in another process group, SIGKILL after the grace."""
     argv = fake_worker + (["stubborn"] if stubborn else [])
     log = str(tmp_path / "w.log")
-    p = worker_process.start(argv, os.environ, log)
-    [w] = worker_process.wait_listening([p], [log], time.monotonic() + 30, "job-x")
-    assert w.address.startswith("tcp://127.0.0.1:") and w.pid == p.pid and w.alive()
+    w = _launch(argv, log, "job-x")
+    assert w.address.startswith("tcp://127.0.0.1:") and w.alive() and w.log == log
     child = _child_pid(log)
     assert _alive(child)
     t0 = time.monotonic()
-    worker_process.stop_session(w.pid, grace=0.5, popen=p, start_time=w.start_time)
-    assert not _alive(w.pid) and not _alive(child) and p.returncode is not None
+    worker_process.stop(w.pid, 0.5, start_time=w.start_time)
+    assert not _alive(w.pid) and not _alive(child) and not w.alive()
     assert time.monotonic() - t0 < 5.0
 
 
 def test_worker_that_exits_early_is_reported_with_its_log(tmp_path):
+    """WP-1."""
     log = str(tmp_path / "w.log")
-    p = worker_process.start([sys.executable, "-c", "print('boom'); raise SystemExit(3)"],
-                             os.environ, log)
-    with pytest.raises(JobError, match=r"job-y: worker .* exited with status 3 .*\n.*boom"):
-        worker_process.wait_listening([p], [log], time.monotonic() + 30, "job-y")
+    with pytest.raises(JobError, match=r"job job-y: worker .* exited with status 3 before it "
+                                       r"was ready; log .*\n.*boom"):
+        _launch([sys.executable, "-c", "print('boom'); raise SystemExit(3)"], log, "job-y")
 
 
 def test_worker_that_never_listens_times_out_and_is_ended(tmp_path):
+    """WP-1: the error names the job, the worker, the timeout and its log's tail."""
     log = str(tmp_path / "w.log")
-    p = worker_process.start([sys.executable, "-c", "import time; print('starting', flush=True);"
-                              " time.sleep(300)"], os.environ, log)
     t0 = time.monotonic()
-    with pytest.raises(JobError, match=r"job-z: 1 worker\(s\) did not print .*\n.*starting"):
-        worker_process.wait_listening([p], [log], time.monotonic() + 1.0, "job-z")
+    with pytest.raises(JobError, match=r"job job-z: worker .*\(pid (\d+)\) did not write its "
+                                       r"address .* within 1000 ms .*\n.*starting") as info:
+        _launch([sys.executable, "-c", "import time; print('starting', flush=True);"
+                 " time.sleep(300)"], log, "job-z", timeout=1.0)
     assert time.monotonic() - t0 < 5.0
-    assert not _alive(p.pid)
+    pid = int(re.search(r"\(pid (\d+)\)", str(info.value)).group(1))
+    assert not _alive(pid)
+
+
+def test_a_bare_program_name_is_found_in_path(tmp_path):
+    with pytest.raises(JobError, match=r"job job-p: worker `false` .* exited with status 1"):
+        _launch(["false"], str(tmp_path / "w.log"), "job-p")
 
 
 def test_a_reused_pid_is_not_taken_for_the_worker(fake_worker, tmp_path):
+    """WP-3."""
     log = str(tmp_path / "w.log")
-    p = worker_process.start(fake_worker, os.environ, log)
-    [w] = worker_process.wait_listening([p], [log], time.monotonic() + 30, "job-r")
+    w = _launch(fake_worker, log, "job-r")
     try:
         other = WorkerProcess(w.pid, w.start_time + 1, w.address, w.log)
         assert not other.alive()
         # A stop aimed at the older process with that pid touches nothing.
-        worker_process.stop_session(w.pid, grace=0.1, start_time=w.start_time + 1)
+        worker_process.stop(w.pid, 0.1, start_time=w.start_time + 1)
         assert w.alive()
     finally:
-        worker_process.stop_session(w.pid, grace=1.0, popen=p, start_time=w.start_time)
+        worker_process.stop(w.pid, 1.0, start_time=w.start_time)
 
 
 # --- the state file ---------------------------------------------------------------------------
@@ -235,8 +250,7 @@ sys.path.insert(0, {os.path.dirname(__file__)!r})
 from podium._src.job import worker_process
 from test_job import _running_local_job
 logs = [{str(tmp_path / 'a.log')!r}, {str(tmp_path / 'b.log')!r}]
-ps = [worker_process.start({fake_worker!r}, os.environ, log) for log in logs]
-ws = worker_process.wait_listening(ps, logs, time.monotonic() + 30, "job-s")
+ws = worker_process.launch([{fake_worker!r}] * 2, os.environ, logs, 30, "job-s")
 _running_local_job(ws, hosts={{"hosts": 2}}).dump({str(path)!r})
 """
     out = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True,
@@ -258,8 +272,7 @@ _running_local_job(ws, hosts={{"hosts": 2}}).dump({str(path)!r})
 
 def test_a_different_spec_does_not_adopt(fake_worker, tmp_path, caplog):
     log = str(tmp_path / "w.log")
-    p = worker_process.start(fake_worker, os.environ, log)
-    [w] = worker_process.wait_listening([p], [log], time.monotonic() + 30, "job-d")
+    w = _launch(fake_worker, log, "job-d")
     child = _child_pid(log)
     path = tmp_path / "state.json"
     _running_local_job([w]).dump(str(path))
@@ -270,20 +283,19 @@ def test_a_different_spec_does_not_adopt(fake_worker, tmp_path, caplog):
         assert "with a different spec; killing it" in caplog.text
         assert not _alive(w.pid) and not _alive(child) and not path.exists()
     finally:
-        worker_process.stop_session(w.pid, grace=1.0, popen=p, start_time=w.start_time)
+        worker_process.stop(w.pid, 1.0, start_time=w.start_time)
 
 
 def test_timeouts_and_log_places_do_not_stop_a_reattach(fake_worker, tmp_path):
     log = str(tmp_path / "w.log")
-    p = worker_process.start(fake_worker, os.environ, log)
-    [w] = worker_process.wait_listening([p], [log], time.monotonic() + 30, "job-t")
+    w = _launch(fake_worker, log, "job-t")
     path = tmp_path / "state.json"
     _running_local_job([w]).dump(str(path))
     try:
         job = LocalJob(start_timeout=5, log_dir=str(tmp_path / "logs"))
         assert job._adopt(str(path)) and job.job_id == "local-test"
     finally:
-        worker_process.stop_session(w.pid, grace=1.0, popen=p, start_time=w.start_time)
+        worker_process.stop(w.pid, 1.0, start_time=w.start_time)
     # A job loaded from its file removes that file when killed.
     assert path.exists()
     job_load(str(path)).kill()

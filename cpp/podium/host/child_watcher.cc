@@ -181,7 +181,9 @@ Result<pid_t> ChildWatcher::Impl::spawn(const ChildSpec& spec, OnExit on_exit,
   }
   auto proc = spawn_process(spec);
   if (!proc) return std::unexpected(std::move(proc.error()));
-  auto child = std::make_shared<Child>(io_, proc->pid, spec.new_process_group, std::move(on_exit),
+  auto child = std::make_shared<Child>(io_, proc->pid,
+                                       spec.new_process_group || spec.new_session,
+                                       std::move(on_exit),
                                        std::move(on_output));
   Status attached = attach(*child, *proc);
   bool watched = false;

@@ -15,6 +15,8 @@ enum class HostErrc : uint16_t {
   kNoProcessGroup = 104,  // kill_group on a child that shares the parent's process group
   kSignalFailed = 105,    // kill(2) failed
   kStopped = 106,         // the watcher was stopped
+  kNotReady = 107,        // a launched worker exited, or did not write its address in time
+  kSurvived = 108,        // processes of a worker's session outlived SIGKILL (launcher.h)
 };
 constexpr Subsystem subsystem_of(HostErrc) { return Subsystem::kHost; }
 

@@ -40,6 +40,7 @@ struct ExecPlan {
   const char* cwd;  // nullptr: inherit
   bool die_with_parent;
   bool new_process_group;
+  bool new_session;
   pid_t parent_pid;
   FdMove* moves;  // sorted by `to`
   size_t num_moves;
@@ -74,7 +75,11 @@ void cloexec_range(unsigned lo, unsigned hi, int fd_limit) {
   // Out of the way of the targets, like the fds to pass.
   const int report = fcntl(p.report_fd, F_DUPFD_CLOEXEC, p.temp_base);
   if (report < 0) child_failed(p.report_fd, "fcntl(F_DUPFD_CLOEXEC)");
-  if (p.new_process_group && setpgid(0, 0) != 0) child_failed(report, "setpgid");
+  if (p.new_session) {
+    if (setsid() < 0) child_failed(report, "setsid");
+  } else if (p.new_process_group && setpgid(0, 0) != 0) {
+    child_failed(report, "setpgid");
+  }
   if (p.die_with_parent) {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_failed(report, "prctl(PR_SET_PDEATHSIG)");
     // The parent may have died before prctl: then no signal will ever come.
@@ -205,6 +210,7 @@ Result<SpawnedProcess> spawn_process(const ChildSpec& spec) {
       .cwd = spec.cwd ? spec.cwd->c_str() : nullptr,
       .die_with_parent = spec.die_with_parent,
       .new_process_group = spec.new_process_group,
+      .new_session = spec.new_session,
       .parent_pid = getpid(),
       .moves = moves.data(),
       .num_moves = moves.size(),

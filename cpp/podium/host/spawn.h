@@ -45,6 +45,10 @@ struct ChildSpec {
   bool die_with_parent = true;
   // setpgid(0, 0): the child leads a new process group, so its whole tree can be signalled.
   bool new_process_group = true;
+  // setsid(): the child leads a new session (and a new process group in it), detached from
+  // the parent's controlling terminal; what it starts stays in that session unless it calls
+  // setsid itself. Implies a process group of its own, whatever new_process_group says.
+  bool new_session = false;
   // stdout and stderr go to pipes (SpawnedProcess::out/err); otherwise they are inherited.
   bool capture_output = false;
   std::vector<PassFd> fds;  // targets must be distinct; 1 and 2 not with capture_output

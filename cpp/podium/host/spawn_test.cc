@@ -133,6 +133,21 @@ void check_die_with_parent(bool die_with_parent) {
   EXPECT_EQ(died, die_with_parent);
 }
 
+TEST(SpawnTest, NewSessionLeadsASessionAndAGroup) {
+  ChildSpec spec;
+  spec.path = "/bin/sleep";
+  spec.argv = {"sleep", "30"};
+  spec.new_session = true;
+  spec.new_process_group = false;  // implied by the session
+  auto proc = spawn_process(spec);
+  ASSERT_TRUE(proc) << proc.error().message;
+  EXPECT_EQ(getsid(proc->pid), proc->pid);
+  EXPECT_EQ(getpgid(proc->pid), proc->pid);
+  EXPECT_NE(getsid(proc->pid), getsid(0));
+  ::kill(proc->pid, SIGKILL);
+  reap_within(proc->pid, 5000);
+}
+
 TEST(SpawnTest, DieWithParentKillsOrphan) { check_die_with_parent(true); }
 TEST(SpawnTest, WithoutDieWithParentOrphanSurvives) { check_die_with_parent(false); }
 

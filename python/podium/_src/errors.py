@@ -226,6 +226,8 @@ TABLE: Dict[Any, Type[BaseException]] = {
     HostErrc.NO_PROCESS_GROUP: CoreError,
     HostErrc.SIGNAL_FAILED: CoreError,
     HostErrc.STOPPED: CoreError,  # the zygote's controller or the watcher has gone
+    HostErrc.NOT_READY: CoreError,  # a launched worker; podium.job raises JobError instead
+    HostErrc.SURVIVED: CoreError,
     # A host that cannot be used any more (no answer, no heartbeats, shut down) and a runtime
     # that was shut down: what ran there is gone, as for a proc that exited.
     MeshErrc.HOST_LOST: _GONE,

@@ -12,7 +12,10 @@ message is there: calls of @concurrent_endpoint methods run as tasks that overla
 messages; every other call is awaited to completion before the next message starts.
 
 A stop (queued behind the messages sent before it) cancels the actor's concurrent tasks, stops
-the actor meshes the actor spawned (bounded wait), runs ``__cleanup__`` and acknowledges.
+the actor meshes the actor spawned (a wait that C++ bounds: ME-8), runs ``__cleanup__`` and
+acknowledges. No thread here polls: the spawner and the actors' threads block in C++ waits
+that a spawn, a message or stop() ends, and the bootstrap wait ends when the bootstrap ran or
+stop() began.
 
 Nothing here routes, times or sends on its own: replies go back through Inbox.reply (or a
 Port) into the C++ runtime.
@@ -40,8 +43,9 @@ from podium._src.endpoint import check_actor_class, endpoints_of
 from podium._src.port_ref import Port
 from podium._src.shape import Point
 
-_POLL_S = 1.0  # how often idle threads look at the shutdown flag
-_CHILD_STOP_S = 10.0  # bound on stopping the meshes an actor spawned, when it stops
+# At process exit: how long an async actor's cancelled tasks get to finish before its event
+# loop closes (the one wait Python still times here; docs/python.md).
+_CANCEL_WAIT_S = 1.0
 # How often an actor's serve loop is started again after an exception escaped it (EP-3): a
 # failed actor refuses calls without running its code, so only a fault of podium's own could
 # make it fail again and again.
@@ -60,7 +64,8 @@ _registry: Any = None
 
 # The proc's bootstrap function (spawn_procs(bootstrap=...)): actors whose spawn says "wait"
 # construct only after it ran; _boot_error is its traceback if it raised.
-_boot_done = threading.Event()
+_boot_done = threading.Event()  # the bootstrap ran (_boot_ran), or this process is stopping
+_boot_ran = False
 _boot_error: Optional[str] = None
 
 
@@ -89,15 +94,15 @@ def set_registry(mesh: Any) -> None:
 
 
 def _bootstrap_finished(error: Optional[str]) -> None:
-    global _boot_error
-    _boot_error = error
+    global _boot_error, _boot_ran
+    _boot_error, _boot_ran = error, True
     _boot_done.set()
 
 
 def _wait_bootstrap() -> None:
-    while not _boot_done.wait(_POLL_S):
-        if _stopping:
-            raise RuntimeError("this proc is shutting down before its bootstrap ran")
+    _boot_done.wait()  # set by the bootstrap actor, or by stop()
+    if not _boot_ran:
+        raise RuntimeError("this proc is shutting down before its bootstrap ran")
     if _boot_error is not None:
         raise RuntimeError(f"the bootstrap function of this proc raised:\n{_boot_error}")
 
@@ -141,7 +146,8 @@ def stop(timeout: float = 2.0) -> None:
             return
         _stopping = True
         servers = list(_servers)
-    _actor.close_spawns()
+    _boot_done.set()  # wakes actors waiting for a bootstrap that will not run now
+    _actor.close_spawns()  # wakes the spawner: next_spawn returns None
     for s in servers:
         s.inbox.close()
     threads = [s.thread for s in servers if s.thread is not None]
@@ -154,10 +160,10 @@ def stop(timeout: float = 2.0) -> None:
 
 
 def _spawner_main() -> None:
-    while not _stopping:
-        req = _actor.next_spawn(_POLL_S)
+    while True:
+        req = _actor.next_spawn()  # None once stop() closed the spawn queue
         if req is None:
-            continue
+            return
         server = _ActorServer(req)
         try:
             t = threading.Thread(
@@ -166,6 +172,8 @@ def _spawner_main() -> None:
             )
             server.thread = t
             with _lock:
+                if _stopping:  # stop() has closed the inboxes it knew: this one too
+                    req.inbox.close()
                 _servers.add(server)
             t.start()
         except BaseException as e:  # cannot start a thread: the spawn fails, the proc lives
@@ -313,11 +321,9 @@ class _ActorServer:
     def _serve(self) -> None:
         inbox = self.inbox
         while True:
-            item = inbox.next(_POLL_S)
+            item = inbox.next()  # None once the inbox is closed (stop() closes them all)
             if item is None:
-                if inbox.closed or _stopping:
-                    return
-                continue
+                return
             kind = item.kind
             if kind == "call":
                 try:
@@ -387,7 +393,7 @@ class _ActorServer:
             if tasks:  # the process is leaving: end the tasks before the loop closes
                 for t in tasks:
                     t.cancel()
-                await asyncio.wait(list(tasks), timeout=_POLL_S)
+                await asyncio.wait(list(tasks), timeout=_CANCEL_WAIT_S)
 
     async def _stop_async(self, tasks: Dict["asyncio.Task[None]", "_Call"]) -> None:
         running = dict(tasks)
@@ -537,11 +543,12 @@ class _ActorServer:
     # --- stop -----------------------------------------------------------------------------
 
     def _stop_children(self) -> None:
-        """Stops the actor meshes this actor spawned (before its own __cleanup__)."""
+        """Stops the actor meshes this actor spawned (before its own __cleanup__). The wait is
+        C++'s: each ActorMesh.stop() completes within its grace period, after which the procs
+        of actors that did not stop are killed and a warning names them (ME-8)."""
         children = list(self.info._children) if self.info is not None else []
         if not children:
             return
-        deadline = time.monotonic() + _CHILD_STOP_S
         futures = []
         for child in children:
             try:
@@ -550,21 +557,19 @@ class _ActorServer:
                 self._child_not_stopped(child, e)
         for child, f in futures:
             try:
-                f.get(timeout=max(0.0, deadline - time.monotonic()))
+                f.get()
             except Exception as e:
                 self._child_not_stopped(child, e)
 
     def _child_not_stopped(self, child: Any, e: Exception) -> None:
-        """Says why a mesh this actor spawned did not stop cleanly. A SupervisionError means
+        """Says why a mesh this actor spawned could not be stopped. A SupervisionError means
         it had failed or stopped already (its owner was told through supervision): nothing is
         left to stop, so nothing is said."""
         if isinstance(e, SupervisionError):
             return
-        what = (f"did not stop within {_CHILD_STOP_S:.0f} s" if isinstance(e, TimeoutError)
-                else f"could not be stopped: {describe(e)}")
         sys.stderr.write(f"podium: actor {self.info.actor_id if self.info else '?'}: the "
-                         f"actor mesh '{getattr(child, 'name', child)}' it spawned {what}; "
-                         f"its own __cleanup__ runs now\n")
+                         f"actor mesh '{getattr(child, 'name', child)}' it spawned could not "
+                         f"be stopped: {describe(e)}; its own __cleanup__ runs now\n")
         sys.stderr.flush()
 
     def _cleanup_fn(self) -> Optional[Tuple[Callable[..., Any], tuple]]:

@@ -23,7 +23,9 @@ from typing import Any, Dict, Optional
 
 from podium._core import mesh as _mesh
 
-_POLL_S = 5.0  # the fault thread's wait slice (at exit, interrupt_faults() wakes it)
+# The fault thread's wait: the binding's longest (about 11 days), so that only a failure or
+# interrupt_faults() (at exit) ends it; the thread loops only then.
+_UNTIL_WOKEN_S = 1e6
 _EXIT_DRAIN_S = 0.05  # at exit: how long to wait for a failure still on its way
 
 _lock = threading.Lock()
@@ -32,8 +34,6 @@ _thread: Optional[threading.Thread] = None
 _stopping = False
 _exiting = False
 _exit_thread: Optional[int] = None  # the thread ending the process (_exit_process)
-_exit_code = 1
-_EXIT_WAIT_S = 60.0  # how long another thread waits for that one before ending it itself
 # podium.actor, handed in by it on import (bind_hook_module): the user may replace its
 # unhandled_fault_hook, so the hook is looked up there each time.
 _hook_module: Any = None
@@ -124,7 +124,7 @@ def _fault_main() -> None:
         with _busy:
             if _stopping:
                 return
-            d = _mesh.next_fault(_POLL_S)
+            d = _mesh.next_fault(_UNTIL_WOKEN_S)
             if d is not None:
                 _run_hook(MeshFailure(d))
 
@@ -144,11 +144,11 @@ def _run_hook(failure: MeshFailure) -> None:
 
 def _exit_process(code: int) -> None:
     """Ends this process with `code` after its atexit handlers (podium's own stop the procs)."""
-    global _exiting, _exit_thread, _exit_code
+    global _exiting, _exit_thread
     with _lock:
         first = not _exiting
         if first:
-            _exiting, _exit_thread, _exit_code = True, threading.get_ident(), code
+            _exiting, _exit_thread = True, threading.get_ident()
     if not first:
         _wait_for_exit_elsewhere()
         return
@@ -169,15 +169,13 @@ def _wait_for_exit_elsewhere() -> None:
     procs, then it calls os._exit with the hook's status. This thread (typically the main
     thread, finishing the program or unwinding a SupervisionError at the same moment) must
     neither finish first with its own status, which would lose the failure, nor run the
-    interpreter's finalization under that thread's shutdown. So it waits; if the exit has
-    not happened after _EXIT_WAIT_S, it ends the process itself with the same status."""
+    interpreter's finalization under that thread's shutdown. So it waits for that thread's
+    os._exit, which is the one exit path: there is no second timer here. The exiting thread's
+    own waits are bounded where they are timed, in C++ (stopping procs: ME-8, the
+    runtime's shutdown: ME-10)."""
     if _exit_thread == threading.get_ident():
         return  # this thread is the one ending the process
-    threading.Event().wait(_EXIT_WAIT_S)
-    sys.stderr.write(f"podium: the process did not end within {_EXIT_WAIT_S:.0f} s of an "
-                     f"unhandled failure; ending it now with status {_exit_code}\n")
-    sys.stderr.flush()
-    os._exit(_exit_code)
+    threading.Event().wait()  # os._exit on the exiting thread ends this wait with the process
 
 
 def at_exit() -> None:

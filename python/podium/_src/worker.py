@@ -4,15 +4,18 @@
 the C++ host agent (podium._core.mesh.serve_worker, docs/host_agent.md) in this process: it
 spawns procs for one controller at a time, reports their exits, and exchanges heartbeats with
 it; procs fork from a zygote as on the controller's host. This module only parses arguments
-and prints where the agent listens.
+and says where the agent listens (a line on stdout, and the launcher's ready fd when
+PODIUM_READY_FD is set).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
+from podium._core import host as _host
 from podium._core import mesh as _mesh
 from podium._src import tls
 from podium._src.runtime import PROC_ARGV, _zygote_argv
@@ -23,7 +26,11 @@ READY_LINE = "podium worker listening on "
 def _announce(address: str) -> None:
     # "tcp:0.0.0.0:7000" -> "tcp://0.0.0.0:7000": the form attach_to_workers takes.
     url = "tcp://" + address[4:] if address.startswith("tcp:") else address
-    print(READY_LINE + url, flush=True)
+    print(READY_LINE + url, flush=True)  # for people, and SLURM jobs' output files
+    # A worker started by a LocalJob (cpp/podium/host/launcher.h) hands the address to its
+    # launcher through PODIUM_READY_FD; a worker started by hand has no such variable.
+    _host.announce_ready(url)
+    os.environ.pop("PODIUM_READY_FD", None)  # unset in C already; keep os.environ in step
 
 
 def run_worker_loop_forever(*, address: str, ca: Any = "trust_all_connections",

@@ -9,7 +9,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 import uuid
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -65,7 +64,6 @@ class LocalJob(JobTrait):
         self._log_dir = log_dir
         self._procs: List[WorkerProcess] = []
         self._run_dir: Optional[str] = None  # logs, when this job made the directory
-        self._popens: Dict[int, Any] = {}  # pid -> Popen, for workers this process started
 
     _NOT_IDENTITY = frozenset({"start_timeout", "log_dir"})
 
@@ -100,23 +98,19 @@ class LocalJob(JobTrait):
             env["PODIUM_HOST_ADDR"] = self._listen_host
         env.update(self._env)
         env.update(self._worker_env())
-        popens, logs, names = [], [], []
+        argvs, logs, names = [], [], []
+        for name, n in self._hosts.items():
+            for i in range(n):
+                argvs.append(self._worker_argv())
+                logs.append(os.path.join(log_dir, f"{job_id}-{name}-{i}.log"))
+                names.append(name)
         try:
-            for name, n in self._hosts.items():
-                for i in range(n):
-                    log = os.path.join(log_dir, f"{job_id}-{name}-{i}.log")
-                    popens.append(worker_process.start(self._worker_argv(), env, log))
-                    logs.append(log)
-                    names.append(name)
-            procs = worker_process.wait_listening(
-                popens, logs, time.monotonic() + self._start_timeout, job_id)
+            # WP-1: on a failure no worker is left.
+            procs = worker_process.launch(argvs, env, logs, self._start_timeout, job_id)
         except BaseException:
-            for p in popens:  # wait_listening ended them unless start() itself failed
-                worker_process.stop_session(p.pid, grace=1.0, popen=p)
             self._remove_run_dir()
             raise
         self._procs = procs
-        self._popens = {p.pid: p for p in popens}
         self._workers = {}
         for name, w in zip(names, procs):
             self._workers.setdefault(name, []).append(w.address)
@@ -135,12 +129,10 @@ class LocalJob(JobTrait):
         errors = []
         for w in self._procs:
             try:
-                worker_process.stop_session(w.pid, grace=KILL_GRACE_S,
-                                            popen=self._popens.get(w.pid),
-                                            start_time=w.start_time)
+                worker_process.stop(w.pid, KILL_GRACE_S, start_time=w.start_time)
             except JobError as e:
                 errors.append(str(e))
-        self._procs, self._popens = [], {}
+        self._procs = []
         self._remove_run_dir()
         if errors:
             raise JobError(f"job {self._job_id}: " + "; ".join(errors), self._job_id)
