@@ -17,8 +17,10 @@ def close_spawns() -> None:
     Fails queued and later spawns of Python actors; next_spawn returns None.
     """
 
-def next_spawn(timeout_s: float) -> SpawnRequest:
-    """The next spawn request, or None after timeout_s or close_spawns()."""
+def next_spawn(timeout_s: float | None = None) -> SpawnRequest:
+    """
+    The next spawn request, or None after timeout_s (None: no timeout) or close_spawns().
+    """
 
 class SpawnRequest:
     @property
@@ -75,8 +77,10 @@ class Inbox:
     @property
     def index(self) -> int: ...
 
-    def next(self, timeout_s: float) -> InboxItem | None:
-        """The next item, or None after timeout_s or once closed."""
+    def next(self, timeout_s: float | None = None) -> InboxItem | None:
+        """
+        The next item, or None after timeout_s or once closed (timeout_s None: only once closed; close() wakes the wait).
+        """
 
     @property
     def closed(self) -> bool: ...
