@@ -39,7 +39,8 @@ NetStats Net::stats() const {
   const auto& c = impl_->core->counters;
   auto get = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
   return NetStats{get(c.refused_oversize), get(c.refused_malformed), get(c.refused_auth),
-                  get(c.handshake_timeouts), get(c.unauthenticated_cap_hits)};
+                  get(c.handshake_timeouts), get(c.unauthenticated_cap_hits),
+                  get(c.setup_errors)};
 }
 
 Result<Address> Net::listen(const Address& addr) {
