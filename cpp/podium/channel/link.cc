@@ -100,6 +100,11 @@ void Link::stop(std::string why) {
   hand_back(*core_, back, ChannelErrc::kCancelled, why + " before " + to_text_ + " acknowledged");
 }
 
+size_t Link::unacknowledged() {
+  std::lock_guard lock(mu_);
+  return queue_.size() + in_flight_locked();
+}
+
 void Link::failed_locked(std::string why) {
   close_locked();
   written_ = offset_ = 0;

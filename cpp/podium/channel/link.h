@@ -42,6 +42,8 @@ class Link : public std::enable_shared_from_this<Link> {
   // ("net stopped", "... has exited"). Idempotent.
   void stop(std::string why = "net stopped");
   virtual void reset_for_test() {}
+  // Envelopes sent or queued that the peer has not acknowledged yet. Thread-safe.
+  size_t unacknowledged();
   asio::io_context& io() const { return core_->io; }
 
  protected:
@@ -53,6 +55,8 @@ class Link : public std::enable_shared_from_this<Link> {
   virtual void close_locked() = 0;    // drop the connection, no callbacks
   // Moves out envelopes the transport holds beyond queue_ (stop()).
   virtual void take_in_flight_locked(std::vector<Outgoing>&) {}
+  // How many envelopes the transport holds beyond queue_ (unacknowledged()).
+  virtual size_t in_flight_locked() { return 0; }
 
   // The connection failed or broke: retry after the backoff if anything is queued.
   void failed_locked(std::string why);

@@ -181,6 +181,17 @@ size_t Net::link_count() const {
   return impl_->core->links.size();
 }
 
+size_t Net::unacknowledged(const Address& to) const {
+  std::shared_ptr<internal::Link> link;
+  {
+    std::lock_guard lock(impl_->core->mu);  // not held while the link's mutex is (lock order)
+    auto it = impl_->core->links.find(to);
+    if (it == impl_->core->links.end()) return 0;
+    link = it->second;
+  }
+  return link->unacknowledged();
+}
+
 void Net::reset_connections_for_test() {
   Core& core = *impl_->core;
   std::vector<std::shared_ptr<internal::Link>> links;

@@ -229,6 +229,10 @@ class Net {
   // How many peers this Net holds a link to (tests).
   size_t link_count() const;
 
+  // How many envelopes sent to `to` its peer has not acknowledged yet (0 without a link to
+  // it): a test polls it to know that the acks have arrived, instead of sleeping. Thread-safe.
+  size_t unacknowledged(const Address& to) const;
+
   // What this Net refused of its peers so far (CH-13..CH-15). Thread-safe.
   NetStats stats() const;
 
