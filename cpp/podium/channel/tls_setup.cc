@@ -86,7 +86,8 @@ TlsSetup::Status TlsSetup::want_input() {
 }
 
 TlsSetup::Status TlsSetup::input(int fd, size_t n) {
-  if (step_ == Step::kReady || step_ == Step::kFailed) return Status::kFailed;
+  if (step_ == Step::kReady) return Status::kReady;
+  if (step_ == Step::kFailed) return Status::kFailed;
   if (std::exchange(nothing_read_, false) && !dialler() && tls_ && n > 0 &&
       !looks_like_tls({read_into_, n})) {
     return fail(Failure::kTls, "refused: the peer does not speak TLS, and this listener "
