@@ -9,6 +9,7 @@
 #include <atomic>
 
 #include "podium/actor/signal.h"
+#include "podium/channel/test_util.h"
 
 namespace podium::actor {
 namespace {
@@ -61,18 +62,17 @@ TEST(Executor, SurplusRunnersRetire) {
     ex.handler_end();
   });
   ASSERT_TRUE(started.wait_for(2s));
-  auto deadline = std::chrono::steady_clock::now() + 2s;
-  while (ex.runner_count() < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(1ms);
-  }
-  ASSERT_GE(ex.runner_count(), 2u);
+  using channel::testing::eventually;
+  ASSERT_TRUE(eventually([&] { return ex.runner_count() >= 2; }, 2s)) << ex.runner_count();
   release.set();
   // Give runners work to notice they are surplus.
-  deadline = std::chrono::steady_clock::now() + 2s;
-  while (ex.runner_count() > 1 && std::chrono::steady_clock::now() < deadline) {
-    asio::post(io, [] {});
-    std::this_thread::sleep_for(1ms);
-  }
+  EXPECT_TRUE(eventually(
+      [&] {
+        if (ex.runner_count() <= 1) return true;
+        asio::post(io, [] {});
+        return false;
+      },
+      2s));
   EXPECT_EQ(ex.runner_count(), 1u);
   ex.stop();  // AC-3
 }

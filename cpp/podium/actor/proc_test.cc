@@ -16,11 +16,16 @@
 #include "podium/actor/future.h"
 #include "podium/actor/message.h"
 #include "podium/actor/signal.h"
+#include "podium/channel/test_util.h"
 
 namespace podium::actor {
 namespace {
 
 using namespace std::chrono_literals;
+using channel::testing::eventually;
+
+// Handlers inside "sleep" right now, across every TestActor.
+std::atomic<int> g_sleeping{0};
 
 // Replies to "echo" with its argument, to "count" with how many "note"s it saw (and checks
 // they arrived in order), sleeps on "sleep", fails on "fail", never replies to "mute".
@@ -39,7 +44,9 @@ class TestActor : public ActorBase {
     } else if (ep == "count") {
       cx.reply({Buffer::copy_of(std::to_string(out_of_order_ ? -1 : next_))});
     } else if (ep == "sleep") {
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(arg)));
+      ++g_sleeping;
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(arg)));  // the work
+      --g_sleeping;
       cx.reply({});
     } else if (ep == "fail") {
       return std::unexpected(make_error(BaseErrc::kInternal, "asked to fail"));
@@ -188,7 +195,7 @@ TEST_F(ProcTest, ASlowHandlerDoesNotDelayOtherActors) {  // AC-7
   auto slow = spawn(*b_, "slow");
   auto fast = spawn(*b_, "fast");
   auto sleeping = call(*a_, slow, "sleep", "1500");
-  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(eventually([] { return g_sleeping > 0; }, 5s)) << "the slow call never started";
   auto t0 = std::chrono::steady_clock::now();
   auto r = call(*a_, fast, "echo", "quick").get(5s);
   auto took = std::chrono::steady_clock::now() - t0;
@@ -453,14 +460,12 @@ struct Reports {
   std::mutex mu;
   std::vector<std::tuple<uint64_t, uint64_t, MeshFailure>> got;  // guarded by mu
   size_t wait(size_t n, std::chrono::milliseconds timeout) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      {
-        std::lock_guard lock(mu);
-        if (got.size() >= n) break;
-      }
-      std::this_thread::sleep_for(2ms);
-    }
+    (void)eventually(
+        [&] {
+          std::lock_guard lock(mu);
+          return got.size() >= n;
+        },
+        timeout);
     std::lock_guard lock(mu);
     return got.size();
   }
@@ -639,19 +644,18 @@ TEST_F(ProcTest, ProcDestroyedWhileAThreadHelpsWaitsForTheHelp) {
       (void)f.get(5s);
     }
   });
-  for (int i = 0; i < 5000 && !entered; ++i) std::this_thread::sleep_for(1ms);
-  ASSERT_TRUE(entered) << "the helper never ran the mailbox itself";
+  ASSERT_TRUE(eventually([&] { return entered.load(); }, 5s))
+      << "the helper never ran the mailbox itself";
   std::thread destroyer([&] {
     destroying = true;
     b_.reset();
     destroyed = true;
   });
-  for (int i = 0; i < 5000 && !destroying; ++i) std::this_thread::sleep_for(1ms);
-  // The proc must not end while the helper is inside its handler.
-  for (int i = 0; i < 100; ++i) {
-    ASSERT_FALSE(destroyed) << "the proc was destroyed while a thread drained its mailbox";
-    std::this_thread::sleep_for(1ms);
-  }
+  ASSERT_TRUE(eventually([&] { return destroying.load(); }, 5s));
+  // The proc must not end while the helper is inside its handler: nothing is there to wait
+  // for but the absence of an end, so the destroyer gets 100 ms to (wrongly) finish.
+  EXPECT_FALSE(eventually([&] { return destroyed.load(); }, 100ms))
+      << "the proc was destroyed while a thread drained its mailbox";
   release.set();
   destroyer.join();
   helper.join();

@@ -13,6 +13,10 @@
 //   challenge  "PDMA" 0x01 nonce_s[32]                     (listener -> dialler, 37 bytes)
 //   response   nonce_c[32] HMAC(secret, "podium-auth-1 dialler" nonce_s nonce_c)[32]
 //   verdict    0x01 HMAC(secret, "podium-auth-1 listener" nonce_c nonce_s)[32], or 0x00 x 33
+//
+// Threads: pure functions, callable from any thread. Errors are values: when OpenSSL gives no
+// random bytes or no HMAC, the function returns ChannelErrc::kAuthFailed saying which, and
+// the connection that needed it closes with that reason (counted in NetStats::setup_errors).
 #pragma once
 
 #include <array>
@@ -21,6 +25,8 @@
 #include <cstdint>
 #include <span>
 #include <string>
+
+#include "podium/base/error.h"
 
 namespace podium::channel::internal {
 
@@ -31,24 +37,26 @@ constexpr size_t kVerdictBytes = 33;
 // Raw bytes each side waits for at most this long before it drops the connection.
 constexpr auto kAuthTimeout = std::chrono::seconds(10);
 
-Nonce random_nonce();
+[[nodiscard]] Result<Nonce> random_nonce();
 
 std::array<uint8_t, kChallengeBytes> auth_challenge(const Nonce& server_nonce);
 // False when `bytes` is not a podium challenge.
 bool parse_challenge(std::span<const uint8_t> bytes, Nonce& server_nonce);
 
-std::array<uint8_t, kResponseBytes> auth_response(const std::string& secret,
-                                                  const Nonce& server_nonce,
-                                                  const Nonce& client_nonce);
+using Response = std::array<uint8_t, kResponseBytes>;
+[[nodiscard]] Result<Response> auth_response(const std::string& secret, const Nonce& server_nonce,
+                                             const Nonce& client_nonce);
 // True when `bytes` proves the secret for this challenge; sets the dialler's nonce.
-bool verify_response(const std::string& secret, const Nonce& server_nonce,
-                     std::span<const uint8_t> bytes, Nonce& client_nonce);
+[[nodiscard]] Result<bool> verify_response(const std::string& secret, const Nonce& server_nonce,
+                                           std::span<const uint8_t> bytes, Nonce& client_nonce);
 
-std::array<uint8_t, kVerdictBytes> auth_verdict(bool accepted, const std::string& secret,
+using VerdictBytes = std::array<uint8_t, kVerdictBytes>;
+[[nodiscard]] Result<VerdictBytes> auth_verdict(bool accepted, const std::string& secret,
                                                 const Nonce& client_nonce,
                                                 const Nonce& server_nonce);
 enum class Verdict : uint8_t { kAccepted, kRefused, kForged };
-Verdict check_verdict(const std::string& secret, const Nonce& client_nonce,
-                      const Nonce& server_nonce, std::span<const uint8_t> bytes);
+[[nodiscard]] Result<Verdict> check_verdict(const std::string& secret, const Nonce& client_nonce,
+                                            const Nonce& server_nonce,
+                                            std::span<const uint8_t> bytes);
 
 }  // namespace podium::channel::internal

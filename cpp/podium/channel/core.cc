@@ -29,6 +29,7 @@ void Core::count(Refusal r) {
     case Refusal::kMalformed: return bump(counters.refused_malformed);
     case Refusal::kAuth: return bump(counters.refused_auth);
     case Refusal::kTimeout: return bump(counters.handshake_timeouts);
+    case Refusal::kLocal: return bump(counters.setup_errors);
   }
 }
 

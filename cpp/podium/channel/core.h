@@ -144,12 +144,14 @@ struct Core {
   // kind of warning a flood of bad peers could repeat (BL-2).
   struct Counters {
     std::atomic<uint64_t> refused_oversize{0}, refused_malformed{0}, refused_auth{0},
-        handshake_timeouts{0}, unauthenticated_cap_hits{0};
+        handshake_timeouts{0}, unauthenticated_cap_hits{0}, setup_errors{0};
   } counters;
-  enum class Refusal : uint8_t { kNone, kOversize, kMalformed, kAuth, kTimeout };
+  // kLocal is not the peer's doing: this process could not run its side of the setup
+  // (CH-18), counted in setup_errors.
+  enum class Refusal : uint8_t { kNone, kOversize, kMalformed, kAuth, kTimeout, kLocal };
   void count(Refusal r);
   base::RateLimitedLog& warnings(Refusal r) { return warn_limits[static_cast<size_t>(r)]; }
-  base::RateLimitedLog warn_limits[5];
+  base::RateLimitedLog warn_limits[6];
   base::RateLimitedLog cap_warnings;     // CH-14
   base::RateLimitedLog accept_warnings;  // accept errors (EMFILE)
   base::RateLimitedLog link_warnings;    // a dialler's bad frames from a listener

@@ -236,7 +236,10 @@ TEST(ChannelFault, StreamSurvivesConnectionsShutDownMidFrame) {  // CH-1, CH-2
   done = true;
   killer.join();
   ASSERT_TRUE(all) << receiver.count() << " arrived";
-  std::this_thread::sleep_for(50ms);
+  // Once all is acknowledged nothing is resent; once the receiver has stopped, nothing more
+  // is delivered: a late duplicate would have shown up as an order error or in the count.
+  EXPECT_TRUE(eventually([&] { return tx.unacknowledged(front) == 0; }, 10s));
+  rx.stop();
   EXPECT_EQ(receiver.count(), kCount);
   EXPECT_EQ(receiver.error(), "");
   EXPECT_EQ(returns.size(), 0u);
@@ -296,7 +299,8 @@ TEST(ChannelFault, StreamBetweenTwoProcesses) {  // CH-1, CH-2 across fork()
   Net tx(io.io(), test_config(), nullptr, returns.fn());
   for (uint64_t i = 0; i < kCount; ++i) tx.send(addr, numbered(i, 10000));
   EXPECT_EQ(read_byte(up[0], 60s), 'k');
-  std::this_thread::sleep_for(50ms);  // the last acks
+  // The last acks are on their way: stop() hands back what they have not reached.
+  EXPECT_TRUE(eventually([&] { return tx.unacknowledged(addr) == 0; }, 10s));
   tx.stop();
   EXPECT_EQ(returns.size(), 0u);
   (void)!::write(down[1], "x", 1);

@@ -7,9 +7,6 @@
 #include <unistd.h>
 
 #include <asio/post.hpp>
-#include <asio/read.hpp>
-#include <asio/write.hpp>
-#include <cstring>
 
 namespace podium::channel::internal {
 namespace {
@@ -77,238 +74,67 @@ void Inbound::start() {
   auth_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
     if (!ec) self->on_handshake_timeout();
   });
-  if (transport_ == Transport::kTcp && core_->tls_enabled()) {
-    start_tls_locked();
-  } else if (transport_ == Transport::kTcp && !core_->config.secret.empty()) {
-    start_auth_locked();
+  if (transport_ == Transport::kTcp &&
+      (core_->tls_enabled() || !core_->config.secret.empty())) {
+    start_setup_locked();
   } else {
     arm_read_locked(ReadFor::kFrames);
   }
 }
 
-void Inbound::start_auth_locked() {
-  try {
-    server_nonce_ = random_nonce();
-  } catch (const std::exception& e) {
-    close_locked(std::string("authentication: ") + e.what(), R::kAuth);
-    return;
+// ---- Inbound: the setup (CH-8, CH-9; the state machine is tls_setup.cc's) ----
+
+void Inbound::start_setup_locked() {
+  if (core_->tls_enabled()) {
+    if (!core_->tls) {
+      close_locked("refused: " + core_->tls_error, R::kAuth);
+      return;
+    }
+    auto session = TlsSession::make(*core_->tls, TlsSession::Role::kListener);
+    if (!session) {
+      close_locked("refused: " + session.error().message, R::kAuth);
+      return;
+    }
+    tls_ = std::move(*session);
   }
-  challenge_ = auth_challenge(server_nonce_);
-  // The challenge is small enough to go out at once; the response is read as one block.
-  asio::async_write(socket_, asio::buffer(challenge_),
-                    [self = shared_from_this()](const std::error_code& ec, size_t) {
-                      if (ec) self->close("authentication: write: " + ec.message(), R::kNone);
-                    });
-  asio::async_read(socket_, asio::buffer(response_),
-                   [self = shared_from_this()](const std::error_code& ec, size_t) {
-                     self->on_auth_response(ec);
-                   });
+  setup_.emplace(TlsSetup::Role::kListener, tls_.get(), core_->config.secret, peer_);
+  after_setup_locked(setup_->start(socket_.native_handle()));
 }
 
-void Inbound::on_auth_response(const std::error_code& ec) {
+void Inbound::on_setup_input(const std::error_code& ec, size_t n) {
   std::lock_guard lock(mu_);
-  if (closed_) return;
-  if (ec) {
-    close_locked("authentication: the peer left before answering (" + ec.message() + ")",
-                 R::kAuth);
-    return;
-  }
-  Nonce client_nonce{};
-  bool ok = false;
-  try {
-    ok = verify_response(core_->config.secret, server_nonce_, response_, client_nonce);
-    verdict_ = auth_verdict(ok, core_->config.secret, client_nonce, server_nonce_);
-  } catch (const std::exception& e) {
-    close_locked(std::string("authentication: ") + e.what(), R::kAuth);
-    return;
-  }
-  authenticated_ = ok;
-  if (!ok) {
-    // Tell the dialler why (best effort, the socket is non-blocking and empty), then go.
-    std::error_code wec;
-    asio::write(socket_, asio::buffer(verdict_), wec);
-    close_locked(looks_like_tls(std::as_bytes(std::span(response_)))
-                     ? "refused: the peer speaks TLS, and this listener has no TLS configured"
-                     : "refused: authentication failed (wrong or missing secret)",
-                 R::kAuth);
-    return;
-  }
-  asio::async_write(socket_, asio::buffer(verdict_),
-                    [self = shared_from_this()](const std::error_code& ec, size_t) {
-                      if (ec) self->close("authentication: write: " + ec.message(), R::kNone);
-                    });
-  arm_read_locked(ReadFor::kFrames);
-}
-
-// ---- Inbound: TLS setup (CH-9) ----
-
-void Inbound::start_tls_locked() {
-  if (!core_->tls) {
-    close_locked("refused: " + core_->tls_error, R::kAuth);
-    return;
-  }
-  auto session = TlsSession::make(*core_->tls, TlsSession::Role::kListener);
-  if (!session) {
-    close_locked("refused: " + session.error().message, R::kAuth);
-    return;
-  }
-  tls_ = std::move(*session);
-  // The greeting goes out before anything is read: a plaintext dialler with a secret waits
-  // for a challenge, and learns from the greeting that this listener requires TLS. A fresh
-  // socket's buffer takes it whole.
-  auto greeting = tls_greeting();
-  iovec v{greeting.data(), greeting.size()};
-  if (ssize_t n = send_iov(socket_.native_handle(), &v, 1); n != ssize_t(greeting.size())) {
-    close_locked(n < 0 ? errno_error("TLS: write", int(-n)).message
-                       : std::string("TLS: the greeting did not fit the socket buffer"),
-                 R::kNone);
-    return;
-  }
-  arm_read_locked(ReadFor::kSetup);
-}
-
-void Inbound::on_tls_input(const std::error_code& ec, size_t n) {
-  std::lock_guard lock(mu_);
-  if (closed_) return;
+  if (closed_ || !setup_) return;
   if (ec) {
     if (ec == asio::error::operation_aborted) return;
-    bool silent = std::exchange(first_read_, false);
-    close_locked(ec != asio::error::eof ? "refused: TLS: read: " + ec.message()
-                 : silent ? "refused: the peer closed the connection before the TLS handshake "
-                            "(a podium process without TLS? this listener requires it)"
-                 : tls_step_ == TlsStep::kResponse
-                     ? "refused: the peer closed the connection instead of answering the "
-                       "authentication challenge (it holds no secret?)"
-                     : "refused: the peer closed the connection during the TLS handshake",
-                 R::kAuth);
+    after_setup_locked(setup_->read_failed(ec == asio::error::eof, ec.message()));
     return;
   }
-  if (std::exchange(first_read_, false) && !looks_like_tls({read_into_, n})) {
-    close_locked("refused: the peer does not speak TLS, and this listener requires it", R::kAuth);
+  after_setup_locked(setup_->input(socket_.native_handle(), n));
+}
+
+void Inbound::after_setup_locked(TlsSetup::Status status) {
+  if (status == TlsSetup::Status::kFailed) {
+    using F = TlsSetup::Failure;
+    F kind = setup_->failure();
+    std::string why = setup_->why();
+    setup_.reset();
+    close_locked(why, kind == F::kWrite ? R::kNone : kind == F::kLocal ? R::kLocal : R::kAuth);
     return;
   }
-  tls_->commit_input(n);
-  advance_tls_locked();
-}
-
-void Inbound::advance_tls_locked() {
-  const std::string& secret = core_->config.secret;
-  for (;;) {
-    switch (tls_step_) {
-      case TlsStep::kReady:
-        return;
-      case TlsStep::kHandshake: {
-        auto step = tls_->handshake();
-        if (step == TlsSession::Step::kFailed) {
-          // The alert that tells the dialler why goes first, best effort.
-          (void)tls_->flush(socket_.native_handle());
-          close_locked("refused: TLS handshake failed: " + tls_->error(), R::kAuth);
-          return;
-        }
-        if (!send_tls_locked()) return;
-        if (step == TlsSession::Step::kWantInput) {
-          arm_read_locked(ReadFor::kSetup);
-          return;
-        }
-        // Accepted: confirm, and challenge when this Net holds a secret (CH-8 inside TLS).
-        std::array<uint8_t, 1 + kChallengeBytes> out{};
-        size_t len = 1;
-        out[0] = secret.empty() ? kTlsConfirm : kTlsConfirmChallenge;
-        if (!secret.empty()) {
-          try {
-            server_nonce_ = random_nonce();
-          } catch (const std::exception& e) {
-            close_locked(std::string("authentication: ") + e.what(), R::kAuth);
-            return;
-          }
-          challenge_ = auth_challenge(server_nonce_);
-          std::memcpy(out.data() + 1, challenge_.data(), challenge_.size());
-          len += challenge_.size();
-        }
-        if (!write_tls_locked(out.data(), len)) return;
-        if (secret.empty()) {
-          tls_ready_locked();
-          return;
-        }
-        tls_step_ = TlsStep::kResponse;
-        setup_in_.clear();
-        break;
-      }
-      case TlsStep::kResponse: {
-        if (!take_tls_locked(kResponseBytes)) return;
-        Nonce client_nonce{};
-        bool ok = false;
-        try {
-          ok = verify_response(secret, server_nonce_, setup_in_, client_nonce);
-          verdict_ = auth_verdict(ok, secret, client_nonce, server_nonce_);
-        } catch (const std::exception& e) {
-          close_locked(std::string("authentication: ") + e.what(), R::kAuth);
-          return;
-        }
-        if (!write_tls_locked(verdict_.data(), verdict_.size())) return;
-        if (!ok) {
-          close_locked("refused: authentication failed (wrong or missing secret)", R::kAuth);
-          return;
-        }
-        tls_ready_locked();
-        return;
-      }
-    }
-  }
-}
-
-bool Inbound::take_tls_locked(size_t need) {
-  size_t have = setup_in_.size();
-  if (have >= need) return true;
-  setup_in_.resize(need);
-  auto r = tls_->read(std::as_writable_bytes(std::span(setup_in_).subspan(have)));
-  setup_in_.resize(have + r.n);
-  if (r.failed) {
-    close_locked("refused: TLS: " + tls_->error(), R::kAuth);
-    return false;
-  }
-  if (r.closed) {
-    close_locked("the peer closed the TLS stream during the setup", R::kAuth);
-    return false;
-  }
-  if (setup_in_.size() < need) {
-    arm_read_locked(ReadFor::kSetup);
-    return false;
-  }
-  return true;
-}
-
-bool Inbound::write_tls_locked(const uint8_t* data, size_t n) {
-  iovec v{const_cast<uint8_t*>(data), n};
-  ssize_t w = tls_->write(socket_.native_handle(), &v, 1);
-  if (w != ssize_t(n)) {
-    close_locked(w == -EPROTO ? "TLS: " + tls_->error()
-                 : w < 0      ? errno_error("TLS: write", int(-w)).message
-                              : std::string("TLS: the setup did not fit the output buffer"),
-                 R::kNone);
-    return false;
-  }
-  return send_tls_locked();
-}
-
-bool Inbound::send_tls_locked() {
-  if (int rc = tls_->flush(socket_.native_handle()); rc < 0) {
-    close_locked(errno_error("TLS: write", -rc).message, R::kNone);
-    return false;
-  }
-  if (tls_->output_pending() && !write_waiting_) {
+  // Ciphertext the socket did not take: on_writable() flushes it.
+  if (tls_ && tls_->output_pending() && !write_waiting_) {
     write_waiting_ = true;
     socket_.async_wait(Socket::wait_write, [self = shared_from_this()](const std::error_code& ec) {
       self->on_writable(ec);
     });
   }
-  return true;
-}
-
-void Inbound::tls_ready_locked() {
+  if (status == TlsSetup::Status::kWantInput) {
+    arm_read_locked(ReadFor::kSetup);
+    return;
+  }
+  setup_.reset();
   authenticated_ = true;
-  tls_step_ = TlsStep::kReady;
-  if (tls_->input_buffered()) {
+  if (tls_ && tls_->input_buffered()) {
     // Bytes that came with the end of the setup: decode them before reading more.
     asio::post(core_->io, [self = shared_from_this()] { self->on_read({}, 0); });
   } else {
@@ -320,7 +146,7 @@ void Inbound::on_handshake_timeout() {
   std::lock_guard lock(mu_);
   if (closed_ || session_) return;
   auto ms = std::to_string(core_->config.handshake_timeout.count()) + " ms";
-  close_locked(tls_ && tls_step_ == TlsStep::kHandshake
+  close_locked(setup_ && setup_->in_tls_handshake()
                    ? "refused: the TLS setup did not finish within " + ms
                : !authenticated_ && transport_ == Transport::kTcp &&
                        !core_->config.secret.empty()
@@ -380,23 +206,22 @@ void Inbound::close_locked(const std::string& why, Core::Refusal refusal) {
   }
 }
 
-// One socket read, the only place a read is armed (D11): into the TLS session's input when
-// TLS is on, else into the frame decoder; its completion goes to the TLS setup or to on_read.
+// One socket read, the only place a read is armed (D11): where the setup says while it runs
+// (tls_setup.h), then into the TLS session's input when TLS is on, else into the frame
+// decoder; its completion goes to the setup or to on_read.
 void Inbound::arm_read_locked(ReadFor what) {
-  auto into = tls_ ? tls_->input_space() : decoder_.prepare();
-  if (into.empty()) {
-    if (what == ReadFor::kSetup) {  // the peer sent more than the setup consumes
-      close_locked("refused: protocol error: unexpected data during the TLS setup", R::kAuth);
-    } else {  // a TLS input ring that a partial record cannot fill
-      close_locked("TLS: protocol error: input buffer full", R::kMalformed);
-    }
+  auto into = what == ReadFor::kSetup ? setup_->input_space()
+              : tls_                  ? tls_->input_space()
+                                      : decoder_.prepare();
+  if (into.empty()) {  // a TLS input ring that a partial record cannot fill
+    close_locked("TLS: protocol error: input buffer full", R::kMalformed);
     return;
   }
   read_into_ = into.data();
   socket_.async_read_some(asio::buffer(into.data(), into.size()),
                           [self = shared_from_this(), what](const std::error_code& ec, size_t n) {
                             if (what == ReadFor::kSetup) {
-                              self->on_tls_input(ec, n);
+                              self->on_setup_input(ec, n);
                             } else {
                               self->on_read(ec, n);
                             }

@@ -26,6 +26,7 @@
 #include "podium/channel/core.h"
 #include "podium/channel/socket_util.h"
 #include "podium/channel/tls.h"
+#include "podium/channel/tls_setup.h"
 #include "podium/wire/frame.h"
 #include "podium/wire/message.h"
 
@@ -75,20 +76,10 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   // Decodes and delivers the frames in decoder_ (the caller entered the gate); false when
   // the connection closed.
   bool deliver_frames(BatchEnd& batch, std::unique_lock<std::mutex>& delivering);
-  // CH-8: challenge, read the response, answer with the verdict; frames only after.
-  void start_auth_locked();
-  void on_auth_response(const std::error_code& ec);
-  // CH-9: greet, complete the handshake, confirm, then (with a secret) the CH-8 exchange
-  // inside TLS; frames only after.
-  void start_tls_locked();
-  void on_tls_input(const std::error_code& ec, size_t n);
-  void advance_tls_locked();  // runs the setup as far as the input received allows
-  // Reads plaintext of the current setup step into setup_in_: true once it holds `need`
-  // bytes; false when it must wait for input (a read is then pending) or it closed.
-  bool take_tls_locked(size_t need);
-  bool write_tls_locked(const uint8_t* data, size_t n);  // false when it closed
-  bool send_tls_locked();  // sends TLS output; false when it closed
-  void tls_ready_locked();
+  // CH-8, CH-9: the setup (tls_setup.h) runs before the first frame; these feed it.
+  void start_setup_locked();
+  void on_setup_input(const std::error_code& ec, size_t n);
+  void after_setup_locked(TlsSetup::Status status);
   bool accept_hello(const wire::Hello& hello);
   void ack_locked();    // queues an Ack when the session delivered past acked_
   void write_locked();  // writes out_ from out_off_
@@ -115,11 +106,6 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   bool ack_armed_ = false;
   Clock::time_point unacked_since_{};  // first delivery after the last Ack; {} when none
   const Transport transport_;
-  // CH-8, read chain and mu_: the challenge's nonce, the bytes exchanged, the deadline.
-  Nonce server_nonce_{};
-  std::array<uint8_t, kChallengeBytes> challenge_{};
-  std::array<uint8_t, kResponseBytes> response_{};
-  std::array<uint8_t, kVerdictBytes> verdict_{};
   // CH-13: armed by start(), cancelled once Hello is accepted; bounds the CH-9 setup, the
   // CH-8 exchange and the Hello together.
   base::Timer auth_timer_;
@@ -127,12 +113,10 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   // CH-14: the listener's count of connections mid-handshake; null once released.
   std::shared_ptr<std::atomic<uint32_t>> unauthenticated_;
   // CH-9. tls_ is set by start() under mu_ before the first read and never changes after;
-  // the session has its own mutex, so the read chain decrypts without mu_. The rest: the
-  // read chain, under mu_ during the setup.
+  // the session has its own mutex, so the read chain decrypts without mu_.
   std::unique_ptr<TlsSession> tls_;
-  enum class TlsStep : uint8_t { kHandshake, kResponse, kReady };
-  TlsStep tls_step_ = TlsStep::kHandshake;
-  std::vector<uint8_t> setup_in_;  // plaintext of the current setup step received so far
+  // CH-8, CH-9: the connection's setup while it runs (read chain, under mu_); drives tls_.
+  std::optional<TlsSetup> setup_;
   // Read chain: where the pending read lands, and whether anything was read yet (to tell a
   // TLS peer from a plaintext one by its first bytes).
   const std::byte* read_into_ = nullptr;

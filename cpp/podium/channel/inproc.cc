@@ -147,6 +147,15 @@ void InprocLink::take_in_flight_locked(std::vector<Outgoing>& out) {
   returned_.clear();
 }
 
+size_t InprocLink::in_flight_locked() {
+  size_t n = returned_.size();
+  if (pipe_) {
+    std::lock_guard lock(pipe_->mu);
+    n += pipe_->queue.size();
+  }
+  return n;
+}
+
 void InprocLink::on_pipe_closed(const std::shared_ptr<Pipe>& pipe) {
   Gate::Scope gate(core_->gate);
   if (!gate) return;  // stopping: stop() hands back pipe_ and returned_

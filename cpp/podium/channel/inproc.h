@@ -67,6 +67,7 @@ class InprocLink final : public Link {
   void push_locked() override;
   void close_locked() override {}
   void take_in_flight_locked(std::vector<Outgoing>& out) override;
+  size_t in_flight_locked() override;
   // Closes `p` and moves what it still holds to returned_.
   void reclaim_locked(Pipe& p);
 

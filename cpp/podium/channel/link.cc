@@ -8,8 +8,6 @@
 #include <random>
 
 #include <asio/post.hpp>
-#include <asio/read.hpp>
-#include <asio/write.hpp>
 
 #include "podium/wire/message.h"
 
@@ -100,6 +98,11 @@ void Link::stop(std::string why) {
     written_ = offset_ = 0;
   }
   hand_back(*core_, back, ChannelErrc::kCancelled, why + " before " + to_text_ + " acknowledged");
+}
+
+size_t Link::unacknowledged() {
+  std::lock_guard lock(mu_);
+  return queue_.size() + in_flight_locked();
 }
 
 void Link::failed_locked(std::string why) {
@@ -288,74 +291,9 @@ void SocketLink::on_connected(uint64_t gen, const std::error_code& ec) {
                                      : "authentication: no challenge or verdict from the peer "
                                        "within 10 s (is it a podium listener with a secret?)");
     });
-    if (tls) {
-      start_tls_locked();
-    } else {
-      asio::async_read(socket_, asio::buffer(challenge_),
-                       [self = std::static_pointer_cast<SocketLink>(shared_from_this()), gen](
-                           const std::error_code& ec, size_t) { self->on_auth_challenge(gen, ec); });
-    }
+    start_setup_locked();
     return;
   }
-  start_session_locked();
-}
-
-void SocketLink::on_auth_challenge(uint64_t gen, const std::error_code& ec) {
-  std::lock_guard lock(mu_);
-  if (gen != gen_ || state_ != State::kConnected || !authenticating_) return;
-  if (ec) {
-    failed_locked("authentication: " + (ec == asio::error::eof ? std::string("connection closed by peer")
-                                                              : ec.message()));
-    return;
-  }
-  if (!parse_challenge(challenge_, server_nonce_)) {
-    if (classify_greeting(challenge_) == Greeting::kTls) {
-      refused_locked(ChannelErrc::kTlsFailed, needs_tls_message());
-    } else {
-      auth_failed_locked("the peer at " + to_text_ + " did not send a podium challenge");
-    }
-    return;
-  }
-  try {
-    client_nonce_ = random_nonce();
-    response_ = auth_response(core_->config.secret, server_nonce_, client_nonce_);
-  } catch (const std::exception& e) {
-    failed_locked(std::string("authentication: ") + e.what());
-    return;
-  }
-  auto self = std::static_pointer_cast<SocketLink>(shared_from_this());
-  asio::async_write(socket_, asio::buffer(response_), [self, gen](const std::error_code& ec, size_t) {
-    if (!ec) return;
-    std::lock_guard lock(self->mu_);
-    if (gen == self->gen_ && self->state_ == State::kConnected) {
-      self->failed_locked("authentication: write: " + ec.message());
-    }
-  });
-  asio::async_read(socket_, asio::buffer(verdict_), [self, gen](const std::error_code& ec, size_t) {
-    self->on_auth_verdict(gen, ec);
-  });
-}
-
-void SocketLink::on_auth_verdict(uint64_t gen, const std::error_code& ec) {
-  std::unique_lock lock(mu_);
-  if (gen != gen_ || state_ != State::kConnected || !authenticating_) return;
-  if (ec) {
-    // A listener that refuses writes its verdict and closes; a short read is a refusal too.
-    auth_failed_locked("the peer at " + to_text_ +
-                       " closed the connection during authentication (wrong or missing secret?)");
-    return;
-  }
-  Verdict v = check_verdict(core_->config.secret, client_nonce_, server_nonce_, verdict_);
-  if (v == Verdict::kRefused) {
-    auth_failed_locked("the peer at " + to_text_ + " refused our secret (PODIUM_SECRET differs)");
-    return;
-  }
-  if (v == Verdict::kForged) {
-    auth_failed_locked("the peer at " + to_text_ + " could not prove that it holds the secret");
-    return;
-  }
-  authenticating_ = false;
-  auth_timer_.cancel();
   start_session_locked();
 }
 
@@ -376,13 +314,7 @@ void SocketLink::refused_locked(ChannelErrc code, const std::string& why) {
   });
 }
 
-std::string SocketLink::needs_tls_message() const {
-  return "the peer at " + to_text_ +
-         " requires TLS, and this process has no TLS configured (set PODIUM_TLS_CERT, "
-         "PODIUM_TLS_KEY and PODIUM_TLS_CA)";
-}
-
-// The TLS setup (CH-9) of SocketLink is in link_tls.cc.
+// The setup (CH-8, CH-9) of SocketLink is in link_tls.cc.
 
 void SocketLink::start_session_locked() {
   first_read_ = true;
@@ -423,6 +355,7 @@ void SocketLink::close_locked() {
   std::error_code ec;
   resolver_.cancel();
   socket_.close(ec);  // no read lands in tls_'s input ring after this
+  setup_.reset();     // before the session it drives
   tls_.reset();
   endpoints_.clear();
   write_waiting_ = false;
@@ -470,13 +403,11 @@ void SocketLink::on_read(uint64_t gen, const std::error_code& ec, size_t n) {
   if (std::exchange(first_read_, false) && n >= 4 && read_into_) {
     if (std::memcmp(read_into_, "PDMA", 4) == 0) {
       // A listener that authenticates (CH-8) greets with a challenge; we hold no secret.
-      auth_failed_locked("the peer at " + to_text_ +
-                         " requires authentication, and this process has no secret (set "
-                         "PODIUM_SECRET or PODIUM_SECRET_FILE)");
+      auth_failed_locked(secret_required_message(to_text_));
       return;
     }
     if (std::memcmp(read_into_, "PDMT", 4) == 0) {  // a TLS listener's greeting (CH-9)
-      refused_locked(ChannelErrc::kTlsFailed, needs_tls_message());
+      refused_locked(ChannelErrc::kTlsFailed, tls_required_message(to_text_));
       return;
     }
   }

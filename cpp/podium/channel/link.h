@@ -16,6 +16,7 @@
 #include <asio/ip/tcp.hpp>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "podium/channel/core.h"
 #include "podium/channel/socket_util.h"
 #include "podium/channel/tls.h"
+#include "podium/channel/tls_setup.h"
 #include "podium/wire/frame.h"
 
 namespace podium::channel::internal {
@@ -40,6 +42,8 @@ class Link : public std::enable_shared_from_this<Link> {
   // ("net stopped", "... has exited"). Idempotent.
   void stop(std::string why = "net stopped");
   virtual void reset_for_test() {}
+  // Envelopes sent or queued that the peer has not acknowledged yet. Thread-safe.
+  size_t unacknowledged();
   asio::io_context& io() const { return core_->io; }
 
  protected:
@@ -51,6 +55,8 @@ class Link : public std::enable_shared_from_this<Link> {
   virtual void close_locked() = 0;    // drop the connection, no callbacks
   // Moves out envelopes the transport holds beyond queue_ (stop()).
   virtual void take_in_flight_locked(std::vector<Outgoing>&) {}
+  // How many envelopes the transport holds beyond queue_ (unacknowledged()).
+  virtual size_t in_flight_locked() { return 0; }
 
   // The connection failed or broke: retry after the backoff if anything is queued.
   void failed_locked(std::string why);
@@ -120,25 +126,14 @@ class SocketLink final : public Link {
   void on_writable(uint64_t gen, const std::error_code& ec);
   // After connect: the Hello, then frames (a new session) or HelloAck first (resumed).
   void start_session_locked();
-  // CH-8: read the challenge, answer, read the verdict; start_session_locked() on success.
-  void on_auth_challenge(uint64_t gen, const std::error_code& ec);
-  void on_auth_verdict(uint64_t gen, const std::error_code& ec);
-  // CH-9: send the ClientHello, read the listener's greeting, finish the handshake, read the
-  // listener's confirmation, then (with a secret) the CH-8 exchange inside TLS.
-  void start_tls_locked();
-  void on_tls_greeting(uint64_t gen, const std::error_code& ec);
-  void on_tls_input(uint64_t gen, const std::error_code& ec, size_t n);
-  void advance_tls_locked();  // runs the setup as far as the input received allows
-  // Reads plaintext of the current setup step into setup_in_: true once it holds `need`
-  // bytes; false when it must wait for input (a read is then pending) or the link failed.
-  bool take_tls_locked(size_t need);
-  void read_tls_locked();   // one socket read into the TLS session's input
-  bool send_tls_locked();   // sends TLS output; false when the link failed
-  void tls_ready_locked();  // the setup is done: the session starts
+  // CH-8, CH-9: the setup (tls_setup.h) runs before the Hello; these feed it (link_tls.cc).
+  void start_setup_locked();
+  void on_setup_input(uint64_t gen, const std::error_code& ec, size_t n);
+  void after_setup_locked(TlsSetup::Status status);
+  bool send_tls_locked();  // sends TLS output; false when the link failed
   // The peer refused us (or we it): everything queued goes back now with `code`.
   void refused_locked(ChannelErrc code, const std::string& why);
   void auth_failed_locked(const std::string& why);  // kAuthFailed, "authentication failed: "
-  std::string needs_tls_message() const;  // a TLS listener, and this Net has no TLS
   // Decodes the HelloAck/Acks in decoder_; false when the link failed.
   bool take_acks_locked();
   // Writes queued bytes until done or the socket is full (then waits for writability).
@@ -157,17 +152,10 @@ class SocketLink final : public Link {
   bool resumed_ = false;  // the session had a connection before this one
   bool holding_ = false;  // a resumed session writes no Data until HelloAck says where to go on
   bool write_waiting_ = false;  // an async_wait(write) is pending
-  bool authenticating_ = false;  // CH-8 in progress: nothing may be written but its bytes
-  Nonce server_nonce_{}, client_nonce_{};
-  std::array<uint8_t, kChallengeBytes> challenge_{};
-  std::array<uint8_t, kResponseBytes> response_{};
-  std::array<uint8_t, kVerdictBytes> verdict_{};
-  base::Timer auth_timer_;  // bounds the CH-8 exchange, and the CH-9 setup
-  enum class TlsStep : uint8_t { kGreeting, kHandshake, kConfirm, kChallenge, kVerdict, kReady };
+  bool authenticating_ = false;  // CH-8, CH-9 in progress: nothing may be written but its bytes
+  base::Timer auth_timer_;  // bounds the setup
   std::unique_ptr<TlsSession> tls_;  // this connection's TLS (CH-9); null in plaintext
-  TlsStep tls_step_ = TlsStep::kGreeting;
-  std::array<uint8_t, kGreetingBytes> greeting_{};
-  std::vector<uint8_t> setup_in_;  // plaintext of the current setup step received so far
+  std::optional<TlsSetup> setup_;    // the connection's setup while it runs; drives tls_
   wire::FrameDecoder decoder_;  // HelloAck/Ack from the peer
   const std::byte* read_into_ = nullptr;  // where the pending read lands
   bool first_read_ = false;               // no byte read yet on this connection

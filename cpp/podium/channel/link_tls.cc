@@ -1,222 +1,82 @@
-// SocketLink's TLS setup (CH-9), the dialler's side: send the ClientHello, read the
-// listener's greeting, finish the handshake, read its confirmation, then (with a secret) the
-// challenge and verdict of CH-8 inside TLS. The listener's side is Inbound's (inbound.cc).
+// SocketLink's setup, the dialler's side of CH-8 and CH-9: it makes the connection's TLS
+// session (with TLS on), hands the bytes it reads to its TlsSetup (tls_setup.h, the state
+// machine both ends share) and acts on the outcome: the session starts, or the link refuses
+// its queue (the peer refused us, or we it) or retries (the connection broke).
 //
 // Threads: as SocketLink (link.h): every function here runs with mu_ held, on an io_context
 // thread or inside on_connected().
-// Invariants: CH-8, CH-9 (net.h).
 #include <spdlog/spdlog.h>
-
-#include <asio/read.hpp>
 
 #include "podium/channel/link.h"
 
 namespace podium::channel::internal {
 
-// ---- SocketLink: TLS setup (CH-9) ----
-
-void SocketLink::start_tls_locked() {
-  if (!core_->tls) {
-    refused_locked(ChannelErrc::kTlsFailed, "TLS to " + to_text_ + ": " + core_->tls_error);
-    return;
-  }
-  auto session = TlsSession::make(*core_->tls, TlsSession::Role::kDialler);
-  if (!session) {
-    refused_locked(ChannelErrc::kTlsFailed, session.error().message);
-    return;
-  }
-  tls_ = std::move(*session);
-  tls_step_ = TlsStep::kGreeting;
-  setup_in_.clear();
-  // The ClientHello goes out before the greeting is read: a plaintext listener without a
-  // secret says nothing until the dialler has spoken.
-  if (tls_->handshake() == TlsSession::Step::kFailed) {
-    refused_locked(ChannelErrc::kTlsFailed, "TLS to " + to_text_ + ": " + tls_->error());
-    return;
-  }
-  if (!send_tls_locked()) return;
-  asio::async_read(socket_, asio::buffer(greeting_),
-                   [self = std::static_pointer_cast<SocketLink>(shared_from_this()), gen = gen_](
-                       const std::error_code& ec, size_t) { self->on_tls_greeting(gen, ec); });
-}
-
-void SocketLink::on_tls_greeting(uint64_t gen, const std::error_code& ec) {
-  std::lock_guard lock(mu_);
-  if (gen != gen_ || state_ != State::kConnected || !tls_ || tls_step_ != TlsStep::kGreeting) {
-    return;
-  }
-  if (ec) {
-    failed_locked(ec == asio::error::eof ? "TLS: connection closed by peer before its greeting"
-                                         : "TLS: read: " + ec.message());
-    return;
-  }
-  switch (classify_greeting(greeting_)) {
-    case Greeting::kTls:
-      break;
-    case Greeting::kChallenge:
-    case Greeting::kPlaintextNotice:
-      refused_locked(ChannelErrc::kTlsFailed,
-                     "the peer at " + to_text_ +
-                         " does not use TLS, and this process requires it (set the same "
-                         "PODIUM_TLS_* on both)");
+void SocketLink::start_setup_locked() {
+  if (core_->tls_enabled()) {
+    if (!core_->tls) {
+      refused_locked(ChannelErrc::kTlsFailed, "TLS to " + to_text_ + ": " + core_->tls_error);
       return;
-    case Greeting::kUnknown:
-      refused_locked(ChannelErrc::kTlsFailed,
-                     "the peer at " + to_text_ + " did not greet as a podium TLS listener");
+    }
+    auto session = TlsSession::make(*core_->tls, TlsSession::Role::kDialler);
+    if (!session) {
+      refused_locked(ChannelErrc::kTlsFailed, session.error().message);
       return;
+    }
+    tls_ = std::move(*session);
   }
-  tls_step_ = TlsStep::kHandshake;
-  advance_tls_locked();
+  setup_.emplace(TlsSetup::Role::kDialler, tls_.get(), core_->config.secret, to_text_);
+  after_setup_locked(setup_->start(socket_.native_handle()));
 }
 
-void SocketLink::on_tls_input(uint64_t gen, const std::error_code& ec, size_t n) {
+void SocketLink::on_setup_input(uint64_t gen, const std::error_code& ec, size_t n) {
   std::lock_guard lock(mu_);
-  if (gen != gen_ || state_ != State::kConnected || !tls_) return;
+  if (gen != gen_ || state_ != State::kConnected || !setup_) return;
   if (ec) {
-    failed_locked(ec == asio::error::eof ? "TLS: connection closed by peer during the TLS setup"
-                                         : "TLS: read: " + ec.message());
+    after_setup_locked(setup_->read_failed(ec == asio::error::eof, ec.message()));
     return;
   }
-  tls_->commit_input(n);
-  advance_tls_locked();
+  after_setup_locked(setup_->input(socket_.native_handle(), n));
 }
 
-void SocketLink::advance_tls_locked() {
-  const std::string& secret = core_->config.secret;
-  for (;;) {
-    switch (tls_step_) {
-      case TlsStep::kGreeting:
-      case TlsStep::kReady:
+void SocketLink::after_setup_locked(TlsSetup::Status status) {
+  if (status == TlsSetup::Status::kFailed) {
+    using F = TlsSetup::Failure;
+    F kind = setup_->failure();
+    std::string why = setup_->why();  // failed_locked() drops the setup
+    switch (kind) {
+      case F::kTls:
+        refused_locked(ChannelErrc::kTlsFailed, why);
         return;
-      case TlsStep::kHandshake: {
-        auto step = tls_->handshake();
-        if (step == TlsSession::Step::kFailed) {
-          // The alert that tells the listener why goes first, best effort.
-          (void)tls_->flush(socket_.native_handle());
-          refused_locked(ChannelErrc::kTlsFailed,
-                         "TLS handshake with " + to_text_ + " failed: " + tls_->error());
-          return;
-        }
-        if (!send_tls_locked()) return;
-        if (step == TlsSession::Step::kWantInput) {
-          read_tls_locked();
-          return;
-        }
-        tls_step_ = TlsStep::kConfirm;
-        setup_in_.clear();
-        break;
-      }
-      case TlsStep::kConfirm: {
-        if (!take_tls_locked(1)) return;
-        uint8_t confirm = setup_in_[0];
-        setup_in_.clear();
-        if (confirm == kTlsConfirmChallenge && secret.empty()) {
-          auth_failed_locked("the peer at " + to_text_ +
-                             " requires authentication, and this process has no secret (set "
-                             "PODIUM_SECRET or PODIUM_SECRET_FILE)");
-          return;
-        }
-        if (confirm == kTlsConfirm && !secret.empty()) {
-          // The listener holds no secret: it cannot prove it is one of the job's.
-          auth_failed_locked("the peer at " + to_text_ + " holds no secret; it is not trusted");
-          return;
-        }
-        if (confirm != kTlsConfirm && confirm != kTlsConfirmChallenge) {
-          refused_locked(ChannelErrc::kTlsFailed,
-                         "the peer at " + to_text_ + " did not confirm the TLS setup");
-          return;
-        }
-        if (secret.empty()) {
-          tls_ready_locked();
-          return;
-        }
-        tls_step_ = TlsStep::kChallenge;
-        break;
-      }
-      case TlsStep::kChallenge: {
-        if (!take_tls_locked(kChallengeBytes)) return;
-        if (!parse_challenge(setup_in_, server_nonce_)) {
-          auth_failed_locked("the peer at " + to_text_ + " did not send a podium challenge");
-          return;
-        }
-        setup_in_.clear();
-        try {
-          client_nonce_ = random_nonce();
-          response_ = auth_response(secret, server_nonce_, client_nonce_);
-        } catch (const std::exception& e) {
-          failed_locked(std::string("authentication: ") + e.what());
-          return;
-        }
-        iovec v{response_.data(), response_.size()};
-        if (ssize_t n = tls_->write(socket_.native_handle(), &v, 1); n != ssize_t(v.iov_len)) {
-          failed_locked(n == -EPROTO ? "TLS: " + tls_->error()
-                                     : errno_error("TLS: write", int(-n)).message);
-          return;
-        }
-        if (!send_tls_locked()) return;
-        tls_step_ = TlsStep::kVerdict;
-        break;
-      }
-      case TlsStep::kVerdict: {
-        if (!take_tls_locked(kVerdictBytes)) return;
-        Verdict v = check_verdict(secret, client_nonce_, server_nonce_, setup_in_);
-        setup_in_.clear();
-        if (v == Verdict::kRefused) {
-          auth_failed_locked("the peer at " + to_text_ +
-                             " refused our secret (PODIUM_SECRET differs)");
-          return;
-        }
-        if (v == Verdict::kForged) {
-          auth_failed_locked("the peer at " + to_text_ +
-                             " could not prove that it holds the secret");
-          return;
-        }
-        tls_ready_locked();
+      case F::kAuth:
+        auth_failed_locked(why);
         return;
-      }
+      case F::kLocal:
+        // Not the peer's doing (CH-18): counted, and retried after the backoff like a
+        // broken connection; the reason goes with what expires meanwhile.
+        core_->count(Core::Refusal::kLocal);
+        spdlog::error("channel: link to {}: {}", to_text_, why);
+        failed_locked(why);
+        return;
+      case F::kNone:
+      case F::kPeer:
+      case F::kWrite:
+        failed_locked(why);
+        return;
     }
   }
-}
-
-bool SocketLink::take_tls_locked(size_t need) {
-  size_t have = setup_in_.size();
-  if (have >= need) return true;
-  setup_in_.resize(need);
-  auto r = tls_->read(std::as_writable_bytes(std::span(setup_in_).subspan(have)));
-  setup_in_.resize(have + r.n);
-  if (r.failed) {
-    // Typically the listener's alert: it refused our certificate.
-    refused_locked(ChannelErrc::kTlsFailed, "TLS with " + to_text_ + " failed: " + tls_->error());
-    return false;
+  if (tls_ && tls_->output_pending() && !send_tls_locked()) return;
+  if (status == TlsSetup::Status::kWantInput) {
+    auto into = setup_->input_space();
+    socket_.async_read_some(
+        asio::buffer(into.data(), into.size()),
+        [self = std::static_pointer_cast<SocketLink>(shared_from_this()), gen = gen_](
+            const std::error_code& ec, size_t n) { self->on_setup_input(gen, ec, n); });
+    return;
   }
-  if (r.closed) {
-    failed_locked("TLS: the peer closed the TLS stream during the setup");
-    return false;
-  }
-  if (setup_in_.size() < need) {
-    read_tls_locked();
-    return false;
-  }
-  return true;
-}
-
-void SocketLink::tls_ready_locked() {
-  tls_step_ = TlsStep::kReady;
+  setup_.reset();
   authenticating_ = false;
   auth_timer_.cancel();
   start_session_locked();
-}
-
-void SocketLink::read_tls_locked() {
-  auto into = tls_->input_space();
-  if (into.empty()) {  // the peer sent more than the setup consumes
-    failed_locked("TLS: protocol error: unexpected data from the peer during the TLS setup");
-    return;
-  }
-  socket_.async_read_some(
-      asio::buffer(into.data(), into.size()),
-      [self = std::static_pointer_cast<SocketLink>(shared_from_this()), gen = gen_](
-          const std::error_code& ec, size_t n) { self->on_tls_input(gen, ec, n); });
 }
 
 bool SocketLink::send_tls_locked() {

@@ -39,7 +39,8 @@ NetStats Net::stats() const {
   const auto& c = impl_->core->counters;
   auto get = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
   return NetStats{get(c.refused_oversize), get(c.refused_malformed), get(c.refused_auth),
-                  get(c.handshake_timeouts), get(c.unauthenticated_cap_hits)};
+                  get(c.handshake_timeouts), get(c.unauthenticated_cap_hits),
+                  get(c.setup_errors)};
 }
 
 Result<Address> Net::listen(const Address& addr) {
@@ -178,6 +179,17 @@ void Net::forget(const Address& peer, const std::string& why) {
 size_t Net::link_count() const {
   std::lock_guard lock(impl_->core->mu);
   return impl_->core->links.size();
+}
+
+size_t Net::unacknowledged(const Address& to) const {
+  std::shared_ptr<internal::Link> link;
+  {
+    std::lock_guard lock(impl_->core->mu);  // not held while the link's mutex is (lock order)
+    auto it = impl_->core->links.find(to);
+    if (it == impl_->core->links.end()) return 0;
+    link = it->second;
+  }
+  return link->unacknowledged();
 }
 
 void Net::reset_connections_for_test() {

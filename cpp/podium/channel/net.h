@@ -192,6 +192,9 @@ struct NetStats {
   uint64_t refused_auth = 0;       // a wrong or missing secret, a refused TLS peer
   uint64_t handshake_timeouts = 0;        // CH-13
   uint64_t unauthenticated_cap_hits = 0;  // CH-14
+  // Connections, in or out, closed because this process could not run its side of the CH-8
+  // exchange (no random bytes, no HMAC from OpenSSL): not the peer's doing (CH-18).
+  uint64_t setup_errors = 0;
 };
 
 using DeliverFn = std::function<void(wire::Envelope&&)>;
@@ -225,6 +228,10 @@ class Net {
 
   // How many peers this Net holds a link to (tests).
   size_t link_count() const;
+
+  // How many envelopes sent to `to` its peer has not acknowledged yet (0 without a link to
+  // it): a test polls it to know that the acks have arrived, instead of sleeping. Thread-safe.
+  size_t unacknowledged(const Address& to) const;
 
   // What this Net refused of its peers so far (CH-13..CH-15). Thread-safe.
   NetStats stats() const;

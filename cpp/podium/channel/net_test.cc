@@ -112,19 +112,37 @@ TEST_P(ChannelNetTransport, LargePartsArriveIntact) {
 }
 
 TEST_P(ChannelNetTransport, SlowStreamIsAckedByTheTimer) {  // CH-3: acks arrive without ack_every
-  // Without acks every envelope would expire after delivery_timeout; the 2 ms ack timer
-  // keeps each far inside it (1 s leaves room for a loaded machine's scheduling delays).
+  // On virtual time (CK-2): without acks every envelope would expire after delivery_timeout;
+  // the 2 ms ack timer keeps each far inside it. Sends are 20 ms of virtual time apart.
+  auto clock = std::make_shared<base::ManualClock>();
   Config c = test_config();
+  c.clock = clock;
   c.delivery_timeout = 1000ms;
   c.ack_every = 1'000'000;
   c.ack_delay = 2ms;
   Pair p(GetParam(), 1, c);
+  bool wire = GetParam() != Kind::kInproc;  // inproc pipes ack as they drain, with no timer
   for (uint64_t i = 0; i < 40; ++i) {
     p.tx.send(p.to, numbered(i));
-    std::this_thread::sleep_for(20ms);
+    ASSERT_TRUE(p.receiver.wait_for(i + 1, 10s)) << p.receiver.count() << " arrived";
+    // Delivered, and nothing but the ack timer can acknowledge it: time stands still.
+    if (wire) {
+      EXPECT_EQ(p.tx.unacknowledged(p.to), 1u) << "acked before its ack timer ran";
+    }
+    clock->advance(20ms);
+    // The ack timer ran inside advance(); its Ack crosses the socket on the io threads. Each
+    // poll that does not see it yet moves time 1 ms on, in case the receiver armed the timer
+    // only after the advance.
+    ASSERT_TRUE(eventually(
+        [&] {
+          if (p.tx.unacknowledged(p.to) == 0) return true;
+          clock->advance(1ms);
+          return false;
+        },
+        10s))
+        << "envelope " << i << " was not acknowledged";
   }
-  ASSERT_TRUE(p.receiver.wait_for(40, 10s));
-  std::this_thread::sleep_for(1200ms);  // past every deadline: none may expire
+  clock->advance(1200ms);  // past every deadline: none may expire
   EXPECT_EQ(p.returns.size(), 0u);
   EXPECT_EQ(p.receiver.error(), "");
 }
@@ -153,8 +171,9 @@ TEST_P(ChannelSocketTransport, ASendToThePeerAcksWhatItSent) {  // CH-10
   ASSERT_TRUE(b_got.wait_for(3, 10s));
   b.send(*a_addr, numbered(0));  // the reply: acks a's three on b's way out
   ASSERT_TRUE(a_got.wait_for(1, 10s));
-  // a reads the Ack on its link's socket, apart from the reply: give it time to.
-  for (int i = 0; i < 200; ++i) std::this_thread::sleep_for(5ms);
+  // a reads the Ack on its link's socket, apart from the reply: wait until it has.
+  EXPECT_TRUE(eventually([&] { return a.unacknowledged(*b_addr) == 0; }, 10s))
+      << "a's envelopes were not acknowledged by b's send";
   a.stop();
   b.stop();
   EXPECT_EQ(a_back.size(), 0u) << "a's envelopes were not acknowledged by b's send";
@@ -186,7 +205,10 @@ TEST_P(ChannelNetTransport, SurvivesRandomResetsMidStream) {  // CH-1, CH-2
   done = true;
   resetter.join();
   ASSERT_TRUE(all) << p.receiver.count() << " arrived";
-  std::this_thread::sleep_for(50ms);  // a late duplicate would show up as an order error
+  // Once all is acknowledged nothing is resent; once the receiver has stopped, nothing more
+  // is delivered: a late duplicate would have shown up as an order error or in the count.
+  EXPECT_TRUE(eventually([&] { return p.tx.unacknowledged(p.to) == 0; }, 10s));
+  p.rx.stop();
   EXPECT_EQ(p.receiver.count(), kCount);
   EXPECT_EQ(p.receiver.error(), "");
   EXPECT_EQ(p.returns.size(), 0u);
@@ -194,7 +216,8 @@ TEST_P(ChannelNetTransport, SurvivesRandomResetsMidStream) {  // CH-1, CH-2
 }
 
 // CH-6: the 100 sends return while nobody listens (the listener is made after them, on this
-// thread), and are delivered once it exists.
+// thread), and are delivered once it exists. The sender's timers are on virtual time, so
+// that its failed dials are counted, not slept through.
 TEST_P(ChannelNetTransport, SendBeforeTheListenerExistsIsDeliveredOnceItDoes) {
   TempDir dir;
   Receiver receiver;
@@ -202,13 +225,31 @@ TEST_P(ChannelNetTransport, SendBeforeTheListenerExistsIsDeliveredOnceItDoes) {
   IoThreads io(2);
   Address to = listen_address(GetParam(), dir);
   if (to.transport == Transport::kTcp) to.port = free_tcp_port();
-  Net tx(io.io(), test_config(), receiver.fn(), returns.fn());
+  auto clock = std::make_shared<base::ManualClock>();
+  Config c = test_config();
+  c.clock = clock;
+  c.delivery_timeout = 3600s;  // virtual: the polls below cannot reach it
+  Net tx(io.io(), c, receiver.fn(), returns.fn());
   for (uint64_t i = 0; i < 100; ++i) tx.send(to, numbered(i));
-  std::this_thread::sleep_for(50ms);  // several failed dials
+  // The delivery deadline, and once a dial has failed its retry: three failed dials.
+  for (int dial = 0; dial < 3; ++dial) {
+    ASSERT_TRUE(eventually([&] { return clock->pending() >= 2; }, 5s)) << "dial " << dial;
+    clock->advance(c.reconnect_max);  // the retry runs: the next dial
+  }
   Net rx(io.io(), test_config(), receiver.fn(), returns.fn());
   ASSERT_TRUE(rx.listen(to));
-  EXPECT_TRUE(receiver.wait_for(100, 10s)) << receiver.count();
+  // The link is backing off or dialling; until it connects, each poll moves the sender's
+  // time on by a backoff.
+  EXPECT_TRUE(eventually(
+      [&] {
+        if (receiver.count() >= 100) return true;
+        if (receiver.count() == 0) clock->advance(c.reconnect_max);
+        return false;
+      },
+      10s))
+      << receiver.count();
   EXPECT_EQ(receiver.error(), "");
+  EXPECT_EQ(returns.size(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, ChannelNetTransport,
@@ -409,12 +450,14 @@ TEST(ChannelNet, StopWaitsForARunningDeliverFn) {
   Returns returns;
   Net tx(io.io(), test_config(), nullptr, returns.fn());
   for (uint64_t i = 0; i < 100; ++i) tx.send(to, numbered(i));
-  for (int i = 0; i < 5000 && !entered; ++i) std::this_thread::sleep_for(1ms);
-  ASSERT_TRUE(entered);
+  ASSERT_TRUE(eventually([&] { return entered.load(); }, 5s));
   rx.stop();
   stopped = true;
   EXPECT_TRUE(finished);
-  std::this_thread::sleep_for(50ms);
+  // Whatever could still run has run once both Nets have stopped and the io threads are
+  // joined.
+  tx.stop();
+  io.join();
   EXPECT_EQ(after_stop.load(), 0);
 }
 
@@ -437,9 +480,9 @@ TEST(ChannelNet, StopFromInsideDeliverFnReturnsAndEndsDelivery) {
   Returns returns;
   Net tx(io.io(), test_config(), nullptr, returns.fn());
   for (uint64_t i = 0; i < 100; ++i) tx.send(to, numbered(i));
-  for (int i = 0; i < 5000 && !stop_returned; ++i) std::this_thread::sleep_for(1ms);
-  EXPECT_TRUE(stop_returned);
-  std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(eventually([&] { return stop_returned.load(); }, 5s));
+  tx.stop();
+  io.join();  // whatever could still run has run
   EXPECT_EQ(calls.load(), 1);
   rx.reset();
 }

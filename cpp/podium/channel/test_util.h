@@ -36,10 +36,14 @@ class IoThreads {
   explicit IoThreads(int threads = 1) : work_(io_.get_executor()) {
     for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { io_.run(); });
   }
-  ~IoThreads() {
+  ~IoThreads() { join(); }
+  // Stops the io_context and joins its threads: no handler runs after it returns.
+  void join() {
     work_.reset();
     io_.stop();
-    for (auto& t : threads_) t.join();
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
   }
   asio::io_context& io() { return io_; }
   bool runs_here() const {
