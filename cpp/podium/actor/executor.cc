@@ -1,5 +1,7 @@
 #include "podium/actor/executor.h"
 
+#include "podium/actor/busy_wait.h"
+
 #include <spdlog/spdlog.h>
 
 #include <asio/executor_work_guard.hpp>
@@ -69,11 +71,14 @@ size_t run_one_polling(asio::io_context& io, int64_t max_poll_ns,
   int64_t& window = tls_poll_window_ns;
   if (window < 0 || window > max_poll_ns) window = max_poll_ns;
   auto start = Clock::now();
-  if (window > 0) {
+  BusyWaitGuard& guard = BusyWaitGuard::mine();
+  if (window > 0 && guard.may_start(start)) {  // AC-19: not while this thread loses its core
     auto poll_end =
         start + std::chrono::nanoseconds(
                     std::min<int64_t>(window, std::chrono::nanoseconds(limit).count()));
-    while (Clock::now() < poll_end) {
+    guard.start(start);
+    for (auto now = start; now < poll_end; now = Clock::now()) {
+      if (!guard.check(now)) break;  // preempted while polling: sleep instead (AC-19)
       if (size_t n = io.poll_one()) return n;
       if (io.stopped()) return 0;
     }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "podium/actor/busy_wait.h"
 #include "podium/actor/executor.h"
 #include "podium/actor/proc.h"
 
@@ -47,8 +48,11 @@ void Signal::set() {
 }
 
 bool Signal::spin_until_set(std::chrono::steady_clock::time_point deadline) const {
-  auto spin_end = std::chrono::steady_clock::now() +
-                  std::chrono::nanoseconds(g_spin_ns.load(std::memory_order_relaxed));
+  auto now = std::chrono::steady_clock::now();
+  BusyWaitGuard& guard = BusyWaitGuard::mine();
+  if (!guard.may_start(now)) return is_set();  // AC-19: this thread loses its core; sleep
+  guard.start(now);
+  auto spin_end = now + std::chrono::nanoseconds(g_spin_ns.load(std::memory_order_relaxed));
   spin_end = std::min(spin_end, deadline);
   uint32_t n = 0;
   while (true) {
@@ -56,7 +60,10 @@ bool Signal::spin_until_set(std::chrono::steady_clock::time_point deadline) cons
     cpu_relax();
     // Reading the clock costs ~20 ns; check it every 64 spins. No sched_yield(): with another
     // runnable thread on this core it gives the core away for a whole time slice (ms).
-    if ((++n & 63) == 0 && std::chrono::steady_clock::now() >= spin_end) return is_set();
+    if ((++n & 63) == 0) {
+      now = std::chrono::steady_clock::now();
+      if (now >= spin_end || !guard.check(now)) return is_set();
+    }
   }
 }
 
