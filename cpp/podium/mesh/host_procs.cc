@@ -92,6 +92,7 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
       for (uint64_t r : requests) impl.forget_request(r);
     }
   } forget{impl, requests};
+  // This thread waits (Future::get): a real-time bound, whatever the runtime's clock.
   auto deadline = std::chrono::steady_clock::now() + impl.attach_timeout;
   for (size_t i = 0; i < host_ranks.size(); ++i) {
     size_t h = host_ranks[i];
@@ -189,6 +190,7 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::find_procs(
   };
   // Every host's part of the mesh, checked to fit together: one extent, and ranks that cover
   // it once (the hosts may be given in any order: each part says where it starts).
+  // This thread waits (Future::get): a real-time bound, whatever the runtime's clock.
   auto deadline = std::chrono::steady_clock::now() + impl.attach_timeout;
   std::vector<HostTable::Answer> parts;
   std::optional<ndslice::Extent> extent;
@@ -292,8 +294,7 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::find_procs(
         p.exit = part.exits[j];
         std::string cause = "its proc (pid " + std::to_string(p.pid) + ") " +
                             (part.exits[j].starts_with("killed") ? "was " : "") + part.exits[j];
-        impl.note_dead(key, make_error(actor::ActorErrc::kProcExited, cause),
-                       std::chrono::steady_clock::now());
+        impl.note_dead(key, make_error(actor::ActorErrc::kProcExited, cause), impl.now());
         impl.arm_sweep();
         ++impl.dead_generation;
         if (!first_dead) {
@@ -397,7 +398,8 @@ actor::Future<void> Runtime::shutdown_hosts(const std::shared_ptr<HostMeshState>
     return future;
   }
   sd->waiting = sd->answers.size();
-  auto timer = std::make_shared<asio::steady_timer>(impl.proc->io(), timeout);
+  auto timer = std::make_shared<base::Timer>(impl.proc->io(), impl.clock);
+  timer->expires_after(timeout);
   timer->async_wait([timer, finish](std::error_code ec) {
     if (!ec) finish();
   });
