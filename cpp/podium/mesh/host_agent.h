@@ -24,8 +24,8 @@
 //   HA-3 Bounded attach. HostMesh.initialized resolves once every worker accepted, or fails
 //        with the first refusal (a wrong or missing secret comes back as the channel's
 //        kAuthFailed at once) or once PODIUM_ATTACH_TIMEOUT_MS (default 10 s) of silence has
-//        passed (timed to that deadline): "cannot attach host 1 (tcp:10.0.0.2:7000): no answer within 10.0 s (unreachable, or
-//        not a podium worker)". spawn_procs on hosts waits for attach and for the workers'
+//        passed (timed to that deadline): "cannot attach host 1 (tcp:10.0.0.2:7000): no
+//        answer within 10.0 s (unreachable, or not a podium worker)". spawn_procs on hosts waits for attach and for the workers'
 //        answers within the same bound.
 //   HA-4 Lost hosts. The controller hears from each attached worker every lost-after / 6. A
 //        host not heard from for PODIUM_HOST_LOST_MS (default 3000) is lost: each of its procs
@@ -38,7 +38,8 @@
 //   HA-5 No orphans. A worker that does not hear from its controller for the lost-after it
 //        was given (timed to that deadline, as HA-4's) kills every proc it spawned for it and
 //        serves the next controller. A controller that exits cleanly detaches (bounded wait
-//        of 1 s), so the worker is free at once. The worker's procs die with it (PR_SET_PDEATHSIG), and its zygote too.
+//        of 1 s), so the worker is free at once. The worker's procs die with it
+//        (PR_SET_PDEATHSIG), and its zygote too.
 //   HA-6 Output. A worker's procs (and its zygote) have two pipes as stdout and stderr; the
 //        worker forwards what it reads to the controller it serves, which writes it to its own
 //        stdout or stderr (through an OutputWriter, HA-12). Python procs write each line,
