@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -57,7 +58,7 @@ struct Peer {
     if (!p) throw std::runtime_error(p.error().to_string());
     proc = std::move(*p);
     for (const char* op : {"host_attach", "host_detach", "host_hb", "host_attached",
-                           "host_spawned", "host_proc_exit"}) {
+                           "host_spawn", "host_spawned", "host_proc_exit"}) {
       proc->on_system(op, [this](const actor::SystemHeader& h, wire::Envelope&& env) {
         on(h, env.sender);
       });
@@ -173,6 +174,35 @@ TEST(HostTime, AnUnansweredAttachFailsExactlyAtTheAttachTimeoutAndIsReleased) { 
       << r.error().message;
   // HA-10: the worker is told the attach was given up on, behind the attach.
   EXPECT_TRUE(eventually([&] { return worker.count("host_detach") == 1; }));
+}
+
+TEST(HostTime, ASpawnAHostNeverAnswersFailsExactlyAtTheAttachTimeout) {  // HA-3
+  Peer worker;  // accepts the attach, never answers a spawn; outlives ctl to answer its detach
+  Controller ctl;
+  ctl.impl().attach_timeout = 10000ms;
+  ctl.impl().host_lost_after = 60000ms;  // not lost meanwhile
+  auto hm = ctl.rt->attach({worker.addr()});
+  ASSERT_TRUE(hm) << hm.error().to_string();
+  ASSERT_TRUE((*hm)->initialized.get(10s));
+  std::atomic<bool> done{false};
+  std::optional<Result<std::shared_ptr<ProcMeshState>>> got;
+  std::thread caller([&] {
+    got = ctl.rt->spawn_procs(*hm, {0}, *ndslice::Extent::make({"gpus"}, {1}));
+    done = true;
+  });
+  ASSERT_TRUE(eventually([&] { return worker.count("host_spawn") == 1; }));
+  ctl.clock->advance(10000ms - 1ms);
+  // The caller still waits; nothing but the clock can end its wait now.
+  EXPECT_FALSE(done.load());
+  ctl.clock->advance(1ms);
+  EXPECT_TRUE(eventually([&] { return done.load(); })) << "the spawn did not time out";
+  caller.join();
+  ASSERT_TRUE(got && !*got);
+  EXPECT_TRUE(got->error().is(MeshErrc::kSpawnFailed)) << got->error().to_string();
+  EXPECT_NE(got->error().message.find("did not answer the spawn in time"), std::string::npos)
+      << got->error().message;
+  std::lock_guard lock(ctl.impl().mu);
+  EXPECT_TRUE(ctl.impl().hosts.requests.empty());  // HA-13: given up on, forgotten
 }
 
 TEST(HostTime, DeadRecordsAreSweptExactlyAfterTheGraceUnlessStillAddressed) {  // ME-11
