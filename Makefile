@@ -28,7 +28,7 @@ PYTEST_TIMEOUT ?= 120
 FUZZ_DIR ?= build/fuzz
 FUZZ_SECONDS ?= 60
 TEST_FUZZ_SECONDS ?= 10
-FUZZ_TARGETS := frame message auth actor_message cast_plan
+FUZZ_TARGETS := frame message auth actor_message cast_plan host_protocol
 # make test-sanitize (docs/build.md): one build tree per sanitizer. SANITIZERS picks which.
 ASAN_DIR ?= build/asan
 TSAN_DIR ?= build/tsan

@@ -11,17 +11,16 @@
 // touches the timer object).
 #pragma once
 
-#include <asio/steady_timer.hpp>
 #include <memory>
 
 #include "podium/actor/future.h"
 
 namespace podium::mesh {
 
-template <class T>
-void cancel_when_ready(const std::shared_ptr<asio::steady_timer>& timer,
-                       const actor::Future<T>& done) {
-  done.on_ready([weak = std::weak_ptr<asio::steady_timer>(timer)](const Result<T>&) {
+// `Timer`: an asio::steady_timer or a base::Timer (clock_timer.h), which cancel alike.
+template <class Timer, class T>
+void cancel_when_ready(const std::shared_ptr<Timer>& timer, const actor::Future<T>& done) {
+  done.on_ready([weak = std::weak_ptr<Timer>(timer)](const Result<T>&) {
     if (auto t = weak.lock()) t->cancel();  // the handler runs now, with operation_aborted
   });
 }

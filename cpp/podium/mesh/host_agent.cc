@@ -29,14 +29,15 @@ bool HostAgent::Mesh::all_exited() const {
 }
 
 HostAgent::HostAgent(actor::Proc& proc, ProcSpawner& spawner, OutputWriter& output,
-                     bool persistent)
+                     bool persistent, std::shared_ptr<base::Clock> clock)
     : proc_(proc),
       spawner_(spawner),
       output_(output),
       persistent_(persistent),
+      clock_(std::move(clock)),
       key_(proc.id().to_string()),
       out_(std::make_unique<Output>()),
-      timer_(std::make_unique<asio::steady_timer>(proc.io())) {}
+      timer_(std::make_unique<base::Timer>(proc.io(), clock_)) {}
 
 HostAgent::~HostAgent() {
   stop();
@@ -117,7 +118,7 @@ std::optional<std::string> HostAgent::not_controller(const std::string& sender) 
     return "the sender " + who->addr.to_string() + " is not the controller this worker serves (" +
            controller_key_ + ")";
   }
-  last_heard_ = std::chrono::steady_clock::now();  // any word from it counts as a heartbeat
+  last_heard_ = base::now_of(clock_);  // any word from it counts as a heartbeat
   return std::nullopt;
 }
 
@@ -162,11 +163,13 @@ void HostAgent::on_attach(const actor::SystemHeader& h, const std::string& sende
                      key, m->lost_after_ms, used);
       }
       lost_after_ = std::chrono::milliseconds(used);
-      last_heard_ = std::chrono::steady_clock::now();
+      last_heard_ = base::now_of(clock_);
     }
   }
   if (refusal.empty()) {
     spdlog::info("podium worker: serving controller {}", key);
+    // Beats and HA-5's verdict on the lost-after just given, from now on.
+    asio::post(proc_.io(), [this] { tick(); });
   } else {
     spdlog::warn("podium worker: refused controller {}: {}", key, refusal);
   }
@@ -474,17 +477,20 @@ void HostAgent::on_detach(const actor::SystemHeader& h, const std::string& sende
   send(m->controller, proto::HostSpawned{m->request, "", {}}.encode());
 }
 
+// Heartbeats to the controller served every lost-after / 6, and HA-5's verdict, timed to
+// fall exactly when the controller has been silent for lost-after.
 void HostAgent::tick() {
   std::optional<channel::Address> to;
   proto::WorkerBeat beat;
   bool lost = false;
   std::chrono::milliseconds lost_after{3000};
+  auto now = base::now_of(clock_);
   {
     std::lock_guard lock(mu_);
     if (stopped_) return;
     lost_after = lost_after_;
     if (controller_) {
-      if (std::chrono::steady_clock::now() - last_heard_ > lost_after_) {
+      if (now - last_heard_ >= lost_after_) {
         lost = true;
       } else {
         to = controller_;
@@ -500,7 +506,9 @@ void HostAgent::tick() {
   if (to) send(*to, beat.encode());
   std::lock_guard lock(mu_);
   if (stopped_) return;
-  timer_->expires_after(std::max(std::chrono::milliseconds(20), lost_after / 6));
+  auto wake = now + std::max<base::Clock::duration>(std::chrono::milliseconds(20), lost_after / 6);
+  if (controller_) wake = std::min(wake, last_heard_ + lost_after_);
+  timer_->expires_at(wake);
   timer_->async_wait([this](std::error_code ec) {
     if (!ec) tick();
   });

@@ -23,20 +23,23 @@
 //        the proc exits. A controller on TCP does the same for its local procs.
 //   HA-3 Bounded attach. HostMesh.initialized resolves once every worker accepted, or fails
 //        with the first refusal (a wrong or missing secret comes back as the channel's
-//        kAuthFailed at once) or after PODIUM_ATTACH_TIMEOUT_MS (default 10 s) of silence:
-//        "cannot attach host 1 (tcp:10.0.0.2:7000): no answer within 10.0 s (unreachable, or
-//        not a podium worker)". spawn_procs on hosts waits for attach and for the workers'
+//        kAuthFailed at once) or once PODIUM_ATTACH_TIMEOUT_MS (default 10 s) of silence has
+//        passed (timed to that deadline): "cannot attach host 1 (tcp:10.0.0.2:7000): no
+//        answer within 10.0 s (unreachable, or not a podium worker)". spawn_procs on hosts waits for attach and for the workers'
 //        answers within the same bound.
 //   HA-4 Lost hosts. The controller hears from each attached worker every lost-after / 6. A
 //        host not heard from for PODIUM_HOST_LOST_MS (default 3000) is lost: each of its procs
 //        ends as if it had exited, with the cause "its host h2 (tcp:10.0.0.2:7000) was lost: no
 //        heartbeat for 3.0 s"; pending calls raise SupervisionError with it, other procs are
 //        told (ME-7), and supervision reports it to the meshes' owners. Other hosts are
-//        untouched. Detection takes between lost-after and lost-after + lost-after / 6.
+//        untouched. The verdict is timed to the deadline: exactly lost-after after the
+//        host was last heard from (on the runtime's clock; the real one adds only timer
+//        latency), never before.
 //   HA-5 No orphans. A worker that does not hear from its controller for the lost-after it
-//        was given kills every proc it spawned for it and serves the next controller. A
-//        controller that exits cleanly detaches (bounded wait of 1 s), so the worker is free at
-//        once. The worker's procs die with it (PR_SET_PDEATHSIG), and its zygote too.
+//        was given (timed to that deadline, as HA-4's) kills every proc it spawned for it and
+//        serves the next controller. A controller that exits cleanly detaches (bounded wait
+//        of 1 s), so the worker is free at once. The worker's procs die with it
+//        (PR_SET_PDEATHSIG), and its zygote too.
 //   HA-6 Output. A worker's procs (and its zygote) have two pipes as stdout and stderr; the
 //        worker forwards what it reads to the controller it serves, which writes it to its own
 //        stdout or stderr (through an OutputWriter, HA-12). Python procs write each line,
@@ -77,7 +80,6 @@
 
 #include <sys/types.h>
 
-#include <asio/steady_timer.hpp>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -90,6 +92,7 @@
 #include <vector>
 
 #include "podium/actor/proc.h"
+#include "podium/base/clock_timer.h"
 #include "podium/base/log.h"
 #include "podium/channel/net.h"
 #include "podium/mesh/host_output.h"
@@ -106,8 +109,10 @@ class HostAgent {
   static constexpr uint64_t kMaxProcsPerSpawn = 4096;
 
   // `proc` is this worker's root proc (listening on TCP), `spawner` starts its procs,
-  // `output` writes their output while no controller is served.
-  HostAgent(actor::Proc& proc, ProcSpawner& spawner, OutputWriter& output, bool persistent);
+  // `output` writes their output while no controller is served. `clock` is what its
+  // heartbeats and its lost-controller verdict (HA-5) read; null: the real clock.
+  HostAgent(actor::Proc& proc, ProcSpawner& spawner, OutputWriter& output, bool persistent,
+            std::shared_ptr<base::Clock> clock = nullptr);
   ~HostAgent();
   HostAgent(const HostAgent&) = delete;
   HostAgent& operator=(const HostAgent&) = delete;
@@ -176,6 +181,7 @@ class HostAgent {
   ProcSpawner& spawner_;
   OutputWriter& output_;
   const bool persistent_;
+  const std::shared_ptr<base::Clock> clock_;
   const std::string key_;  // proc_.id().to_string()
   JobThread spawns_{"the host agent's spawn"};
   base::RateLimitedLog refusals_;
@@ -189,11 +195,11 @@ class HostAgent {
   uint64_t host_mesh_ = 0, host_index_ = 0;
   std::string advertise_;  // the host name procs listen on: the one the controller dialled
   std::chrono::milliseconds lost_after_{3000};
-  std::chrono::steady_clock::time_point last_heard_;
+  base::SteadyTime last_heard_{};
   std::unordered_map<std::string, Child> children_;  // by proc key
   std::vector<Mesh> meshes_;                         // in spawn order (HA-7)
   uint64_t next_serial_ = 0;
-  std::unique_ptr<asio::steady_timer> timer_;
+  std::unique_ptr<base::Timer> timer_;
 };
 
 }  // namespace podium::mesh

@@ -91,7 +91,7 @@ std::shared_ptr<HostMeshState> Runtime::Impl::host_of(uint64_t mesh, uint64_t in
   std::lock_guard lock(mu);
   auto it = hosts.meshes.find(mesh);
   if (it == hosts.meshes.end() || index >= it->second->hosts.size()) return nullptr;
-  hosts.heard[it->second.get()][index] = std::chrono::steady_clock::now();
+  hosts.heard[it->second.get()][index] = now();
   return it->second;
 }
 
@@ -273,16 +273,23 @@ void Runtime::Impl::host_failed(const std::shared_ptr<HostMeshState>& hm, size_t
   }
 }
 
-// Every host_lost_after / 6: heartbeats to the attached workers, the verdicts on those not
-// heard from in time (lost) or that never answered the attach (unreachable), and HA-13.
+// Heartbeats to the attached workers every host_lost_after / 6, and the verdicts on those
+// silent for host_lost_after (lost, HA-4) or that never answered the attach within
+// attach_timeout (unreachable, HA-3), and HA-13. Runs at the next beat or at the earliest
+// verdict due, whichever comes first, so that a verdict falls exactly at its deadline.
 void Runtime::Impl::host_tick() {
-  using clock = std::chrono::steady_clock;
-  auto now = clock::now();
+  auto now = this->now();
+  auto period = std::max<base::Clock::duration>(std::chrono::milliseconds(20),
+                                                host_lost_after / 6);
   std::vector<std::pair<std::shared_ptr<HostMeshState>, size_t>> lost, unreachable;
   std::vector<channel::Address> beats;
+  bool beat_due = false;
   {
     std::lock_guard lock(mu);
-    if (shut_down) return;
+    if (shut_down || !host_timer) return;
+    beat_due = now >= next_beat;
+    if (beat_due) next_beat = now + period;
+    auto wake = next_beat;
     hosts.prune(now, dead_grace);
     for (auto& [id, hm] : hosts.meshes) {
       auto& clocks = hosts.heard[hm.get()];
@@ -290,16 +297,21 @@ void Runtime::Impl::host_tick() {
       for (size_t i = 0; i < hm->hosts.size(); ++i) {
         auto& host = hm->hosts[i];
         if (host.failure) continue;
-        auto silent = now - clocks[i];
-        if (!host.attached) {
-          if (silent > attach_timeout) unreachable.emplace_back(hm, i);
-        } else if (silent > host_lost_after) {
-          lost.emplace_back(hm, i);
-        } else {
-          beats.push_back(host.worker);
+        auto limit = host.attached ? host_lost_after : attach_timeout;
+        if (now - clocks[i] >= limit) {
+          (host.attached ? lost : unreachable).emplace_back(hm, i);
+          continue;
         }
+        wake = std::min(wake, clocks[i] + limit);
+        if (host.attached && beat_due) beats.push_back(host.worker);
       }
     }
+    // HA-13's grace: a host mesh whose hosts all failed is looked at again when it is over.
+    for (auto& [id, since] : hosts.done_since) wake = std::min(wake, since + dead_grace);
+    host_timer->expires_at(std::max(wake, now));
+    host_timer->async_wait([this](std::error_code ec) {
+      if (!ec) host_tick();
+    });
   }
   auto beat = proto::ControllerBeat{proc->id().addr}.encode();
   for (auto& addr : beats) send_to(addr, beat);
@@ -312,16 +324,6 @@ void Runtime::Impl::host_tick() {
   for (auto& [hm, i] : lost) {
     host_failed(hm, i, "no heartbeat for " + secs(host_lost_after), MeshErrc::kHostLost);
   }
-  arm_host_timer();
-}
-
-void Runtime::Impl::arm_host_timer() {
-  std::lock_guard lock(mu);
-  if (shut_down || !host_timer) return;
-  host_timer->expires_after(std::max(std::chrono::milliseconds(20), host_lost_after / 6));
-  host_timer->async_wait([this](std::error_code ec) {
-    if (!ec) host_tick();
-  });
 }
 
 // HA-10: tells a worker this controller has given up on attaching it, so that an attach that
@@ -383,6 +385,7 @@ void Runtime::Impl::detach_hosts() {
   for (auto& [worker, req] : detach) {
     send_to(worker, proto::HostDetach{proc->id().addr, req, false}.encode());
   }
+  // A bounded wait of this thread (as Future::get is): real time, whatever the clock.
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
   for (auto& f : futures) {
     auto left = until - std::chrono::steady_clock::now();
@@ -433,12 +436,11 @@ Result<std::shared_ptr<HostMeshState>> Runtime::attach(std::vector<channel::Addr
         if (workers[j] == workers[i]) return refuse("attach: worker " + key + " is named twice");
       }
     }
-    impl.hosts.add(hm, workers, std::chrono::steady_clock::now());
-    if (!impl.host_timer) {
-      impl.host_timer = std::make_unique<asio::steady_timer>(impl.proc->io());
-      asio::post(impl.proc->io(), [raw = &impl] { raw->arm_host_timer(); });
-    }
+    impl.hosts.add(hm, workers, impl.now());
+    if (!impl.host_timer) impl.host_timer = std::make_unique<base::Timer>(impl.proc->io(), impl.clock);
   }
+  // The first tick starts the heartbeats; a later one times the new hosts' attach verdicts.
+  asio::post(impl.proc->io(), [raw = &impl] { raw->host_tick(); });
   for (size_t i = 0; i < workers.size(); ++i) {
     impl.send_to(workers[i],
                  proto::HostAttach{impl.proc->id().addr, workers[i].target, hm->id, i,

@@ -35,6 +35,56 @@ std::optional<Error> unusable_host(HostMeshState& hosts, const std::vector<size_
 
 bool timed_out(const Error& e) { return e.is(actor::ActorErrc::kTimeout); }
 
+// On a ManualClock the clock's timers decide every deadline; a thread's own wait is then
+// bounded in real time only so that a test that never advances fails instead of hanging.
+constexpr std::chrono::seconds kVirtualBackstop{60};
+
+// How long a caller's thread may wait for something the runtime's timers bound by `bound`.
+std::chrono::nanoseconds thread_bound(const Runtime::Impl& impl, std::chrono::nanoseconds bound) {
+  return impl.clock && impl.clock->manual() ? std::chrono::nanoseconds(kVirtualBackstop) : bound;
+}
+
+// The requests a caller's thread waits on (HA-3's bound): at the deadline, on the runtime's
+// clock, each still open fails with a timeout; when the caller returns, those still open are
+// forgotten (HA-13) and the timer is cancelled.
+class OpenRequests {
+ public:
+  OpenRequests(Runtime::Impl& impl, std::vector<uint64_t> requests)
+      : impl_(impl),
+        requests_(std::move(requests)),
+        until_(std::chrono::steady_clock::now() + impl.attach_timeout),
+        timer_(impl.proc->io(), impl.clock) {
+    timer_.expires_after(impl.attach_timeout);
+    timer_.async_wait([ip = &impl, requests = requests_](std::error_code ec) {
+      if (ec) return;
+      for (uint64_t r : requests) {
+        if (auto p = ip->take_request(r)) {
+          p->set(std::unexpected(make_error(actor::ActorErrc::kTimeout, "no answer in time")));
+        }
+      }
+    });
+  }
+  // Only the caller's thread calls the timer's members; its handler never touches it.
+  ~OpenRequests() {
+    timer_.cancel();
+    for (uint64_t r : requests_) impl_.forget_request(r);
+  }
+  OpenRequests(const OpenRequests&) = delete;
+  OpenRequests& operator=(const OpenRequests&) = delete;
+
+  // How long this thread may still wait for an answer (the timer fails it at the deadline).
+  std::chrono::nanoseconds left() const {
+    return thread_bound(impl_, std::max(std::chrono::nanoseconds(0),
+                                        until_ - std::chrono::steady_clock::now()));
+  }
+
+ private:
+  Runtime::Impl& impl_;
+  std::vector<uint64_t> requests_;
+  std::chrono::steady_clock::time_point until_;  // the real-time bound of this thread's wait
+  base::Timer timer_;
+};
+
 }  // namespace
 
 Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
@@ -55,7 +105,7 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
   }
   size_t per_host = n / host_ranks.size();
   // The hosts must have attached: their agents spawn.
-  if (auto ready = hosts->initialized.get(impl.attach_timeout + std::chrono::seconds(1)); !ready) {
+  if (auto ready = hosts->initialized.get(thread_bound(impl, impl.attach_timeout + std::chrono::seconds(1))); !ready) {
     return std::unexpected(ready.error());
   }
   if (auto bad = unusable_host(*hosts, host_ranks, "spawn_procs")) return std::unexpected(*bad);
@@ -83,16 +133,9 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
                               .encode());
     }
   }
-  for (auto& [worker, h] : spawns) impl.send_to(worker, std::move(h));
   // Requests still open when this returns (a timeout, a failure) are forgotten (HA-13).
-  struct Forget {
-    Runtime::Impl& impl;
-    std::vector<uint64_t>& requests;
-    ~Forget() {
-      for (uint64_t r : requests) impl.forget_request(r);
-    }
-  } forget{impl, requests};
-  auto deadline = std::chrono::steady_clock::now() + impl.attach_timeout;
+  OpenRequests open(impl, requests);
+  for (auto& [worker, h] : spawns) impl.send_to(worker, std::move(h));
   for (size_t i = 0; i < host_ranks.size(); ++i) {
     size_t h = host_ranks[i];
     std::string name;
@@ -100,8 +143,7 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
       std::lock_guard lock(hosts->mu);
       name = hosts->hosts[h].hostname + " (" + hosts->hosts[h].worker.to_string() + ")";
     }
-    auto left = std::max(std::chrono::nanoseconds(0), deadline - std::chrono::steady_clock::now());
-    auto got = answers[i].get(left);
+    auto got = answers[i].get(open.left());
     Error why;
     if (!got) {
       why = timed_out(got.error())
@@ -152,7 +194,7 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::find_procs(
   for (size_t h : host_ranks) {
     if (h >= hosts->hosts.size()) return invalid("find_procs: no host " + std::to_string(h));
   }
-  if (auto ready = hosts->initialized.get(impl.attach_timeout + std::chrono::seconds(1)); !ready) {
+  if (auto ready = hosts->initialized.get(thread_bound(impl, impl.attach_timeout + std::chrono::seconds(1))); !ready) {
     return std::unexpected(ready.error());
   }
   if (auto bad = unusable_host(*hosts, host_ranks, "find_procs('" + name + "')")) {
@@ -173,29 +215,21 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::find_procs(
       lookups.push_back(hosts->hosts[h].worker);
     }
   }
+  OpenRequests open(impl, requests);
   for (size_t i = 0; i < lookups.size(); ++i) {
     impl.send_to(lookups[i], proto::HostLookup{impl.proc->id().addr, name, requests[i]}.encode());
   }
-  struct Forget {
-    Runtime::Impl& impl;
-    std::vector<uint64_t>& requests;
-    ~Forget() {
-      for (uint64_t r : requests) impl.forget_request(r);
-    }
-  } forget{impl, requests};
   auto host_name_of = [&](size_t h) {
     std::lock_guard lock(hosts->mu);
     return hosts->hosts[h].hostname + " (" + hosts->hosts[h].worker.to_string() + ")";
   };
   // Every host's part of the mesh, checked to fit together: one extent, and ranks that cover
   // it once (the hosts may be given in any order: each part says where it starts).
-  auto deadline = std::chrono::steady_clock::now() + impl.attach_timeout;
   std::vector<HostTable::Answer> parts;
   std::optional<ndslice::Extent> extent;
   std::vector<int> owner;  // rank -> index into host_ranks, -1: not kept by any
   for (size_t i = 0; i < host_ranks.size(); ++i) {
-    auto left = std::max(std::chrono::nanoseconds(0), deadline - std::chrono::steady_clock::now());
-    auto got = answers[i].get(left);
+    auto got = answers[i].get(open.left());
     if (!got) {
       if (timed_out(got.error())) {
         return std::unexpected(make_error(BaseErrc::kTimeout,
@@ -292,8 +326,7 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::find_procs(
         p.exit = part.exits[j];
         std::string cause = "its proc (pid " + std::to_string(p.pid) + ") " +
                             (part.exits[j].starts_with("killed") ? "was " : "") + part.exits[j];
-        impl.note_dead(key, make_error(actor::ActorErrc::kProcExited, cause),
-                       std::chrono::steady_clock::now());
+        impl.note_dead(key, make_error(actor::ActorErrc::kProcExited, cause), impl.now());
         impl.arm_sweep();
         ++impl.dead_generation;
         if (!first_dead) {
@@ -397,7 +430,8 @@ actor::Future<void> Runtime::shutdown_hosts(const std::shared_ptr<HostMeshState>
     return future;
   }
   sd->waiting = sd->answers.size();
-  auto timer = std::make_shared<asio::steady_timer>(impl.proc->io(), timeout);
+  auto timer = std::make_shared<base::Timer>(impl.proc->io(), impl.clock);
+  timer->expires_after(timeout);
   timer->async_wait([timer, finish](std::error_code ec) {
     if (!ec) finish();
   });

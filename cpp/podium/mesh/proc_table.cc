@@ -170,7 +170,7 @@ void Runtime::Impl::proc_gone(const std::string& key, int64_t pid, int32_t sig, 
   Error why = proc_exited(cause);
   {
     std::lock_guard lock(mu);
-    if (!note_dead(key, why, std::chrono::steady_clock::now())) return;
+    if (!note_dead(key, why, now())) return;
     ++dead_generation;
     arm_sweep();
     for (auto& w : collectors) {
@@ -195,9 +195,9 @@ void Runtime::Impl::arm_sweep() {
   if (sweep_armed || shut_down) return;
   auto due = next_sweep(dead_grace);
   if (!due) return;
-  if (!sweep_timer) sweep_timer = std::make_unique<asio::steady_timer>(proc->io());
+  if (!sweep_timer) sweep_timer = std::make_unique<base::Timer>(proc->io(), clock);
   sweep_armed = true;
-  sweep_timer->expires_at(std::max(*due, std::chrono::steady_clock::now() + dead_grace / 4));
+  sweep_timer->expires_at(std::max(*due, now() + dead_grace / 4));
   sweep_timer->async_wait([this](std::error_code ec) {
     if (!ec) sweep_dead();
   });
@@ -209,7 +209,7 @@ void Runtime::Impl::sweep_dead() {
     std::lock_guard lock(mu);
     sweep_armed = false;
     if (shut_down) return;
-    dropped = sweep(std::chrono::steady_clock::now(), dead_grace);
+    dropped = sweep(now(), dead_grace);
     // The weak pointers of finished collectors hold their memory (make_shared) until
     // pruned; track() prunes every 256 calls, this when calls stop.
     collectors.remove_if([](const auto& w) { return w.expired(); });
@@ -424,7 +424,8 @@ actor::Future<void> Runtime::stop_procs(const std::shared_ptr<ProcMeshState>& me
   track(exits, keys);
   for (auto& [id, pid] : alive) impl_->send_to(id.addr, actor::SystemHeader{"exit", {}, {}});
   // Escalate: whoever has not exited after the grace period is killed.
-  auto timer = std::make_shared<asio::steady_timer>(impl_->proc->io(), grace);
+  auto timer = std::make_shared<base::Timer>(impl_->proc->io(), impl_->clock);
+  timer->expires_after(grace);
   auto* impl = impl_.get();
   timer->async_wait([timer, alive, impl, exits](std::error_code ec) {
     if (ec || exits->future().ready()) return;

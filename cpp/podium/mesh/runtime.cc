@@ -140,8 +140,10 @@ Result<std::unique_ptr<Runtime>> make_runtime(RuntimeConfig config) {
   net_config.reuse_port = config.reuse_port;
   // Peers may send "cast" (relay.h) as soon as this proc listens, before its handlers are
   // registered and before Runtime::get() works: those wait for serve_held_system_ops().
-  auto proc =
-      actor::Proc::make(actor::ProcConfig{std::move(config.listen), std::move(net_config), true});
+  impl->clock = config.clock ? std::move(config.clock) : config.spawn.clock;
+  actor::ProcConfig proc_config{std::move(config.listen), std::move(net_config), true};
+  proc_config.clock = impl->clock;  // the proc's timers and its Net's read the same time
+  auto proc = actor::Proc::make(std::move(proc_config));
   if (!proc) return std::unexpected(proc.error());
   impl->proc = std::move(*proc);
   impl->proc_key = impl->proc->id().to_string();
@@ -179,7 +181,8 @@ Result<std::unique_ptr<Runtime>> make_runtime(RuntimeConfig config) {
   });
   impl->spawner->start();
   if (config.worker) {
-    impl->agent = std::make_unique<HostAgent>(p, *impl->spawner, *impl->output, config.persistent);
+    impl->agent = std::make_unique<HostAgent>(p, *impl->spawner, *impl->output,
+                                               config.persistent, impl->clock);
     if (auto st = impl->agent->start(); !st) return std::unexpected(st.error());
   } else {
     // The controller side of attached hosts.

@@ -45,6 +45,7 @@
 #include "podium/actor/future.h"
 #include "podium/actor/mesh_failure.h"
 #include "podium/actor/proc.h"
+#include "podium/base/clock.h"
 #include "podium/ndslice/extent.h"
 
 namespace podium {
@@ -66,6 +67,10 @@ struct InitOptions {
   // whole job use TCP: this process, the procs it spawns, and procs on attached hosts
   // (enable_transport("tcp")). Needed to attach workers on other hosts.
   std::optional<channel::Address> listen;
+  // The time the runtime's timers read (heartbeats, lost-host and attach verdicts, the dead
+  // records' sweep, stop and shutdown bounds) and its root proc's (ProcConfig::clock). Null:
+  // the real clock. Tests pass a base::ManualClock (docs/host_agent.md, "Time").
+  std::shared_ptr<base::Clock> clock;
 };
 
 // The address of this machine that other hosts most likely reach it by: PODIUM_HOST_ADDR when

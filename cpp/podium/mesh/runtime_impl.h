@@ -29,9 +29,8 @@
 #include <thread>
 #include <unordered_set>
 
-#include <asio/steady_timer.hpp>
-
 #include "podium/actor/proc.h"
+#include "podium/base/clock_timer.h"
 #include "podium/host/child_watcher.h"
 #include "podium/mesh/cast.h"
 #include "podium/mesh/host_agent.h"
@@ -55,6 +54,9 @@ struct RuntimeConfig {
   bool persistent = false;                 // a persistent host agent (HA-7)
   InitOptions spawn;                       // how procs are started (proc_argv: absolute)
   std::function<void(actor::MeshFailure)> fault_handler;  // empty: the default (BT-2)
+  // What every timer of the runtime and its root proc reads; null: spawn.clock, and when
+  // that is null too the real clock (docs/host_agent.md, "Time").
+  std::shared_ptr<base::Clock> clock;
 };
 [[nodiscard]] Result<std::unique_ptr<Runtime>> make_runtime(RuntimeConfig config);
 
@@ -72,6 +74,7 @@ struct Runtime::Impl : ProcRegistry {
   std::unique_ptr<HostAgent> agent;  // in a worker only
   std::string sock_dir;  // empty in procs and workers
   std::string proc_key;  // proc->id().to_string()
+  std::shared_ptr<base::Clock> clock;  // null: the real clock (CK-4)
   std::chrono::milliseconds host_lost_after{3000};   // PODIUM_HOST_LOST_MS
   std::chrono::milliseconds attach_timeout{10000};   // PODIUM_ATTACH_TIMEOUT_MS
   std::chrono::milliseconds dead_grace = dead_record_grace();  // ME-11
@@ -91,7 +94,7 @@ struct Runtime::Impl : ProcRegistry {
   // the end is seen.
   std::unordered_set<std::string> released;
   uint64_t dead_generation = 0;  // bumped whenever `dead` grows
-  std::unique_ptr<asio::steady_timer> sweep_timer;  // made by the first death
+  std::unique_ptr<base::Timer> sweep_timer;  // made by the first death
   bool sweep_armed = false;
   std::list<std::weak_ptr<Collector>> collectors;
   size_t tracks_since_prune = 0;
@@ -105,7 +108,8 @@ struct Runtime::Impl : ProcRegistry {
   std::condition_variable stopped_cv;
   // The controller side of attached hosts (host_client.h).
   HostTable hosts;
-  std::unique_ptr<asio::steady_timer> host_timer;  // started by the first attach
+  std::unique_ptr<base::Timer> host_timer;  // started by the first attach
+  base::SteadyTime next_beat{};  // when host_tick next sends the workers their heartbeats
 
   // ---- proc table (proc_table.cc) ----
   void on_ready(const actor::SystemHeader& h, const std::string& sender);
@@ -144,7 +148,7 @@ struct Runtime::Impl : ProcRegistry {
   void host_failed(const std::shared_ptr<HostMeshState>& hm, size_t index,
                    const std::string& why, MeshErrc code);
   void host_tick();
-  void arm_host_timer();
+  base::SteadyTime now() const { return base::now_of(clock); }
   void release_worker(const channel::Address& worker);
   bool worker_undeliverable(const std::string& addr, const Error& why);
   void detach_hosts();
