@@ -2,7 +2,7 @@
 // the Python thread that runs podium.actor.unhandled_fault_hook (podium._src.supervision).
 //
 // FaultQueue is the bindings' own hand-off from C++ threads to that Python thread: the
-// Supervisor's root handler (mesh/supervisor.h) pushes on whatever C++ thread raised the
+// Supervisor's root handler (supervision/supervisor.h) pushes on whatever C++ thread raised the
 // failure and never calls Python; next_fault() pops with the GIL released. Its lock guards
 // only the queue, no state of the core.
 #include <nanobind/nanobind.h>

@@ -7,7 +7,7 @@
 #include "podium/actor/message.h"
 #include "podium/actor/proc.h"
 #include "podium/mesh/grace_timer.h"
-#include "podium/mesh/supervisor.h"
+#include "podium/supervision/supervisor.h"
 
 namespace podium {
 namespace {

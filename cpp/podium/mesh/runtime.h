@@ -108,11 +108,15 @@ void shutdown();
 // the process with status 1. The handler runs on a runtime thread and must not block.
 void set_unhandled_fault_handler(std::function<void(actor::MeshFailure)> handler);
 
+namespace supervision {
+class Supervisor;
+}
+
 namespace mesh {
 
 class Collector;
 class Relay;
-class Supervisor;
+using supervision::Supervisor;
 
 struct HostMeshState;
 

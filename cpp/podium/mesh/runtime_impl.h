@@ -40,7 +40,7 @@
 #include "podium/mesh/proc_spawner.h"
 #include "podium/mesh/relay.h"
 #include "podium/mesh/runtime.h"
-#include "podium/mesh/supervisor.h"
+#include "podium/supervision/supervisor.h"
 
 namespace podium::mesh {
 

@@ -1,7 +1,7 @@
 """Supervision on the Python side: MeshFailure, running ``__supervise__`` on the owner of a
 failed mesh, and ``unhandled_fault_hook`` for failures that reach the root of a process.
 
-Detection and routing are C++ (cpp/podium/mesh/supervisor.h): the proc of a failed actor, or
+Detection and routing are C++ (cpp/podium/supervision/supervisor.h): the proc of a failed actor, or
 the controller that saw a proc die, tells the process that owns the mesh; its Supervisor
 raises the failure once (SV-2) to the owner (SV-3). An owner actor gets it in its Inbox as an
 item of kind "supervise" (server.py calls ``__supervise__``); the root gets it through

@@ -1,11 +1,11 @@
-#include "podium/mesh/supervisor.h"
+#include "podium/supervision/supervisor.h"
 
 #include <spdlog/spdlog.h>
 
 #include "podium/actor/message.h"
 #include "podium/ndslice/point.h"
 
-namespace podium::mesh {
+namespace podium::supervision {
 
 uint64_t Supervisor::add(Spawned mesh) {
   std::lock_guard lock(mu_);
@@ -121,4 +121,4 @@ void Supervisor::dispatch(const std::string& owner, actor::MeshFailure f) {
   proc_.send(std::move(env));
 }
 
-}  // namespace podium::mesh
+}  // namespace podium::supervision

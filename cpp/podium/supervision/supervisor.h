@@ -1,4 +1,4 @@
-// podium::mesh::Supervisor — the actor meshes this process owns, and the failures of their
+// podium::supervision::Supervisor — the actor meshes this process owns, and the failures of their
 // actors, raised once each to the mesh's owner.
 //
 // The owner of an actor mesh is the actor that spawned it, or, when no actor did (the
@@ -29,7 +29,7 @@
 #include "podium/actor/proc.h"
 #include "podium/ndslice/extent.h"
 
-namespace podium::mesh {
+namespace podium::supervision {
 
 class Supervisor {
  public:
@@ -76,4 +76,9 @@ class Supervisor {
   RootHandler root_;
 };
 
+}  // namespace podium::supervision
+
+namespace podium::mesh {
+// The mesh layer names it as its own: every Runtime has one (runtime.h).
+using supervision::Supervisor;
 }  // namespace podium::mesh
