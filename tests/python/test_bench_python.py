@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 PEER_FIELDS = {
     "call_one_rtt_us",
     "call_one_rtt_p99_us",
@@ -94,25 +96,14 @@ def test_bench_python_json_report():
             assert f"podium_call_one_vs_{other}" in report["ratios"]
 
 
-def test_bench_python_rejects_bad_iters():
+@pytest.mark.parametrize("flag", ["--iters", "--rounds"])
+def test_bench_python_rejects_a_count_below_one(flag):
     r = subprocess.run(
-        [sys.executable, "-m", "podium", "bench", "python", "--iters", "0"],
+        [sys.executable, "-m", "podium", "bench", "python", flag, "0"],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert r.returncode == 2
-    assert "--iters must be >= 1" in r.stderr
-
-
-def test_bench_python_rejects_bad_rounds():
-    r = subprocess.run(
-        [sys.executable, "-m", "podium", "bench", "python", "--rounds", "0"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert r.returncode == 2
-    assert "--rounds must be >= 1" in r.stderr
+    assert f"{flag} must be >= 1" in r.stderr

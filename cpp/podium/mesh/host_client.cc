@@ -8,6 +8,8 @@
 
 #include <asio/post.hpp>
 #include <cstdio>
+#include <optional>
+#include <utility>
 
 #include "podium/actor/message.h"
 #include "podium/mesh/host_protocol.h"
@@ -145,30 +147,45 @@ void Runtime::Impl::forget_request(uint64_t req) {
   hosts.requests.erase(req);
 }
 
-void Runtime::Impl::on_host_spawned(const actor::SystemHeader& h, const std::string& sender) {
-  auto m = proto::HostSpawned::decode(h);
+namespace {
+
+// The answer `h` and the request it answers, when there is one to fill: a malformed answer
+// fails its request when that much is readable (else it is logged with its reason), a
+// refusal fails the request, and one that nobody waits for (a detach given up on, HA-10, or
+// an answer after its request timed out) is dropped with a debug line.
+template <class M>
+std::optional<std::pair<M, std::shared_ptr<actor::Promise<HostTable::Answer>>>> open_answer(
+    Runtime::Impl& impl, const actor::SystemHeader& h, const std::string& sender) {
+  auto m = M::decode(h);
   if (!m) {
-    // The request it answers, if that much is readable, fails with the reason.
-    auto p = h.numbers.empty() ? nullptr : take_request(h.numbers[0]);
-    if (p) {
+    if (auto p = h.numbers.empty() ? nullptr : impl.take_request(h.numbers[0])) {
       p->set(std::unexpected(m.error()));
-      return;
+    } else {
+      impl.malformed(h.op, sender, m.error());
     }
-    return malformed(h.op, sender, m.error());
+    return std::nullopt;
   }
-  auto p = take_request(m->request);
+  auto p = impl.take_request(m->request);
   if (!p) {
-    // A detach nobody waits for (HA-10), or an answer after its request timed out.
-    spdlog::debug("podium: host_spawned from {} for request {}, which nobody waits for", sender,
+    spdlog::debug("podium: {} from {} for request {}, which nobody waits for", h.op, sender,
                   m->request);
-    return;
+    return std::nullopt;
   }
   if (!m->error.empty()) {
-      p->set(std::unexpected(make_error(MeshErrc::kHostRefused, m->error)));
-      return;
-    }
+    p->set(std::unexpected(make_error(MeshErrc::kHostRefused, m->error)));
+    return std::nullopt;
+  }
+  return std::pair{std::move(*m), std::move(p)};
+}
+
+}  // namespace
+
+void Runtime::Impl::on_host_spawned(const actor::SystemHeader& h, const std::string& sender) {
+  auto answer = open_answer<proto::HostSpawned>(*this, h, sender);
+  if (!answer) return;
+  auto& [m, p] = *answer;
   HostTable::Answer a;
-  for (auto& proc : m->procs) {
+  for (auto& proc : m.procs) {
     a.keys.push_back(std::move(proc.key));
     a.pids.push_back(proc.pid);
   }
@@ -176,29 +193,13 @@ void Runtime::Impl::on_host_spawned(const actor::SystemHeader& h, const std::str
 }
 
 void Runtime::Impl::on_host_found(const actor::SystemHeader& h, const std::string& sender) {
-  auto m = proto::HostFound::decode(h);
-  if (!m) {
-    auto p = h.numbers.empty() ? nullptr : take_request(h.numbers[0]);
-    if (p) {
-      p->set(std::unexpected(m.error()));
-      return;
-    }
-    return malformed(h.op, sender, m.error());
-  }
-  auto p = take_request(m->request);
-  if (!p) {
-    spdlog::debug("podium: host_found from {} for request {}, which nobody waits for", sender,
-                  m->request);
-    return;
-  }
-  if (!m->error.empty()) {
-      p->set(std::unexpected(make_error(MeshErrc::kHostRefused, m->error)));
-      return;
-    }
+  auto answer = open_answer<proto::HostFound>(*this, h, sender);
+  if (!answer) return;
+  auto& [m, p] = *answer;
   HostTable::Answer a;
-  a.extent = std::move(m->extent);
-  a.first = m->first;
-  for (auto& proc : m->procs) {
+  a.extent = std::move(m.extent);
+  a.first = m.first;
+  for (auto& proc : m.procs) {
     a.keys.push_back(std::move(proc.key));
     a.exits.push_back(std::move(proc.exit));
     a.pids.push_back(proc.pid);
