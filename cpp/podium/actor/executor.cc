@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <iterator>
 #include <condition_variable>
 #include <cstdlib>
 #include <list>
@@ -122,9 +123,10 @@ struct Executor::Impl {
 
   std::mutex mu;                 // guards runners, stopping, watchdog_parked wake-ups
   std::list<Runner> runners;     // guarded by mu; stable addresses
-  // The runner that called stop() from inside a handler: it cannot join itself, so it is
-  // joined by ~Executor (AC-3), once its handler has returned.
-  std::thread stopped_from_inside;
+  // The runner that called stop() from inside one of its handlers: it cannot join itself, and
+  // it still runs (its loop returns into runner_main, which writes to its Runner), so its
+  // node stays alive here until ~Executor joins it (AC-3). At most one.
+  std::list<Runner> stopped_from_inside;
   std::atomic<size_t> live{0};   // runners not yet finished
   bool stopping = false;         // guarded by mu
   std::condition_variable watchdog_cv;
@@ -295,7 +297,8 @@ Executor::Executor(asio::io_context& io, size_t max_runners)
 
 Executor::~Executor() {
   stop();
-  std::thread& last = impl_->stopped_from_inside;
+  if (impl_->stopped_from_inside.empty()) return;
+  std::thread& last = impl_->stopped_from_inside.front().thread;
   if (!last.joinable()) return;
   if (last.get_id() != std::this_thread::get_id()) {
     last.join();
@@ -339,12 +342,15 @@ void Executor::stop() {
     std::lock_guard lock(impl_->mu);
     runners.swap(impl_->runners);
   }
-  for (auto& r : runners) {
-    if (r.thread.get_id() == std::this_thread::get_id()) {
-      impl_->stopped_from_inside = std::move(r.thread);  // joined by ~Executor
-    } else if (r.thread.joinable()) {
-      r.thread.join();
+  for (auto it = runners.begin(); it != runners.end();) {
+    auto next = std::next(it);
+    if (it->thread.get_id() == std::this_thread::get_id()) {
+      // This thread is that runner: keep its Runner alive, joined by ~Executor.
+      impl_->stopped_from_inside.splice(impl_->stopped_from_inside.end(), runners, it);
+    } else if (it->thread.joinable()) {
+      it->thread.join();
     }
+    it = next;
   }
 }
 
