@@ -3,6 +3,16 @@
 #include <spdlog/sinks/stdout_sinks.h>
 
 namespace podium::base {
+namespace {
+
+// spdlog's registry (the default logger, its sink and pattern formatter) is a function-local
+// static that the first thread to log builds, inside Debian's libspdlog.so, which sanitizers
+// do not instrument. Built lazily by an io thread while another logs, TSan cannot see the
+// static's guard and reports the formatter's first use as a race. Built here, during static
+// initialisation, it exists before any thread of the process does.
+[[maybe_unused]] const bool g_registry_built = (spdlog::default_logger_raw(), true);
+
+}  // namespace
 
 void init_logging() {
   static std::once_flag once;
