@@ -309,14 +309,9 @@ def test_a_controller_already_running_on_another_secret_is_told_before_it_attach
 
 # --- strangers on the wire, while legitimate calls run --------------------------------------
 
-LOAD = """
-    import sys, threading, time
-    from podium.actor import Actor, endpoint, attach_to_workers, enable_transport
-    class Echo(Actor):
-        @endpoint
-        def echo(self, x):
-            return x
-    enable_transport("tcp://127.0.0.1:0")
+# The legitimate controller: ECHO_CONTROLLER's start, then an actor on 2 procs of the worker,
+# READY, a wait for the attack to start, and argv[2] checked calls.
+LOAD = ECHO_CONTROLLER + textwrap.dedent("""
     hosts = attach_to_workers(workers=[sys.argv[1]])
     hosts.initialized.get(timeout=30)
     echo = hosts.spawn_procs(per_host={"gpus": 2}).spawn("echo", Echo)
@@ -329,7 +324,7 @@ LOAD = """
         assert got == [i, i], (i, got)
         done += 1
     print("DONE", done, flush=True)
-"""
+""")
 
 
 def _connect(port: int) -> socket.socket:
