@@ -16,6 +16,9 @@
 #include <filesystem>
 #include <mutex>
 #include <random>
+#include <thread>
+#include <algorithm>
+#include <optional>
 
 #include "podium/actor/message.h"
 #include "podium/mesh/host_protocol.h"
@@ -37,8 +40,25 @@ void publish(std::unique_ptr<Runtime> rt) {
   g_current.store(g_runtime.get(), std::memory_order_release);
 }
 
-// A directory only this user can open: $XDG_RUNTIME_DIR or /tmp, then podium-<uid>/<pid>-<rand>.
-Result<std::string> make_socket_dir() {
+// BT-4: ends the process with status 3 at `grace` from now, unless it has ended by then. The
+// thread is detached: the process's end (exit or _exit) ends it; nothing joins it.
+void arm_exit_watchdog(std::chrono::milliseconds grace) {
+  std::thread([grace] {
+    std::this_thread::sleep_for(grace);
+    // No stdio (its locks may be held by the thread that hangs): one write(2), then _exit.
+    char msg[160];
+    int n = std::snprintf(msg, sizeof msg,
+                          "podium proc %d: still running %lld ms after it was told to exit "
+                          "(atexit handlers or finalizers hang); ending it\n",
+                          static_cast<int>(::getpid()), static_cast<long long>(grace.count()));
+    if (n > 0) (void)!::write(2, msg, std::min<size_t>(static_cast<size_t>(n), sizeof msg - 1));
+    ::_exit(3);
+  }).detach();
+}
+
+}  // namespace
+
+Result<std::string> internal::make_socket_dir() {
   std::string base = "/tmp";
   if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x && ::access(x, W_OK) == 0) base = x;
   std::string user_dir = base + "/podium-" + std::to_string(::getuid());
@@ -63,7 +83,62 @@ Result<std::string> make_socket_dir() {
   return dir;
 }
 
-}  // namespace
+std::string SpawnCommands::encode() const {
+  std::string out = std::to_string(proc_argv.size()) + "," + std::to_string(zygote_argv.size()) + ",";
+  for (const auto* argv : {&proc_argv, &zygote_argv}) {
+    for (const auto& a : *argv) out += std::to_string(a.size()) + ":" + a;
+  }
+  return out;
+}
+
+Result<SpawnCommands> SpawnCommands::decode(std::string_view text) {
+  auto bad = [&](const std::string& why) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument,
+                                      "bad " + std::string(kSpawnEnv) + "='" + std::string(text) +
+                                          "': " + why));
+  };
+  size_t at = 0;
+  // A decimal number ending at `stop`; false when there is none.
+  auto number = [&](char stop, size_t& out) {
+    size_t end = text.find(stop, at);
+    if (end == std::string_view::npos || end == at || end - at > 9) return false;
+    out = 0;
+    for (size_t i = at; i < end; ++i) {
+      if (text[i] < '0' || text[i] > '9') return false;
+      out = out * 10 + static_cast<size_t>(text[i] - '0');
+    }
+    at = end + 1;
+    return true;
+  };
+  size_t np = 0, nz = 0;
+  if (!number(',', np) || !number(',', nz)) return bad("expected '<n>,<n>,' first");
+  SpawnCommands c;
+  for (auto [argv, n] : {std::pair{&c.proc_argv, np}, std::pair{&c.zygote_argv, nz}}) {
+    for (size_t i = 0; i < n; ++i) {
+      size_t len = 0;
+      if (!number(':', len)) return bad("expected '<length>:' before argument " + std::to_string(i));
+      if (len > text.size() - at) return bad("an argument runs past the end");
+      argv->emplace_back(text.substr(at, len));
+      at += len;
+    }
+  }
+  if (at != text.size()) return bad("text after the last argument");
+  if (c.proc_argv.empty()) return bad("no proc command");
+  return c;
+}
+
+std::chrono::milliseconds proc_exit_grace() {
+  const char* v = std::getenv("PODIUM_PROC_EXIT_GRACE_MS");
+  if (!v || !*v) return kProcExitGrace;
+  char* end = nullptr;
+  long long ms = std::strtoll(v, &end, 10);
+  if (*end || ms <= 0) {
+    spdlog::warn("podium: ignoring PODIUM_PROC_EXIT_GRACE_MS={}: not a positive number of "
+                 "milliseconds", v);
+    return kProcExitGrace;
+  }
+  return std::chrono::milliseconds(ms);
+}
 
 std::string Boot::encode() const {
   return parent.to_string() + ";" + listen.to_string() + ";" + std::to_string(mesh_id) + ";" +
@@ -125,7 +200,15 @@ Status serve_proc() {
   }
   auto boot = mesh::Boot::decode(env);
   if (!boot) return std::unexpected(boot.error());
+  // BT-3: the commands this proc's own procs start with, as its spawner's.
+  std::optional<mesh::SpawnCommands> commands;
+  if (const char* s = std::getenv(mesh::kSpawnEnv)) {
+    auto c = mesh::SpawnCommands::decode(s);
+    if (!c) return std::unexpected(c.error());
+    commands = std::move(*c);
+  }
   ::unsetenv(mesh::kBootEnv);  // BT-1: actors that start programs must not make them procs
+  ::unsetenv(mesh::kSpawnEnv);
   {
     std::lock_guard lock(mesh::g_mu);
     if (mesh::g_runtime) {
@@ -135,6 +218,10 @@ Status serve_proc() {
     config.listen = boot->listen;
     config.parent = boot->parent;
     config.reuse_port = boot->reuse_port;
+    if (commands) {
+      config.spawn.proc_argv = std::move(commands->proc_argv);
+      config.spawn.zygote_argv = std::move(commands->zygote_argv);
+    }
     config.fault_handler = mesh::g_fault_handler;
     auto rt = mesh::make_runtime(std::move(config));
     if (!rt) return std::unexpected(rt.error());
@@ -149,6 +236,11 @@ Status serve_proc() {
                                       .encode()));
   // The controller's "exit" ends the loop; its death ends the process (PR_SET_PDEATHSIG).
   proc.wait_exit_requested(std::chrono::hours(24 * 365 * 100));
+  // BT-4: from here the process has proc_exit_grace() to end; the procs it spawned get half
+  // of it to exit (ME-14), then the runtime stops and the caller finalizes.
+  auto grace = mesh::proc_exit_grace();
+  mesh::arm_exit_watchdog(grace);
+  mesh::g_runtime->stop_spawned(grace / 2);
   mesh::g_runtime->shutdown();
   return ok();
 }
@@ -156,7 +248,7 @@ Status serve_proc() {
 Status init_controller(InitOptions options) {
   std::lock_guard lock(mesh::g_mu);
   if (mesh::g_runtime) return ok();
-  auto dir = mesh::make_socket_dir();
+  auto dir = mesh::internal::make_socket_dir();
   if (!dir) return std::unexpected(dir.error());
   if (auto made = mesh::internal::ensure_controller_secret(*dir); !made) {
     std::error_code ec;

@@ -15,7 +15,21 @@
 //        it to the runtime's fault-exit thread (joinable, never detached), which shuts the
 //        runtime down and then ends the process with status 1 (_exit: no static destructor
 //        runs under threads still alive). No exit() runs on a runtime thread.
+//   BT-3 A proc spawns procs as its spawner does: every spawner (controller, host agent or
+//        proc) puts its own proc and zygote commands in the PODIUM_SPAWN of each proc it
+//        starts (SpawnCommands encodes them; decode(encode(c)) == c, and anything else is
+//        refused naming the variable), and serve_proc() builds the proc's spawner from it,
+//        then unsets it with PODIUM_BOOT. A proc without one spawns with this binary.
+//   BT-4 A proc told to exit ends as a program does, within a deadline: serve_proc() arms
+//        a watchdog (PODIUM_PROC_EXIT_GRACE_MS, default kProcExitGrace, shorter than the
+//        controller's kill grace), asks the procs it spawned to exit (ME-14), stops its
+//        runtime (no runtime thread is left to call into the language runtime) and returns,
+//        so the caller finalizes (Python: atexit handlers, module objects' __del__). If the
+//        process is still there at the deadline, the watchdog ends it with _exit(3).
 #pragma once
+
+#include <chrono>
+#include <vector>
 
 #include <cstdint>
 #include <string>
@@ -39,5 +53,28 @@ struct Boot {
   [[nodiscard]] static Result<Boot> decode(std::string_view line);
   bool operator==(const Boot&) const = default;
 };
+
+// BT-3: what a proc's own spawner starts procs with.
+inline constexpr const char* kSpawnEnv = "PODIUM_SPAWN";
+struct SpawnCommands {
+  std::vector<std::string> proc_argv;    // argv[0] absolute
+  std::vector<std::string> zygote_argv;  // empty: no zygote
+
+  // "<n proc args>,<n zygote args>," then each argument as "<length>:<bytes>".
+  std::string encode() const;
+  [[nodiscard]] static Result<SpawnCommands> decode(std::string_view text);
+  bool operator==(const SpawnCommands&) const = default;
+};
+
+// BT-4: how long a proc told to exit has to finish (PODIUM_PROC_EXIT_GRACE_MS), and how much
+// of it the procs it spawned get to exit before they are killed.
+inline constexpr std::chrono::milliseconds kProcExitGrace{3000};
+std::chrono::milliseconds proc_exit_grace();
+
+namespace internal {
+// A directory only this user can open: $XDG_RUNTIME_DIR or /tmp, then
+// podium-<uid>/<pid>-<rand> (a controller's, or a proc's once it spawns: ME-14).
+[[nodiscard]] Result<std::string> make_socket_dir();
+}  // namespace internal
 
 }  // namespace podium::mesh

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "podium/host/zygote.h"
+#include "podium/mesh/bootstrap.h"
 
 namespace podium::mesh {
 
@@ -67,7 +68,8 @@ ProcSpawner::ProcSpawner(asio::io_context& io, host::ChildWatcher& watcher,
     : io_(io),
       watcher_(watcher),
       proc_argv_(proc_argv.empty() ? std::vector<std::string>{self_exe()} : std::move(proc_argv)),
-      zygote_argv_(std::move(zygote_argv)) {}
+      zygote_argv_(std::move(zygote_argv)),
+      spawn_env_(SpawnCommands{proc_argv_, zygote_argv_}.encode()) {}
 
 ProcSpawner::~ProcSpawner() { stop(); }
 
@@ -127,6 +129,7 @@ Result<pid_t> ProcSpawner::spawn(const ProcCommand& cmd, host::OnExit on_exit) {
   spec.path = proc_argv_[0];
   spec.argv = proc_argv_;
   spec.env = cmd.env;
+  spec.env.emplace_back(kSpawnEnv, spawn_env_);  // BT-3: its own procs start as this one's
   add_output_fds(spec);
   if (auto zygote = zygote_for_spawn()) {
     std::error_code ec;

@@ -173,6 +173,7 @@ class ProcSpawner {
   host::ChildWatcher& watcher_;
   const std::vector<std::string> proc_argv_;  // argv[0] is the absolute executable
   const std::vector<std::string> zygote_argv_;
+  const std::string spawn_env_;  // both, as PODIUM_SPAWN carries them (BT-3)
   int out_fd_[2] = {-1, -1};  // set before the first spawn; immutable after
   JobThread thread_{"the spawner"};
   std::mutex mu_;  // guards zygote_, zygote_failed_

@@ -327,9 +327,14 @@ bool Runtime::Impl::kill_any(const std::string& key, pid_t pid, int sig) {
 
 Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Extent& extent) {
   auto& impl = *impl_;
-  if (impl.sock_dir.empty()) {
-    return std::unexpected(make_error(BaseErrc::kUnsupported,
-                                      "spawning procs from a spawned proc is not supported yet"));
+  // A job on TCP puts its local procs on TCP too: procs on other hosts must reach them.
+  const auto& self = impl.proc->id().addr;
+  bool tcp = self.transport == channel::Transport::kTcp;
+  std::string sock_dir;
+  if (!tcp) {
+    auto dir = impl.socket_dir();  // ME-14: a proc makes its own at its first spawn
+    if (!dir) return std::unexpected(dir.error());
+    sock_dir = std::move(*dir);
   }
   auto mesh = std::make_shared<ProcMeshState>();
   mesh->extent = extent;
@@ -341,9 +346,6 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Exten
     if (impl.shut_down) return std::unexpected(impl.shut_down_error());
     mesh->mesh_id = impl.next_mesh++;
   }
-  // A job on TCP puts its local procs on TCP too: procs on other hosts must reach them.
-  const auto& self = impl.proc->id().addr;
-  bool tcp = self.transport == channel::Transport::kTcp;
   std::vector<channel::PortReservation> ports;
   for (size_t r = 0; r < n; ++r) {
     if (tcp) {
@@ -354,7 +356,7 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Exten
       ports.push_back(std::move(*port));
       continue;
     }
-    std::string path = impl.sock_dir + "/m" + std::to_string(mesh->mesh_id) + "-" +
+    std::string path = sock_dir + "/m" + std::to_string(mesh->mesh_id) + "-" +
                        std::to_string(r) + ".sock";
     mesh->procs[r].id = actor::ProcId{channel::Address{channel::Transport::kUnix, path, 0}};
   }
@@ -438,6 +440,43 @@ actor::Future<void> Runtime::stop_procs(const std::shared_ptr<ProcMeshState>& me
   });
   cancel_when_ready(timer, exits->future());
   return future;
+}
+
+Result<std::string> Runtime::Impl::socket_dir() {
+  std::lock_guard lock(mu);
+  if (shut_down) return std::unexpected(shut_down_error());
+  if (sock_dir.empty()) {
+    // Under mu: a second spawn waits for the first one's directory (a mkdir, no message).
+    auto dir = internal::make_socket_dir();
+    if (!dir) {
+      return std::unexpected(make_error(MeshErrc::kSpawnFailed,
+                                        "cannot make this proc's socket directory: " +
+                                            dir.error().to_string()));
+    }
+    sock_dir = std::move(*dir);
+    spdlog::debug("podium: proc {} spawns procs; their sockets are in {}", proc_key, sock_dir);
+  }
+  return sock_dir;
+}
+
+void Runtime::stop_spawned(std::chrono::milliseconds grace) {
+  std::vector<std::shared_ptr<ProcMeshState>> live;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->shut_down) return;
+    for (auto& [id, weak] : impl_->meshes) {
+      if (auto m = weak.lock(); m && !m->local) live.push_back(std::move(m));
+    }
+  }
+  if (live.empty()) return;
+  auto deadline = std::chrono::steady_clock::now() + grace;
+  std::vector<actor::Future<void>> stops;
+  for (auto& m : live) stops.push_back(stop_procs(m, grace));
+  for (auto& f : stops) {
+    auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) break;
+    (void)f.get(left);  // not there in time: shutdown() kills what is left (ME-3)
+  }
 }
 
 void Runtime::track(const std::shared_ptr<Collector>& collector,

@@ -115,9 +115,14 @@ void Runtime::Impl::shutdown() {
   if (watcher) watcher->stop();  // SIGKILL to every proc group, reaped (ME-3)
   if (proc) proc->stop();
   if (output) output->stop();
-  if (!sock_dir.empty()) {
+  std::string dir;
+  {
+    std::lock_guard lock(mu);
+    dir = sock_dir;
+  }
+  if (!dir.empty()) {
     std::error_code ec;
-    std::filesystem::remove_all(sock_dir, ec);
+    std::filesystem::remove_all(dir, ec);
   }
   {
     std::lock_guard lock(mu);

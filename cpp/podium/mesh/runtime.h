@@ -27,6 +27,13 @@
 //   ME-10 shutdown() returns only once the runtime's services have stopped, to every caller:
 //        one called while another thread's is under way waits for it (bounded), so no
 //        caller goes on to exit() and its static destructors while threads are still joined.
+//   ME-14 A proc spawns procs as a controller does (BT-3): it makes its own socket directory
+//        (mode 0700) at its first local spawn and removes it at its shutdown; the procs it
+//        spawns register with it, are watched, reaped and killed by it (ME-3) and die with it
+//        (PR_SET_PDEATHSIG: a controller's death ends every level), and their failures reach
+//        the owners of the meshes on them in this proc (SV-2). A proc told to exit first
+//        stops the procs it spawned (stop_spawned: "exit", then SIGKILL after half its exit
+//        grace, BT-4), so stopping a mesh stops its procs' procs, recursively.
 //   ME-11 (see proc_registry.h) a dead proc's records are kept while this process can
 //        address it and dropped after a grace period (30 s, PODIUM_DEAD_RECORD_GRACE_MS).
 #pragma once
@@ -208,6 +215,10 @@ class Runtime {
   // Asks each proc to exit; kills those still alive after `grace`. Resolves when all are gone.
   actor::Future<void> stop_procs(const std::shared_ptr<ProcMeshState>& mesh,
                                  std::chrono::milliseconds grace);
+
+  // ME-14: asks every proc this process spawned (every mesh of spawn_procs still alive) to
+  // exit, and waits until they have or `grace` has passed (those left are killed after it).
+  void stop_spawned(std::chrono::milliseconds grace);
 
   // ME-2: the collector learns of exits of the procs it waits on. Procs that exited before
   // are looked up in the dead set, unless `clean` says that none of `proc_keys` was dead the

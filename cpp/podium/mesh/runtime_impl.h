@@ -72,7 +72,6 @@ struct Runtime::Impl : ProcRegistry {
   std::unique_ptr<Supervisor> supervisor;
   std::unique_ptr<Relay> relay;
   std::unique_ptr<HostAgent> agent;  // in a worker only
-  std::string sock_dir;  // empty in procs and workers
   std::string proc_key;  // proc->id().to_string()
   std::shared_ptr<base::Clock> clock;  // null: the real clock (CK-4)
   std::chrono::milliseconds host_lost_after{3000};   // PODIUM_HOST_LOST_MS
@@ -99,6 +98,10 @@ struct Runtime::Impl : ProcRegistry {
   std::list<std::weak_ptr<Collector>> collectors;
   size_t tracks_since_prune = 0;
   std::shared_ptr<ProcMeshState> local_mesh;
+  // Where local procs' Unix sockets live: a controller's, made before it starts; in a proc,
+  // made at its first local spawn (ME-14); removed at shutdown. Empty: none yet.
+  std::string sock_dir;
+  Result<std::string> socket_dir();  // sock_dir, made if need be; mu not held
   // shutdown(): `stopping` once a thread has begun it, `shut_down` once the hosts are
   // detached (new work is refused from then on), `stopped` when it has finished;
   // `stopped_cv` tells a concurrent caller, who must not return before then (ME-10).

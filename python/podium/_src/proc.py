@@ -1,5 +1,11 @@
 """The entry point of a proc: ``python -m podium._src.proc`` (started by the C++ runtime with
-PODIUM_BOOT set). It serves Python actors until the controller says exit, or dies."""
+PODIUM_BOOT set). It serves Python actors until the controller says exit, or dies.
+
+A proc told to exit ends as a Python program does (BT-4, cpp/podium/mesh/bootstrap.h):
+serve_proc() stops the procs this one spawned and the C++ runtime, and returns; the actor
+threads are stopped; then the interpreter finalizes (atexit handlers, ``__del__`` of module
+objects, flushed output). A C++ watchdog ends the process if that takes longer than
+``PODIUM_PROC_EXIT_GRACE_MS`` (default 3000, below ProcMesh.stop's kill grace)."""
 
 from __future__ import annotations
 
@@ -30,8 +36,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Actor threads may still be inside user code; the process ends here without waiting.
-    os._exit(code)
+    # The interpreter finalizes (BT-4); actor threads still inside user code are daemons and
+    # do not hold it up, and the watchdog bounds what does.
+    sys.exit(main())

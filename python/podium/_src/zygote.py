@@ -39,10 +39,8 @@ def main() -> int:
     os.environ.clear()
     os.environ.update(dict(env))
     sys.argv = list(argv[2:]) if argv[1:2] == ["-m"] else list(argv[1:])
-    code = proc.main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    # It ends as the proc does: its interpreter finalizes (BT-4, podium._src.proc).
+    return proc.main()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,302 @@
+"""Spawning from inside an actor (issue 18, part 1; ME-14 and BT-3 in cpp/podium/mesh/):
+``this_host().spawn_procs(...)`` and ``ProcMesh.spawn`` in an actor's ``__init__`` and
+endpoints, as Monarch allows. The spawning actor owns what it spawned: failures reach its
+``__supervise__``, and stopping its mesh (or killing the controller) ends every level."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import CHILD_TIMEOUT_S
+from podium.actor import Actor, MeshFailure, SupervisionError, endpoint, this_host
+
+T = 30  # bound on each wait
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie counts as gone: its parent has not reaped it yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def _wait_gone(pids, timeout: float = 10.0) -> list:
+    """Polls until none of `pids` runs, for up to `timeout`; returns those still running."""
+    deadline = time.monotonic() + timeout
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return [p for p in pids if _alive(p)]
+
+
+def _socket_dirs_of(pid: int) -> list:
+    """The socket directories (ME-14) that the process `pid` made."""
+    bases = {"/tmp"}
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        bases.add(os.environ["XDG_RUNTIME_DIR"])
+    return [d for b in bases for d in glob.glob(f"{b}/podium-{os.getuid()}/{pid}-*")]
+
+
+class Leaf(Actor):
+    def __init__(self, tag: str = "") -> None:
+        self.tag = tag
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def echo(self, x):
+        return (self.tag, x)
+
+    @endpoint
+    def die(self, code: int) -> None:
+        os._exit(code)
+
+    @endpoint
+    def boom(self) -> None:
+        raise RuntimeError("leaf boom")
+
+
+class SpawnsInInit(Actor):
+    """Spawns its own procs and actors in __init__ (ME-14)."""
+
+    def __init__(self, n: int) -> None:
+        self.procs = this_host().spawn_procs(per_host={"leaves": n})
+        self.leaves = self.procs.spawn("leaf", Leaf, "init")
+
+    @endpoint
+    def pids(self) -> tuple:
+        return os.getpid(), sorted(self.leaves.pid.call().get(timeout=T).values())
+
+    @endpoint
+    def echo_all(self, x) -> list:
+        return list(self.leaves.echo.call(x).get(timeout=T).values())
+
+    @endpoint
+    def socket_dirs(self) -> list:
+        return _socket_dirs_of(os.getpid())
+
+
+class SpawnsInSyncEndpoint(Actor):
+    @endpoint
+    def spawn_leaves(self, n: int) -> list:
+        procs = this_host().spawn_procs(per_host={"leaves": n})
+        self.leaves = procs.spawn("sync_leaf", Leaf, "sync")
+        return list(self.leaves.echo.call(1).get(timeout=T).values())
+
+    @endpoint
+    def get_leaves(self):
+        return self.leaves
+
+
+class SpawnsInAsyncEndpoint(Actor):
+    @endpoint
+    async def spawn_leaves(self, n: int) -> list:
+        procs = this_host().spawn_procs(per_host={"leaves": n})
+        self.leaves = procs.spawn("async_leaf", Leaf, "async")
+        await self.leaves.initialized
+        return list((await self.leaves.echo.call(1)).values())
+
+    @endpoint
+    async def get_leaves(self):
+        return self.leaves
+
+
+def test_spawn_procs_and_spawn_inside_init_then_call_the_grandchildren():  # ME-14, BT-3
+    pm = this_host().spawn_procs(per_host={"mid": 1})
+    try:
+        mid = pm.spawn("mid", SpawnsInInit, 2)
+        mid.initialized.get(timeout=T)
+        mid_pid, leaf_pids = mid.pids.call_one().get(timeout=T)
+        assert len(set(leaf_pids)) == 2 and mid_pid not in leaf_pids
+        assert os.getpid() not in leaf_pids
+        assert all(_alive(p) for p in leaf_pids)
+        assert mid.echo_all.call_one(7).get(timeout=T) == [("init", 7), ("init", 7)]
+        # The mid proc made its own socket directory for its procs (this job is on Unix
+        # sockets), and removes it when it stops.
+        dirs = mid.socket_dirs.call_one().get(timeout=T)
+        assert len(dirs) == 1
+    finally:
+        pm.stop().get(timeout=T)
+    assert _wait_gone(leaf_pids) == []
+    assert _socket_dirs_of(mid_pid) == []
+
+
+@pytest.mark.parametrize("Class,tag", [(SpawnsInSyncEndpoint, "sync"),
+                                       (SpawnsInAsyncEndpoint, "async")])
+def test_spawn_inside_sync_and_async_endpoints(Class, tag):  # ME-14
+    pm = this_host().spawn_procs(per_host={"mid": 1})
+    try:
+        mid = pm.spawn("mid", Class)
+        assert mid.spawn_leaves.call_one(2).get(timeout=T) == [(tag, 1), (tag, 1)]
+        # A grandchild mesh handed back to the controller can be called from here too.
+        leaves = mid.get_leaves.call_one().get(timeout=T)
+        assert list(leaves.echo.call(3).get(timeout=T).values()) == [(tag, 3), (tag, 3)]
+    finally:
+        pm.stop().get(timeout=T)
+
+
+class NestedOwner(Actor):
+    """Owns the leaves it spawns on procs it spawned; `handle` is what __supervise__ returns."""
+
+    def __init__(self, handle: bool) -> None:
+        self.handle = handle
+        self.seen = []
+        self.procs = this_host().spawn_procs(per_host={"leaves": 2})
+        self.leaves = self.procs.spawn("leaf", Leaf)
+
+    def __supervise__(self, failure: MeshFailure) -> bool:
+        self.seen.append((failure.mesh_name, failure.rank, failure.kind, failure.exit_code,
+                          str(failure.cause)))
+        return self.handle
+
+    @endpoint
+    def fail_leaf(self, how: str) -> None:
+        self.leaves.initialized.get(timeout=T)
+        if how == "die":
+            self.leaves.slice(leaves=1).die.broadcast(9)
+        else:
+            self.leaves.slice(leaves=1).boom.broadcast()
+
+    @endpoint
+    def seen_failures(self) -> list:
+        return list(self.seen)
+
+    @endpoint
+    def call_leaf(self, rank: int):
+        try:
+            return self.leaves.slice(leaves=rank).echo.call_one(rank).get(timeout=T)
+        except SupervisionError as e:
+            return f"SupervisionError: {e}"
+
+
+@pytest.mark.parametrize("how", ["die", "boom"])
+def test_a_grandchild_failure_reaches_the_spawning_actors_supervise(how, faults):  # ME-14
+    pm = this_host().spawn_procs(per_host={"owner": 1})
+    try:
+        owner = pm.spawn("owner", NestedOwner, True)
+        owner.fail_leaf.call_one(how).get(timeout=T)
+        deadline = time.monotonic() + T
+        seen = []
+        while not seen and time.monotonic() < deadline:
+            seen = owner.seen_failures.call_one().get(timeout=T)
+            time.sleep(0.02)
+        assert len(seen) == 1, seen
+        mesh_name, rank, kind, exit_code, cause = seen[0]
+        assert (mesh_name, rank) == ("leaf", 1)
+        if how == "die":
+            assert (kind, exit_code) == ("proc", 9)
+        else:
+            assert kind == "actor" and "leaf boom" in cause
+        # Handled: the owner lives on, its other leaf too, and nothing reached this controller.
+        assert owner.call_leaf.call_one(0).get(timeout=T) == ("", 0)
+        assert faults() == []
+    finally:
+        pm.stop().get(timeout=T)
+
+
+def test_an_unhandled_grandchild_failure_fails_the_owner_up_to_the_controller(faults):
+    pm = this_host().spawn_procs(per_host={"owner": 1})
+    try:
+        owner = pm.spawn("owner", NestedOwner, False)
+        owner.fail_leaf.call_one("die").get(timeout=T)
+        got = faults.wait(1, timeout=T)
+        assert len(got) == 1, got
+        report = got[0].report()
+        assert report.startswith("actor owner[0] of mesh 'owner'")
+        assert "did not handle the failure of mesh 'leaf' it owns" in report
+        assert "actor leaf[1] of mesh 'leaf'" in report and "exited with status 9" in report
+        with pytest.raises(SupervisionError):
+            owner.seen_failures.call_one().get(timeout=T)
+    finally:
+        pm.stop().get(timeout=T)
+
+
+class Level(Actor):
+    """One level of a tree of procs: spawns `depth` more levels below itself."""
+
+    def __init__(self, depth: int) -> None:
+        self.below = None
+        if depth > 0:
+            self.procs = this_host().spawn_procs(per_host={"n": 2})
+            self.below = self.procs.spawn(f"level{depth - 1}", Level, depth - 1)
+
+    @endpoint
+    def pids(self) -> list:
+        mine = [os.getpid()]
+        if self.below is not None:
+            for sub in self.below.pids.call().get(timeout=T).values():
+                mine.extend(sub)
+        return mine
+
+
+def test_stopping_the_owners_mesh_stops_its_procs_and_theirs_recursively():  # ME-14, ME-3
+    pm = this_host().spawn_procs(per_host={"top": 1})
+    pids = []
+    try:
+        top = pm.spawn("top", Level, 2)
+        pids = top.pids.call_one().get(timeout=T)
+        assert len(pids) == 1 + 2 + 4 and len(set(pids)) == 7
+        assert all(_alive(p) for p in pids)
+    finally:
+        pm.stop().get(timeout=T)
+    assert _wait_gone(pids) == [], "procs outlived the stop of the mesh above them"
+
+
+def test_controller_sigkill_leaves_no_nested_process_behind(tmp_path):  # ME-14
+    script = tmp_path / "nested_victim.py"
+    script.write_text(textwrap.dedent(
+        """
+        import os, time
+        from podium.actor import Actor, endpoint, this_host
+
+        class Level(Actor):
+            def __init__(self, depth):
+                self.below = None
+                if depth > 0:
+                    self.procs = this_host().spawn_procs(per_host={"n": 2})
+                    self.below = self.procs.spawn(f"level{depth - 1}", Level, depth - 1)
+
+            @endpoint
+            def pids(self):
+                mine = [os.getpid()]
+                if self.below is not None:
+                    for sub in self.below.pids.call().get(timeout=30).values():
+                        mine.extend(sub)
+                return mine
+
+        top = this_host().spawn_procs(per_host={"top": 1}).spawn("top", Level, 2)
+        print("PIDS", *top.pids.call_one().get(timeout=30), flush=True)
+        time.sleep(60)
+        """
+    ))
+    p = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, text=True)
+    pids = []
+    try:
+        line = p.stdout.readline()
+        assert line.startswith("PIDS"), line
+        pids = [int(x) for x in line.split()[1:]]
+        assert len(pids) == 7 and all(_alive(x) for x in pids)
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=CHILD_TIMEOUT_S)
+        assert _wait_gone(pids) == [], "nested procs outlived their controller"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=CHILD_TIMEOUT_S)
+        for x in pids:  # never leave a process behind, even when the test failed
+            if _alive(x):
+                os.kill(x, signal.SIGKILL)
