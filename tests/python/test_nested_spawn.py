@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import CHILD_TIMEOUT_S
+from conftest import CHILD_TIMEOUT_S, Worker, gone_within, pid_alive
 from podium.actor import Actor, MeshFailure, SupervisionError, endpoint, this_host
 
 T = 30  # bound on each wait
@@ -24,20 +24,12 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie counts as gone: its parent has not reaped it yet)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
+    return pid_alive(pid)
 
 
 def _wait_gone(pids, timeout: float = 10.0) -> list:
     """Polls until none of `pids` runs, for up to `timeout`; returns those still running."""
-    deadline = time.monotonic() + timeout
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return [p for p in pids if _alive(p)]
+    return gone_within(list(pids), timeout)
 
 
 def _socket_dirs_of(pid: int) -> list:
@@ -300,3 +292,57 @@ def test_controller_sigkill_leaves_no_nested_process_behind(tmp_path):  # ME-14
         for x in pids:  # never leave a process behind, even when the test failed
             if _alive(x):
                 os.kill(x, signal.SIGKILL)
+
+
+def test_an_actor_on_an_attached_host_spawns_procs_on_that_host(tmp_path):  # ME-14, BT-3
+    # The proc on the worker spawns with the worker's commands (PODIUM_SPAWN), on TCP (the
+    # job's transport), and its procs are children of its own spawner, on the same host.
+    worker = Worker()
+    try:
+        script = tmp_path / "attached.py"
+        script.write_text(textwrap.dedent(
+            """
+            import os, sys
+            from podium.actor import (Actor, endpoint, attach_to_workers, enable_transport,
+                                      this_host)
+
+            class Leaf(Actor):
+                @endpoint
+                def where(self):
+                    from podium._core import mesh
+                    return os.getpid(), mesh.this_proc_id()
+
+            class Mid(Actor):
+                def __init__(self):
+                    self.leaves = this_host().spawn_procs(per_host={"n": 2}).spawn("leaf", Leaf)
+
+                @endpoint
+                def where(self):
+                    from podium._core import mesh
+                    return (os.getpid(), mesh.this_proc_id(),
+                            sorted(self.leaves.where.call().get(timeout=30).values()))
+
+            enable_transport("tcp://127.0.0.1:0")
+            hosts = attach_to_workers(workers=sys.argv[1:])
+            procs = hosts.spawn_procs(per_host={"mid": 1})
+            mid_pid, mid_id, leaves = procs.spawn("mid", Mid).where.call_one().get(timeout=30)
+            print("MID", mid_pid, mid_id, flush=True)
+            for pid, proc_id in leaves:
+                print("LEAF", pid, proc_id, flush=True)
+            procs.stop().get(timeout=30)
+            print("STOPPED", flush=True)
+            """
+        ))
+        r = subprocess.run([sys.executable, str(script), worker.address], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
+                           stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, r.stdout + r.stderr
+        lines = r.stdout.splitlines()
+        mid = [l.split() for l in lines if l.startswith("MID")][0]
+        leaves = [l.split() for l in lines if l.startswith("LEAF")]
+        assert len(leaves) == 2 and "STOPPED" in lines
+        assert mid[2].startswith("tcp:") and all(l[2].startswith("tcp:127.0.0.1:") for l in leaves)
+        pids = [int(mid[1])] + [int(l[1]) for l in leaves]
+        assert _wait_gone(pids) == [], "the stop left procs of the attached host behind"
+    finally:
+        worker.kill()

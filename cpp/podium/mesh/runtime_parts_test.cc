@@ -1,5 +1,6 @@
-// The runtime's parts on their own: the boot line (BT-1), the job thread behind the spawner
-// (PS-1, PS-2), the output writer (HA-12) and the controller's host table (HA-13).
+// The runtime's parts on their own: the boot line (BT-1), the spawn commands (BT-3), the job
+// thread behind the spawner (PS-1, PS-2), the output writer (HA-12) and the controller's host
+// table (HA-13).
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -31,6 +32,24 @@ TEST(Boot, RoundTripsAndRefusesWhatIsNotABootLine) {  // BT-1
     auto got = Boot::decode(bad);
     ASSERT_FALSE(got) << bad;
     EXPECT_NE(got.error().message.find("PODIUM_BOOT"), std::string::npos) << got.error().message;
+  }
+}
+
+TEST(SpawnCommands, RoundTripAndRefuseWhatIsNotTheirEncoding) {  // BT-3
+  for (const SpawnCommands& c :
+       {SpawnCommands{{"/usr/bin/python3", "-m", "podium._src.proc"},
+                      {"/usr/bin/python3", "-m", "podium._src.zygote"}},
+        SpawnCommands{{"/bin/prog"}, {}},
+        SpawnCommands{{"/a b/x", "", "with:colon,comma;semi", std::string("\x1f\n", 2)}, {"z"}}}) {
+    auto back = SpawnCommands::decode(c.encode());
+    ASSERT_TRUE(back) << back.error().to_string();
+    EXPECT_EQ(*back, c);
+  }
+  for (const char* bad : {"", "1,0,", "0,0,", "1,0,5:abc", "1,0,3:abcd", "x,0,1:a", "1,1,1:a",
+                          "1,0,1:a,", "1;0;1:a", "1,0,-1:a"}) {
+    auto got = SpawnCommands::decode(bad);
+    ASSERT_FALSE(got) << bad;
+    EXPECT_NE(got.error().message.find("PODIUM_SPAWN"), std::string::npos) << got.error().message;
   }
 }
 
