@@ -216,6 +216,38 @@ def test_an_unhandled_grandchild_failure_fails_the_owner_up_to_the_controller(fa
         pm.stop().get(timeout=T)
 
 
+class HandsOutLeaves(NestedOwner):
+    @endpoint
+    def get_leaves(self):
+        self.leaves.initialized.get(timeout=T)
+        return self.leaves
+
+
+def test_a_grandchild_end_reaches_a_controller_that_holds_its_mesh(faults):  # ME-14, ME-7
+    pm = this_host().spawn_procs(per_host={"owner": 1})
+    try:
+        owner = pm.spawn("owner", HandsOutLeaves, True)
+        leaves = owner.get_leaves.call_one().get(timeout=T)
+        victim = leaves.slice(leaves=1).pid.call_one().get(timeout=T)
+        assert leaves.slice(leaves=1).echo.call_one("here").get(timeout=T) == ("", "here")
+        os.kill(victim, signal.SIGKILL)
+        # The owner's proc saw its proc end and told its own spawner (this controller): calls
+        # from here fail naming the end, not wait on a dead socket.
+        deadline = time.monotonic() + T
+        err = None
+        while err is None and time.monotonic() < deadline:
+            try:
+                leaves.slice(leaves=1).echo.call_one(0).get(timeout=T)
+                time.sleep(0.02)
+            except SupervisionError as e:
+                err = e
+        assert err is not None and "killed by signal SIGKILL" in str(err), err
+        assert leaves.slice(leaves=0).echo.call_one(0).get(timeout=T) == ("", 0)
+        assert faults() == []  # the owner handled it; this controller owns nothing there
+    finally:
+        pm.stop().get(timeout=T)
+
+
 class Level(Actor):
     """One level of a tree of procs: spawns `depth` more levels below itself."""
 

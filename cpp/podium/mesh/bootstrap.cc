@@ -17,6 +17,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <condition_variable>
 #include <algorithm>
 #include <optional>
 
@@ -40,11 +41,23 @@ void publish(std::unique_ptr<Runtime> rt) {
   g_current.store(g_runtime.get(), std::memory_order_release);
 }
 
-// BT-4: ends the process with status 3 at `grace` from now, unless it has ended by then. The
-// thread is detached: the process's end (exit or _exit) ends it; nothing joins it.
+// BT-4: ends the process with status 3 at `grace` from now, unless it has reached exit() by
+// then: a C atexit handler (run after the language runtime finalized, before the static
+// destructors) stops the thread and joins it. Made once, never destroyed.
+struct ExitWatchdog {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread thread;
+};
+ExitWatchdog* g_watchdog = nullptr;  // set once, by the main thread (serve_proc)
+
 void arm_exit_watchdog(std::chrono::milliseconds grace) {
-  std::thread([grace] {
-    std::this_thread::sleep_for(grace);
+  if (g_watchdog) return;
+  auto* w = new ExitWatchdog();
+  w->thread = std::thread([w, grace] {
+    std::unique_lock lock(w->mu);
+    if (w->cv.wait_for(lock, grace, [w] { return w->done; })) return;
     // No stdio (its locks may be held by the thread that hangs): one write(2), then _exit.
     char msg[160];
     int n = std::snprintf(msg, sizeof msg,
@@ -53,7 +66,16 @@ void arm_exit_watchdog(std::chrono::milliseconds grace) {
                           static_cast<int>(::getpid()), static_cast<long long>(grace.count()));
     if (n > 0) (void)!::write(2, msg, std::min<size_t>(static_cast<size_t>(n), sizeof msg - 1));
     ::_exit(3);
-  }).detach();
+  });
+  g_watchdog = w;
+  std::atexit([] {
+    {
+      std::lock_guard lock(g_watchdog->mu);
+      g_watchdog->done = true;
+    }
+    g_watchdog->cv.notify_all();
+    g_watchdog->thread.join();
+  });
 }
 
 }  // namespace

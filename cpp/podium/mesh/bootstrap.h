@@ -25,7 +25,9 @@
 //        controller's kill grace), asks the procs it spawned to exit (ME-14), stops its
 //        runtime (no runtime thread is left to call into the language runtime) and returns,
 //        so the caller finalizes (Python: atexit handlers, module objects' __del__). If the
-//        process is still there at the deadline, the watchdog ends it with _exit(3).
+//        process has not reached exit() by the deadline, the watchdog ends it with _exit(3);
+//        exit() stops and joins the watchdog first (a C atexit handler, which runs after
+//        Python's finalization), so no thread is left unjoined.
 #pragma once
 
 #include <chrono>

@@ -133,16 +133,7 @@ void Runtime::Impl::proc_ended(const std::string& key, int64_t pid, int32_t sig,
       if (auto p = mesh->extent.point_of_rank(rank)) who += " " + p->to_string();
       who += " (pid " + std::to_string(pid) + ", " + key + ")";
     }
-    // ME-7: every other live proc hears of it.
-    for (const auto& [k, ref] : by_key) {
-      if (k == key || dead.contains(k)) continue;
-      auto m = ref.mesh.lock();
-      if (!m) continue;
-      std::lock_guard mlock(m->mu);
-      if (!m->procs[ref.rank].exit && m->procs[ref.rank].pid > 0) {
-        others.push_back(m->procs[ref.rank].id.addr);
-      }
-    }
+    others = exit_listeners(key, nullptr);  // ME-7, ME-14
   }
   bool expected = down || was_released;
   if (mesh) {
@@ -162,15 +153,38 @@ void Runtime::Impl::proc_ended(const std::string& key, int64_t pid, int32_t sig,
   proc_gone(key, pid, sig, code, down ? cause + " when this process shut down" : cause, expected);
 }
 
+// ME-7, ME-14: who hears of the end of the proc `key` from here: every other live proc this
+// process spawned (or adopted) and the process that spawned this one, but `from` (the one
+// that told us). mu held.
+std::vector<channel::Address> Runtime::Impl::exit_listeners(const std::string& key,
+                                                            const channel::Address* from) {
+  std::vector<channel::Address> out;
+  std::string skip = from ? from->to_string() : std::string();
+  for (const auto& [k, ref] : by_key) {
+    if (k == key || k == skip || dead.contains(k)) continue;
+    auto m = ref.mesh.lock();
+    if (!m) continue;
+    std::lock_guard mlock(m->mu);
+    const auto& p = m->procs[ref.rank];
+    if (!p.exit && p.pid > 0) out.push_back(p.id.addr);
+  }
+  if (parent) {
+    std::string up = parent->to_string();
+    if (up != skip && up != key) out.push_back(*parent);
+  }
+  return out;
+}
+
 // A proc ended (seen here, or told by the controller): calls waiting on it fail (ME-2), and
 // unless it was being stopped, the meshes owned here with an actor on it failed (SV-2).
-void Runtime::Impl::proc_gone(const std::string& key, int64_t pid, int32_t sig, int32_t code,
+// False when this process knew of that end already.
+bool Runtime::Impl::proc_gone(const std::string& key, int64_t pid, int32_t sig, int32_t code,
                               const std::string& cause, bool expected) {
   std::vector<std::shared_ptr<Collector>> waiting;
   Error why = proc_exited(cause);
   {
     std::lock_guard lock(mu);
-    if (!note_dead(key, why, now())) return;
+    if (!note_dead(key, why, now())) return false;
     ++dead_generation;
     arm_sweep();
     for (auto& w : collectors) {
@@ -187,6 +201,7 @@ void Runtime::Impl::proc_gone(const std::string& key, int64_t pid, int32_t sig, 
   if (auto addr = channel::Address::parse(key)) {
     proc->forget_peer(*addr, "the proc at " + key + " has ended");
   }
+  return true;
 }
 
 // ME-11: the sweep runs when the oldest dead record's grace is over (at most four times a
@@ -228,11 +243,25 @@ void Runtime::Impl::sweep_dead() {
   proc->forget_dests(keys);
 }
 
-// ME-7: a proc's end, told by the controller.
+// ME-7: a proc's end, told by the process that spawned this one, or (ME-14) by a proc this
+// one spawned, which saw it end among its own procs or heard of it. The first time, it goes
+// on to the others who have not heard of it from here (exit_listeners), so an end reaches
+// every process of the tree, each once.
 void Runtime::Impl::on_proc_exit(const actor::SystemHeader& h, const std::string& sender) {
   auto m = proto::ProcExit::decode(h);
   if (!m) return malformed(h.op, sender, m.error());
-  proc_gone(m->proc_key, m->pid, m->signal, m->code, m->cause, m->expected);
+  if (!proc_gone(m->proc_key, m->pid, m->signal, m->code, m->cause, m->expected)) return;
+  auto from = actor::system_sender_proc(sender);
+  std::vector<channel::Address> next;
+  {
+    std::lock_guard lock(mu);
+    if (shut_down) return;
+    next = exit_listeners(m->proc_key, from ? &from->addr : nullptr);
+  }
+  if (next.empty()) return;
+  auto note = proto::ProcExit{m->proc_key, m->cause, m->pid, m->expected, m->signal, m->code}
+                  .encode();
+  for (const auto& addr : next) send_to(addr, note);
 }
 
 // "actor_failed" [] [supervision id, base rank], part 1 = MeshFailure (actor layer SV-1).

@@ -31,7 +31,10 @@
 //        (mode 0700) at its first local spawn and removes it at its shutdown; the procs it
 //        spawns register with it, are watched, reaped and killed by it (ME-3) and die with it
 //        (PR_SET_PDEATHSIG: a controller's death ends every level), and their failures reach
-//        the owners of the meshes on them in this proc (SV-2). A proc told to exit first
+//        the owners of the meshes on them in this proc (SV-2). Ends travel the whole tree
+//        (ME-7 upward too): a process tells its spawner and its live procs of each end it
+//        sees, and passes on, once, each it hears of, so a call from any process to a dead
+//        proc of another level fails at once. A proc told to exit first
 //        stops the procs it spawned (stop_spawned: "exit", then SIGKILL after half its exit
 //        grace, BT-4), so stopping a mesh stops its procs' procs, recursively.
 //   ME-11 (see proc_registry.h) a dead proc's records are kept while this process can

@@ -120,8 +120,10 @@ struct Runtime::Impl : ProcRegistry {
   void on_exit(const std::string& key, const host::ExitStatus& status);
   void proc_ended(const std::string& key, int64_t pid, int32_t sig, int32_t code,
                   const std::string& how, const std::string& cause);
-  void proc_gone(const std::string& key, int64_t pid, int32_t sig, int32_t code,
+  bool proc_gone(const std::string& key, int64_t pid, int32_t sig, int32_t code,
                  const std::string& cause, bool expected);
+  std::vector<channel::Address> exit_listeners(const std::string& key,
+                                               const channel::Address* from);  // mu held
   void arm_sweep();  // mu held
   void sweep_dead();
   void on_proc_exit(const actor::SystemHeader& h, const std::string& sender);
