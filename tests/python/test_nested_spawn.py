@@ -80,6 +80,20 @@ class SpawnsInInit(Actor):
     def socket_dirs(self) -> list:
         return _socket_dirs_of(os.getpid())
 
+    @endpoint
+    def replace_leaves(self) -> tuple:
+        """Stops the procs it spawned (it owns them) and spawns new ones."""
+        old = sorted(self.leaves.pid.call().get(timeout=T).values())
+        self.procs.stop().get(timeout=T)
+        try:
+            self.leaves.pid.call().get(timeout=T)
+            stopped = "no error"
+        except SupervisionError as e:
+            stopped = str(e)
+        self.procs = this_host().spawn_procs(per_host={"leaves": 1})
+        self.leaves = self.procs.spawn("leaf2", Leaf, "again")
+        return old, sorted(self.leaves.pid.call().get(timeout=T).values()), stopped
+
 
 class SpawnsInSyncEndpoint(Actor):
     @endpoint
@@ -124,6 +138,21 @@ def test_spawn_procs_and_spawn_inside_init_then_call_the_grandchildren():  # ME-
         pm.stop().get(timeout=T)
     assert _wait_gone(leaf_pids) == []
     assert _socket_dirs_of(mid_pid) == []
+
+
+def test_an_actor_stops_the_procs_it_spawned_and_spawns_again():  # ME-14
+    pm = this_host().spawn_procs(per_host={"mid": 1})
+    try:
+        mid = pm.spawn("mid", SpawnsInInit, 2)
+        old, new, stopped = mid.replace_leaves.call_one().get(timeout=T)
+        assert len(old) == 2 and len(new) == 1 and not set(old) & set(new)
+        assert stopped != "no error"
+        assert _wait_gone(old) == []
+        assert all(_alive(p) for p in new)
+        assert mid.echo_all.call_one(1).get(timeout=T) == [("again", 1)]
+    finally:
+        pm.stop().get(timeout=T)
+    assert _wait_gone(new) == []
 
 
 @pytest.mark.parametrize("Class,tag", [(SpawnsInSyncEndpoint, "sync"),
