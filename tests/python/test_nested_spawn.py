@@ -95,6 +95,26 @@ class SpawnsInInit(Actor):
         return old, sorted(self.leaves.pid.call().get(timeout=T).values()), stopped
 
 
+class Environment(Actor):
+    @endpoint
+    def podium_vars(self) -> tuple:
+        child = subprocess.run(
+            [sys.executable, "-c",
+             "import os; print(sorted(k for k in os.environ if k.startswith('PODIUM_')))"],
+            env={**os.environ}, capture_output=True, text=True, timeout=T)
+        return sorted(k for k in os.environ if k.startswith("PODIUM_")), child.stdout.strip()
+
+
+def test_the_boot_and_spawn_variables_stay_out_of_actors_and_their_programs():  # BT-1, BT-3
+    pm = this_host().spawn_procs(per_host={"p": 1})
+    try:
+        mine, childs = pm.spawn("env", Environment).podium_vars.call_one().get(timeout=T)
+    finally:
+        pm.stop().get(timeout=T)
+    for seen in (mine, childs):
+        assert "PODIUM_BOOT" not in seen and "PODIUM_SPAWN" not in seen, seen
+
+
 class SpawnsInSyncEndpoint(Actor):
     @endpoint
     def spawn_leaves(self, n: int) -> list:
