@@ -328,7 +328,8 @@ def test_stopping_the_owners_mesh_stops_its_procs_and_theirs_recursively():  # M
     assert _wait_gone(pids) == [], "procs outlived the stop of the mesh above them"
 
 
-def test_controller_sigkill_leaves_no_nested_process_behind(tmp_path):  # ME-14
+@pytest.mark.parametrize("end", ["sigkill", "exit"])
+def test_controller_end_leaves_no_nested_process_behind(tmp_path, end):  # ME-14, ME-3
     script = tmp_path / "nested_victim.py"
     script.write_text(textwrap.dedent(
         """
@@ -352,19 +353,24 @@ def test_controller_sigkill_leaves_no_nested_process_behind(tmp_path):  # ME-14
 
         top = this_host().spawn_procs(per_host={"top": 1}).spawn("top", Level, 2)
         print("PIDS", *top.pids.call_one().get(timeout=30), flush=True)
-        time.sleep(60)
+        if os.environ["END"] == "sigkill":
+            time.sleep(60)
         """
     ))
     p = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.PIPE,
-                         stdin=subprocess.DEVNULL, text=True)
+                         stdin=subprocess.DEVNULL, text=True, env={**os.environ, "END": end})
     pids = []
     try:
         line = p.stdout.readline()
         assert line.startswith("PIDS"), line
         pids = [int(x) for x in line.split()[1:]]
-        assert len(pids) == 7 and all(_alive(x) for x in pids)
-        p.send_signal(signal.SIGKILL)
-        p.wait(timeout=CHILD_TIMEOUT_S)
+        assert len(pids) == 7
+        if end == "sigkill":
+            assert all(_alive(x) for x in pids)
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=CHILD_TIMEOUT_S)
+        else:  # the program ends without stopping its meshes: podium's exit ends them
+            assert p.wait(timeout=CHILD_TIMEOUT_S) == 0
         assert _wait_gone(pids) == [], "nested procs outlived their controller"
     finally:
         if p.poll() is None:
