@@ -106,7 +106,8 @@ Result<std::string> internal::make_socket_dir() {
 }
 
 std::string SpawnCommands::encode() const {
-  std::string out = std::to_string(proc_argv.size()) + "," + std::to_string(zygote_argv.size()) + ",";
+  std::string out =
+      std::to_string(proc_argv.size()) + "," + std::to_string(zygote_argv.size()) + ",";
   for (const auto* argv : {&proc_argv, &zygote_argv}) {
     for (const auto& a : *argv) out += std::to_string(a.size()) + ":" + a;
   }
@@ -138,7 +139,9 @@ Result<SpawnCommands> SpawnCommands::decode(std::string_view text) {
   for (auto [argv, n] : {std::pair{&c.proc_argv, np}, std::pair{&c.zygote_argv, nz}}) {
     for (size_t i = 0; i < n; ++i) {
       size_t len = 0;
-      if (!number(':', len)) return bad("expected '<length>:' before argument " + std::to_string(i));
+      if (!number(':', len)) {
+        return bad("expected '<length>:' before argument " + std::to_string(i));
+      }
       if (len > text.size() - at) return bad("an argument runs past the end");
       argv->emplace_back(text.substr(at, len));
       at += len;
