@@ -13,13 +13,17 @@ See docs/supervision.md for the model and the texts users see.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import collections
+import inspect
 import os
 import sys
 import threading
+import time
 import traceback
 import weakref
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from podium._core import mesh as _mesh
 
@@ -201,3 +205,226 @@ def at_exit() -> None:
         if d is None:
             return
         _run_hook(MeshFailure(d))
+
+
+# --- an owner actor's side: __supervise__ out of band of its calls (SV-6, SV-7) -------------
+#
+# server.py's _ActorServer inherits OwnerSupervision. The Inbox hands supervision items out
+# ahead of the calls (SV-6): a sync actor runs __supervise__ after the call in progress and
+# before the queued ones; an async actor runs it as a task of its event loop, one failure at a
+# time, which interleaves with an endpoint at any await (as Monarch does). A failure the owner
+# does not handle fails it at once: its calls in progress are answered with SupervisionError
+# and cancelled (async), and later ones are refused.
+#
+# SV-7: a child's failure does not reach the owner's own code before its __supervise__ ran: a
+# call on a mesh the actor owns that fails because that actor failed or its proc exited raises
+# in the owner only after __supervise__ has handled that actor's failure (an async endpoint
+# awaits it; a sync endpoint in .get() runs the waiting supervision itself, on its thread).
+
+# SV-7's wait for a failure report that the runtime should send but that may never come (a
+# proc that exited because its ProcMesh was being stopped raises no fault, SV-2): after this
+# long the error is raised without it.
+_GATE_WAIT_S = 10.0
+
+# The owner actor served on each actor thread (thread ident -> OwnerSupervision).
+_owners: Dict[int, "OwnerSupervision"] = {}
+
+
+def _is_child_failure(e: BaseException) -> bool:
+    from podium._src.errors import SupervisionError  # errors imports nothing from here
+
+    return isinstance(e, SupervisionError) and getattr(e, "_child_failure", False)
+
+
+class _Gate:
+    """What future.py runs before a failed call's error is raised (SV-7)."""
+
+    @staticmethod
+    def before_raise(e: BaseException) -> None:
+        if not _is_child_failure(e):
+            return
+        owner = _owners.get(threading.get_ident())
+        if owner is not None and owner.loop is None:  # a sync actor's thread
+            owner._gate_sync(e)
+
+    @staticmethod
+    def before_raise_async(e: BaseException) -> Any:
+        if not _is_child_failure(e):
+            return None
+        owner = _owners.get(threading.get_ident())
+        if owner is None or owner.loop is None or not owner._gated(e):
+            return None
+        return owner._gate_async(e)
+
+
+class OwnerSupervision:
+    """The supervision half of an actor server (see the section comment above)."""
+
+    inbox: Any
+    info: Any
+    instance: Any
+    loop: Any
+
+    def _init_supervision(self) -> None:
+        self._sup_queue: "collections.deque[Dict[str, Any]]" = collections.deque()
+        self._sup_task: Any = None
+        self._supervised: set = set()  # actor ids whose failure was supervised here
+        self._sup_waiters: Dict[str, List[Any]] = {}  # actor id -> asyncio futures (SV-7)
+        _owners[threading.get_ident()] = self
+
+    def _end_supervision(self) -> None:
+        _owners.pop(threading.get_ident(), None)
+
+    # --- sync actors ----------------------------------------------------------------------
+
+    def _supervise(self, d: Dict[str, Any]) -> None:
+        """A mesh this actor spawned failed: __supervise__ handles it (a true return), or this
+        actor fails too, which its own owner learns (SV-3)."""
+        failure = MeshFailure(d)
+        try:
+            found = self._supervisor_of(failure)
+            if found is None:
+                return
+            token = self._enter()
+            try:
+                result = found(failure)
+                if inspect.isawaitable(result):  # an async __supervise__ on a sync actor
+                    loop = asyncio.new_event_loop()
+                    try:
+                        result = loop.run_until_complete(result)
+                    finally:
+                        loop.close()
+            except BaseException as e:
+                return self._unhandled(failure, e)
+            finally:
+                self._leave(token)
+            if not result:
+                self._unhandled(failure, None)
+        finally:
+            self._mark_supervised(failure)
+
+    def _gate_sync(self, e: BaseException) -> None:
+        """SV-7 on a sync owner's thread: runs the supervision items that come until the one
+        for the failed actor of ``e`` has run (or the owner failed)."""
+        deadline = time.monotonic() + _GATE_WAIT_S
+        while self._gated(e):
+            left = deadline - time.monotonic()
+            item = self.inbox.next(left, True) if left > 0 else None
+            if item is None:
+                return
+            self._supervise(item.failure)
+
+    # --- async actors ---------------------------------------------------------------------
+
+    def _take_supervision(self, first: Optional[Dict[str, Any]] = None) -> None:
+        """Moves the supervision items of the Inbox to the supervision task (started if it
+        is not running): called whenever the Inbox's eventfd fires, even while the serve loop
+        awaits an endpoint."""
+        queue = self._sup_queue
+        if first is not None:
+            queue.append(first)
+        while True:
+            item = self.inbox.next(0, True)
+            if item is None:
+                break
+            queue.append(item.failure)
+        if queue and (self._sup_task is None or self._sup_task.done()):
+            self._sup_task = self.loop.create_task(self._supervise_loop())
+
+    async def _supervise_loop(self) -> None:
+        queue = self._sup_queue
+        while queue:
+            await self._supervise_async(queue.popleft())
+
+    async def _supervise_async(self, d: Dict[str, Any]) -> None:
+        failure = MeshFailure(d)
+        try:
+            found = self._supervisor_of(failure)
+            if found is None:
+                return
+            token = self._enter()
+            try:
+                result = found(failure)
+                if inspect.isawaitable(result):
+                    result = await result
+            except asyncio.CancelledError:  # the actor stops: the failure goes with it
+                return
+            except BaseException as e:
+                return self._unhandled(failure, e)
+            finally:
+                self._leave(token)
+            if not result:
+                self._unhandled(failure, None)
+        finally:
+            self._mark_supervised(failure)
+
+    async def _gate_async(self, e: BaseException) -> None:
+        """SV-7 in an async owner: waits until __supervise__ handled the failed actor of
+        ``e`` (or the owner failed)."""
+        waiter = self.loop.create_future()
+        self._sup_waiters.setdefault(e.actor_id, []).append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), _GATE_WAIT_S)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            waiters = self._sup_waiters.get(e.actor_id)
+            if waiters is not None and waiter in waiters:
+                waiters.remove(waiter)
+
+    async def _stop_supervision(self) -> None:
+        """The actor stops: a __supervise__ in progress is cancelled, pending ones dropped."""
+        self._sup_queue.clear()
+        task = self._sup_task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    # --- both -----------------------------------------------------------------------------
+
+    def _gated(self, e: BaseException) -> bool:
+        """Whether the error ``e`` of a call must wait for this owner's __supervise__: its
+        actor belongs to a mesh this actor owns, and that failure has not been supervised
+        here yet (nor has this actor failed)."""
+        if self.inbox.failed or e.actor_id is None or e.actor_id in self._supervised:
+            return False
+        children = self.info._children if self.info is not None else ()
+        return any(getattr(c, "name", None) == e.mesh_name for c in children)
+
+    def _mark_supervised(self, failure: "MeshFailure") -> None:
+        self._supervised.add(failure.actor_id)
+        for waiter in self._sup_waiters.pop(failure.actor_id, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+        if self.inbox.failed:  # every waiter goes on: nothing will be supervised here now
+            for waiters in self._sup_waiters.values():
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+            self._sup_waiters.clear()
+
+    def _supervisor_of(self, failure: "MeshFailure") -> Optional[Callable[..., Any]]:
+        """The owner's __supervise__, or None when this actor cannot handle the failure (no
+        __supervise__, or failed already): then it is unhandled here."""
+        fn = getattr(self.instance, "__supervise__", None)
+        if fn is None or self.inbox.failed:
+            self._unhandled(failure, None)
+            return None
+        return fn
+
+    def _unhandled(self, failure: "MeshFailure", e: Optional[BaseException]) -> None:
+        """Fails this actor at once, with its calls in progress (SV-6)."""
+        if self.inbox.failed:  # failed already: its owner has been told once
+            return
+        how = "did not handle" if e is None else "raised in __supervise__ for"
+        text = f"{how} the failure of mesh '{failure.mesh_name}' it owns:\n{failure.report()}"
+        if e is not None:
+            text += f"\n__supervise__ raised:\n{self._format(e)}"
+        self.inbox.fail(text)  # the runtime logs the failure, with this text, once
+        self._fail_in_flight()
+
+    # Provided by server.py's _ActorServer.
+    def _enter(self) -> Any: ...
+    def _leave(self, token: Any) -> None: ...
+    def _format(self, e: BaseException) -> str: ...
+    def _fail_in_flight(self) -> None: ...
