@@ -4,9 +4,24 @@ failed mesh, and ``unhandled_fault_hook`` for failures that reach the root of a 
 Detection and routing are C++ (cpp/podium/supervision/supervisor.h): the proc of a failed actor, or
 the controller that saw a proc die, tells the process that owns the mesh; its Supervisor
 raises the failure once (SV-2) to the owner (SV-3). An owner actor gets it in its Inbox as an
-item of kind "supervise" (server.py calls ``__supervise__``); the root gets it through
-``podium._core.mesh.next_fault``, which the thread started here pops to run
-``podium.actor.unhandled_fault_hook``.
+item of kind "supervise", which OwnerSupervision below (a base of server.py's actor server)
+runs ``__supervise__`` for; the root gets it through ``podium._core.mesh.next_fault``, which
+the thread started here pops to run ``podium.actor.unhandled_fault_hook``.
+
+Invariants stated here (docs/supervision.md sums them up):
+  SV-6 An owner's failure reports do not wait for its calls, as in Monarch: the Inbox hands
+       them out ahead of the queued calls; an async owner runs ``__supervise__`` as a task
+       of its event loop (one failure at a time), which runs at any await of an endpoint in
+       progress; a sync owner runs it after the call in progress and before the queued
+       ones. A failure the owner does not handle (falsy return, or it raises) fails the
+       owner at once: its calls in progress are answered with SupervisionError (async bodies
+       are cancelled), later ones are refused.
+  SV-7 A child's failure reaches the owner's own code only after ``__supervise__`` ran for
+       it: a call on a mesh the actor owns that fails because that actor failed or its proc
+       exited raises in the owner (``await`` or ``.get()`` on the owner's thread) once that
+       failure was supervised there, or the owner failed. A sync owner blocked in ``.get()``
+       runs the supervision itself, on its thread. The wait is bounded (_GATE_WAIT_S): a
+       proc that exits because its ProcMesh is stopped raises no fault (SV-2).
 
 See docs/supervision.md for the model and the texts users see.
 """
