@@ -11,6 +11,11 @@ eventfd (written by C++ on every push) with add_reader, so the loop keeps runnin
 message is there: calls of @concurrent_endpoint methods run as tasks that overlap with later
 messages; every other call is awaited to completion before the next message starts.
 
+Failure reports of meshes an actor owns do not wait for its calls (supervision.py, SV-6): the
+Inbox hands them out first; a sync actor runs ``__supervise__`` before its next call, an async
+actor as a task of its loop, started from the eventfd's callback even while a call is awaited
+(each plain call runs as a task, so that a failure the actor does not handle cancels it).
+
 A stop (queued behind the messages sent before it) cancels the actor's concurrent tasks, stops
 the actor meshes the actor spawned (a wait that C++ bounds: ME-8), runs ``__cleanup__`` and
 acknowledges. No thread here polls: the spawner and the actors' threads block in C++ waits
