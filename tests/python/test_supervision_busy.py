@@ -125,11 +125,12 @@ class SyncOwner(Actor):
         self.child.initialized.get(timeout=T)
 
     @endpoint
-    def call_child(self, how: str) -> list:
+    def call_child(self, how: str, whole_mesh: bool = False) -> list:
         """Blocks in .get() on a call on the child that fails: __supervise__ runs on this
         thread before the error is raised here."""
+        ep = getattr(self.child, how)
         try:
-            getattr(self.child, how).call_one().get(timeout=T)
+            (ep.call() if whole_mesh else ep.call_one()).get(timeout=T)
         except SupervisionError as e:
             self.log.append(("endpoint saw", e.mesh_name, e.rank))
         return list(self.log)
@@ -205,14 +206,16 @@ def test_an_async_owner_sees_its_childs_error_only_after_supervise(spawn, new_pr
     assert faults() == []
 
 
+@pytest.mark.parametrize("whole_mesh", [False, True], ids=["call_one", "call"])
 @pytest.mark.parametrize("how", ["die", "exits"])
 def test_a_sync_owner_sees_its_childs_error_only_after_supervise(spawn, new_procs, faults,
-                                                                  how):
-    """SV-7 for an owner whose endpoints are `def`: blocked in .get() on its child, it runs
-    __supervise__ on its own thread before .get() raises; a failure that is supervised once
-    is not supervised again when another call on that actor fails."""
+                                                                  how, whole_mesh):
+    """SV-7 for an owner whose endpoints are `def`: blocked in .get() on its child
+    (`child.x.call_one().get()` or `child.x.call().get()`), it runs __supervise__ on its own
+    thread before .get() raises; a failure that is supervised once is not supervised again
+    when another call on that actor fails."""
     owner = _owner(spawn, new_procs, SyncOwner, True, f"sync_ordered_child_{how}")
-    log = owner.call_child.call_one(how).get(timeout=T)
+    log = owner.call_child.call_one(how, whole_mesh).get(timeout=T)
     assert log == [("supervise", f"sync_ordered_child_{how}", 0),
                    ("endpoint saw", f"sync_ordered_child_{how}", 0)]
     log = owner.call_child.call_one("pid").get(timeout=T)
