@@ -46,6 +46,22 @@ class Child(Actor):
         return s
 
 
+class Gate(Actor):
+    """Another actor the owner awaits a call on: the call returns once `open` is called."""
+
+    def __init__(self) -> None:
+        self.opened = asyncio.Event()
+
+    @concurrent_endpoint
+    async def wait_open(self) -> str:
+        await asyncio.wait_for(self.opened.wait(), T)
+        return "opened"
+
+    @concurrent_endpoint
+    async def open(self) -> None:
+        self.opened.set()
+
+
 class AsyncOwner(Actor):
     """Owns a child mesh; logs what happens in which order. `handle` is what __supervise__
     returns ("raise": it raises)."""
@@ -58,6 +74,8 @@ class AsyncOwner(Actor):
     async def __supervise__(self, failure) -> bool:
         self.log.append(("supervise", failure.mesh_name, failure.rank))
         self.supervised.set()
+        if getattr(self, "gate", None) is not None:
+            self.gate.open.broadcast()
         if self.handle == "raise":
             raise ValueError("this owner refuses its child's failure")
         return self.handle
@@ -74,6 +92,27 @@ class AsyncOwner(Actor):
         getattr(self.child, how).broadcast()
         await asyncio.wait_for(self.supervised.wait(), T)
         await asyncio.sleep(0.01)  # a handled failure leaves the endpoint to go on
+        self.log.append(("endpoint", "resumed"))
+        return list(self.log)
+
+    @endpoint
+    async def kill_child_and_await_another_call(self, gate) -> list:
+        """Kills the child, then awaits a call on another actor that only __supervise__
+        lets return."""
+        self.gate = gate
+        self.log.append(("endpoint", "started"))
+        self.child.die.broadcast()
+        self.log.append(("endpoint", await gate.wait_open.call_one()))
+        return list(self.log)
+
+    @endpoint
+    async def kill_child_and_poll(self) -> list:
+        """Kills the child, then sleeps in steps (asyncio.sleep) until __supervise__ ran."""
+        self.log.append(("endpoint", "started"))
+        self.child.die.broadcast()
+        deadline = time.monotonic() + T
+        while not self.supervised.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         self.log.append(("endpoint", "resumed"))
         return list(self.log)
 
@@ -165,6 +204,28 @@ def test_supervise_runs_while_the_owner_awaits_in_an_endpoint(spawn, new_procs, 
     assert log == [("endpoint", "started"), ("supervise", f"busy_child_{how}", 0),
                    ("endpoint", "resumed")]
     assert faults() == []  # handled: nothing reaches the root
+
+
+def test_supervise_runs_while_the_owner_awaits_a_call_on_another_actor(spawn, new_procs,
+                                                                      faults):
+    """SV-6: the owner's endpoint awaits a call that returns only once __supervise__ ran (it
+    opens the gate): so __supervise__ ran during that await."""
+    owner = _owner(spawn, new_procs, AsyncOwner, True, "busy_child_gate")
+    gate = spawn(Gate, on=new_procs(gpus=1))
+    gate.initialized.get(timeout=T)  # before another process calls it
+    gate = gate.slice(gpus=0)
+    log = owner.kill_child_and_await_another_call.call_one(gate).get(timeout=T)
+    assert log == [("endpoint", "started"), ("supervise", "busy_child_gate", 0),
+                   ("endpoint", "opened")]
+    assert faults() == []
+
+
+def test_supervise_runs_while_the_owner_sleeps_in_asyncio(spawn, new_procs, faults):
+    owner = _owner(spawn, new_procs, AsyncOwner, True, "busy_child_sleep")
+    log = owner.kill_child_and_poll.call_one().get(timeout=T)
+    assert log == [("endpoint", "started"), ("supervise", "busy_child_sleep", 0),
+                   ("endpoint", "resumed")]
+    assert faults() == []
 
 
 @pytest.mark.parametrize("handle", [False, None, "raise"])
