@@ -52,7 +52,7 @@ def _undecodable(e: BaseException, endpoint: "Endpoint[Any]", rank: int) -> Exce
 
 # The errors of a call whose actor failed or whose proc exited: its owner's __supervise__ runs
 # before the owner's own code sees them (supervision.py, SV-7).
-_CHILD_FAILED = (_ActorErrc.ACTOR_FAILED, _ActorErrc.PROC_EXITED)
+_CHILD_FAILED = {_ActorErrc.ACTOR_FAILED: "actor", _ActorErrc.PROC_EXITED: "proc"}
 
 
 def _decode_reply(ok: bool, payload: Any, endpoint: "Endpoint[Any]", rank: int) -> Any:
@@ -63,8 +63,9 @@ def _decode_reply(ok: bool, payload: Any, endpoint: "Endpoint[Any]", rank: int) 
     if not ok:
         subsystem, code, message = payload
         e = endpoint._locate(rank)(errors.from_reply(subsystem, code, message, endpoint._name))
-        if errors.errc(subsystem, code) in _CHILD_FAILED:  # its owner supervises it (SV-7)
-            e._child_failure = True
+        kind = _CHILD_FAILED.get(errors.errc(subsystem, code))
+        if kind is not None:  # its owner supervises it first (SV-7)
+            e._child_failure = kind
         raise e
     try:
         reply = pickling.loads(payload)

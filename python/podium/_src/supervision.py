@@ -20,8 +20,9 @@ Invariants stated here (docs/supervision.md sums them up):
        it: a call on a mesh the actor owns that fails because that actor failed or its proc
        exited raises in the owner (``await`` or ``.get()`` on the owner's thread) once that
        failure was supervised there, or the owner failed. A sync owner blocked in ``.get()``
-       runs the supervision itself, on its thread. The wait is bounded (_GATE_WAIT_S): a
-       proc that exits because its ProcMesh is stopped raises no fault (SV-2).
+       runs the supervision itself, on its thread. A proc exit that raised no fault (its
+       ProcMesh was stopped, SV-2) is not waited for; an actor's report is, up to
+       _GATE_WAIT_S.
 
 See docs/supervision.md for the model and the texts users see.
 """
@@ -236,9 +237,9 @@ def at_exit() -> None:
 # in the owner only after __supervise__ has handled that actor's failure (an async endpoint
 # awaits it; a sync endpoint in .get() runs the waiting supervision itself, on its thread).
 
-# SV-7's wait for a failure report that the runtime should send but that may never come (a
-# proc that exited because its ProcMesh was being stopped raises no fault, SV-2): after this
-# long the error is raised without it.
+# SV-7's wait for an actor's failure report, which its proc sends but which may never come
+# (the owner stopped that actor meanwhile, SV-2): after this long the error is raised
+# without it. (A proc's exit is known at once: the Supervisor says whether it raised it.)
 _GATE_WAIT_S = 10.0
 
 # The owner actor served on each actor thread (thread ident -> OwnerSupervision).
@@ -404,7 +405,12 @@ class OwnerSupervision:
         if self.inbox.failed or e.actor_id is None or e.actor_id in self._supervised:
             return False
         children = self.info._children if self.info is not None else ()
-        return any(getattr(c, "name", None) == e.mesh_name for c in children)
+        if not any(getattr(c, "name", None) == e.mesh_name for c in children):
+            return False
+        # A proc's exit is raised to its owner before the calls waiting on it fail: one that
+        # was not raised (its ProcMesh was stopped, SV-2) will not be supervised. An actor's
+        # own failure report may come after its callers' errors: it is awaited.
+        return e._child_failure != "proc" or _mesh.fault_raised(e.actor_id)
 
     def _mark_supervised(self, failure: "MeshFailure") -> None:
         self._supervised.add(failure.actor_id)
