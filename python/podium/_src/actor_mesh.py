@@ -18,8 +18,8 @@ import pickle
 from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar
 
 from podium._core import mesh as _mesh
-from podium._core.base import ActorErrc as _ActorErrc
 from podium._core import ndslice as _nd
+from podium._core.base import ActorErrc as _ActorErrc
 from podium._src import errors, pickling
 from podium._src.endpoint import (
     check_call,

@@ -24,7 +24,7 @@ R = TypeVar("R")
 
 _PENDING = object()
 
-# Set by podium._src.supervision in a process that serves actors: what runs before a failed
+# Set by podium._src.server in a process that serves actors (supervision._Gate): what runs before a failed
 # call's error is raised in an actor that owns the failed mesh (its __supervise__ runs first,
 # SV-7). None elsewhere.
 _gate: Any = None
