@@ -42,6 +42,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from podium._core import mesh as _mesh
+from podium._src.errors import SupervisionError
 
 # The fault thread's wait: the binding's longest (about 11 days), so that only a failure or
 # interrupt_faults() (at exit) ends it; the thread loops only then.
@@ -247,8 +248,6 @@ _owners: Dict[int, "OwnerSupervision"] = {}
 
 
 def _is_child_failure(e: BaseException) -> bool:
-    from podium._src.errors import SupervisionError  # errors imports nothing from here
-
     return isinstance(e, SupervisionError) and getattr(e, "_child_failure", False)
 
 
