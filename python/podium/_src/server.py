@@ -518,18 +518,12 @@ class _ActorServer(supervision.OwnerSupervision):
         """This actor has just failed (a failure it did not handle, SV-6): its calls in
         progress end with it at once. Their callers get SupervisionError; async bodies are
         cancelled (a sync body runs on, its answer dropped)."""
-        current = self.current
-        if current is not None and current.port and not current.answered:
-            current.answered = True
-            self.inbox.reply_failure(current.port, current.rank)
-        elif current is not None:
-            current.answered = True
+        if self.current is not None:
+            self.current.fail_now()
         if self.current_task is not None and not self.current_task.done():
             self.current_task.cancel()
         for task, call in list(self.tasks.items()):
-            if call.port and not call.answered:
-                call.answered = True
-                self.inbox.reply_failure(call.port, call.rank)
+            call.fail_now()
             task.cancel()
 
     # --- stop -----------------------------------------------------------------------------
@@ -688,6 +682,16 @@ class _Call:
                                 "while its result was pickled")
             return
         self.server.inbox.reply(self.port, self.rank, payload)
+
+    def fail_now(self) -> None:
+        """The actor failed while this call ran: its caller gets the failure now (unless it
+        has its answer), and what the body does later is not sent."""
+        if self.answered:
+            return
+        self.answered = True
+        port = getattr(self, "reply_port", None)
+        if self.port and not (port is not None and port._answered):
+            self.server.inbox.reply_failure(self.port, self.rank)
 
     def raised(self, e: BaseException) -> None:
         """Answers with what the endpoint raised (EP-1): an Exception fails the call only
