@@ -22,8 +22,11 @@
 // (Proc::fail_actor: later messages are refused with the cause, and the failure is reported
 // to the owner of the actor's mesh, SV-1).
 //
-// Supervision. A failure of a mesh that the actor owns (a kSupervise message) is queued like a
-// call (kind "supervise"); the actor thread runs __supervise__ in its turn.
+// Supervision. A failure of a mesh that the actor owns (a kSupervise message) is queued apart
+// from the calls, ahead of them (SV-6: kind "supervise", popped first): a sync actor runs
+// __supervise__ after the call in progress and before the queued ones, an async actor as a
+// task of its loop (the eventfd wakes it while an endpoint awaits), and a sync owner waiting
+// for a child's result pops it alone (next(..., supervise_only=True)).
 //
 // Stop. PythonActor::cleanup queues a stop item after the queued calls and waits until the
 // actor thread ran __cleanup__ and acknowledged (or exited).
@@ -113,7 +116,8 @@ class Inbox {
     bool driver_elsewhere;
     {
       std::lock_guard lock(mu_);
-      q_.push_back(std::move(item));
+      // SV-6: supervision goes ahead of the ordered calls, in a queue of its own.
+      (item.kind == InboxItem::Kind::kSupervise ? sq_ : q_).push_back(std::move(item));
       wake = sleeping_;
       driver_elsewhere = driving_ && driver_ != std::this_thread::get_id();
     }
@@ -153,14 +157,20 @@ class Inbox {
   // threads (an actor's stop for that actor's thread, maybe this one), so when a drain
   // leaves one behind, this thread hands the loop back and waits on cv_ for the rest of
   // this call while a runner runs it.
-  std::optional<InboxItem> pop(std::chrono::nanoseconds timeout) {
+  //
+  // Supervision items come first (SV-6); `supervise_only` waits for one of them only, leaving
+  // calls and stops queued (a sync owner waiting for the supervision of a child's failure).
+  std::optional<InboxItem> pop(std::chrono::nanoseconds timeout, bool supervise_only = false) {
+    auto ready_locked = [&] {
+      return !sq_.empty() || (!supervise_only && !q_.empty()) || closed_;
+    };
     auto deadline = std::chrono::steady_clock::now() + timeout;
     actor::Executor* ex = g_driving.load(std::memory_order_relaxed) &&
                                   timeout > std::chrono::nanoseconds::zero()
                               ? actor::Executor::drivable()
                               : nullptr;
     std::unique_lock lock(mu_);
-    while (q_.empty() && !closed_ && std::chrono::steady_clock::now() < deadline) {
+    while (!ready_locked() && std::chrono::steady_clock::now() < deadline) {
       if (!ex) {
         wait_locked(lock, deadline);
         continue;
@@ -172,10 +182,10 @@ class Inbox {
       {
         actor::DeliveryOnlyScope deliveries_only;
         ex->drive(
-            [this] {
+            [this, &ready_locked] {
               if (actor::DeliveryOnlyScope::deferred()) return true;
               std::lock_guard l(mu_);
-              return !q_.empty() || closed_;
+              return ready_locked();
             },
             deadline);
         deferred = actor::DeliveryOnlyScope::deferred();
@@ -187,7 +197,7 @@ class Inbox {
         ex = nullptr;  // a runner runs what was left; this call only waits now
         continue;
       }
-      if (!q_.empty() || closed_) break;
+      if (ready_locked()) break;
       // Another thread drives (or the deadline passed): sleep until an item or a release.
       released_ = false;
       lock.unlock();
@@ -200,17 +210,17 @@ class Inbox {
       });
       lock.lock();
       if (token == 0) continue;  // the loop is free: take it
-      while (!released_ && q_.empty() && !closed_ &&
-             std::chrono::steady_clock::now() < deadline) {
+      while (!released_ && !ready_locked() && std::chrono::steady_clock::now() < deadline) {
         wait_locked(lock, deadline);
       }
       lock.unlock();
       ex->cancel_release(token);
       lock.lock();
     }
-    if (q_.empty()) return std::nullopt;
-    InboxItem item = std::move(q_.front());
-    q_.pop_front();
+    std::deque<InboxItem>& from = !sq_.empty() ? sq_ : q_;
+    if (from.empty() || (supervise_only && &from == &q_)) return std::nullopt;
+    InboxItem item = std::move(from.front());
+    from.pop_front();
     return item;
   }
 
@@ -240,7 +250,7 @@ class Inbox {
   static void set_driving(bool on) { g_driving.store(on); }
   bool closed() {
     std::lock_guard lock(mu_);
-    return closed_ && q_.empty();
+    return closed_ && q_.empty() && sq_.empty();
   }
 
   void fail(Error e) {
@@ -263,6 +273,7 @@ class Inbox {
     {
       std::lock_guard lock(mu_);
       left.swap(q_);
+      sq_.clear();  // failures of meshes this actor owned: it is gone, nobody handles them
     }
     for (auto& it : left) {
       if (it.stopped) it.stopped->set();
@@ -280,9 +291,10 @@ class Inbox {
   const std::string actor_id_;
   const std::string name_;
   const uint32_t index_;
-  std::mutex mu_;  // guards q_, closed_, failure_, sleeping_
+  std::mutex mu_;  // guards q_, sq_, closed_, failure_, sleeping_
   std::condition_variable cv_;
   std::deque<InboxItem> q_;
+  std::deque<InboxItem> sq_;  // kSupervise items, popped before q_ (SV-6)
   bool sleeping_ = false;  // the consumer waits on cv_ (push skips the notify otherwise)
   bool closed_ = false;
   std::optional<Error> failure_;
@@ -542,19 +554,21 @@ void bind_actor(nb::module_& m) {
       .def_prop_ro("index", &Inbox::index)
       .def(
           "next",
-          [](Inbox& in, std::optional<double> timeout_s) -> std::optional<PyItem> {
+          [](Inbox& in, std::optional<double> timeout_s,
+             bool supervise_only) -> std::optional<PyItem> {
             release_deferred();
             std::optional<InboxItem> item;
             {
               nb::gil_scoped_release unlocked;
-              item = in.pop(seconds_to_ns(timeout_s.value_or(kForeverS)));
+              item = in.pop(seconds_to_ns(timeout_s.value_or(kForeverS)), supervise_only);
             }
             if (!item) return std::nullopt;
             return PyItem{std::move(*item)};
           },
-          nb::arg("timeout_s").none() = nb::none(),
-          "The next item, or None after timeout_s or once closed (timeout_s None: only once "
-          "closed; close() wakes the wait).")
+          nb::arg("timeout_s").none() = nb::none(), nb::arg("supervise_only") = false,
+          "The next item (supervision items first), or None after timeout_s or once closed "
+          "(timeout_s None: only once closed; close() wakes the wait). supervise_only: the "
+          "next supervision item only; calls and stops stay queued.")
       .def_prop_ro("closed", &Inbox::closed)
       .def("close", &Inbox::close)
       .def(

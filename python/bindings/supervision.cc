@@ -7,6 +7,7 @@
 // only the queue, no state of the core.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "future.h"
 #include "podium/actor/mesh_failure.h"
 #include "podium/mesh/runtime.h"
+#include "podium/supervision/supervisor.h"
 
 namespace podium::python {
 namespace {
@@ -94,6 +96,14 @@ void bind_supervision(nb::module_& m) {
       "The next failure for the root (a dict), or None after timeout_s or interrupt_faults().");
   m.def("interrupt_faults", [] { fault_queue().interrupt(); },
         "Makes the waiting next_fault() return None at once.");
+  m.def(
+      "fault_raised",
+      [](const std::string& actor_id) {
+        nb::gil_scoped_release unlocked;
+        return mesh::Runtime::get().supervisor().raised(actor_id);
+      },
+      nb::arg("actor_id"),
+      "Whether this process's Supervisor raised a failure of that actor to its owner (SV-7).");
 }
 
 }  // namespace podium::python

@@ -375,21 +375,28 @@ def test_a_stray_task_that_raises_system_exit_fails_the_actor_and_the_thread_ser
 
 
 def test_explicit_response_port_endpoints(spawn, faults):
-    """EP-1 for explicit response ports: a BaseException before answering fails the actor
-    (SupervisionError naming it); a concurrent one that raises before answering fails the
-    call (before issue 16 its caller waited forever); one that answered first keeps its
-    answer, and the exception is only reported."""
+    """EP-1 and EP-7 for explicit response ports: whatever escapes the method fails the
+    actor, as Monarch does. A caller still waiting gets SupervisionError naming the cause
+    (before issue 16 a concurrent one waited forever; before issue 18 an Exception failed the
+    call only); a caller answered before the raise keeps its answer, and the actor fails."""
     mesh = spawn(Answers)
-    with pytest.raises(ActorError) as info:
+    with pytest.raises(SupervisionError) as info:
         mesh.slice(gpus=0).raises_before_answering.call_one().get(timeout=T)
-    _names(info.value, mesh, 0, "raises_before_answering")
-    assert "no answer from me" in str(info.value)
-    assert mesh.slice(gpus=0).raises_after_answering.call_one().get(timeout=T) == "answered"
-    assert mesh.slice(gpus=0).ok.call_one().get(timeout=T) > 0
+    _failed_actor(info.value, mesh, 0, "raises_before_answering",
+                  "ValueError: no answer from me")
     with pytest.raises(SupervisionError) as info:
         mesh.slice(gpus=1).exits_before_answering.call_one().get(timeout=T)
     _failed_actor(info.value, mesh, 1, "exits_before_answering", "SystemExit: 31")
-    assert [f.rank for f in faults.wait(1) if f.mesh_name == mesh.name] == [1]
+    later = spawn(Answers)
+    assert later.slice(gpus=0).raises_after_answering.call_one().get(timeout=T) == "answered"
+    with pytest.raises(SupervisionError) as info:
+        later.slice(gpus=0).ok.call_one().get(timeout=T)
+    _failed_actor(info.value, later, 0, "ok", "ValueError: raised after the answer")
+    assert "after it answered" in str(info.value)
+    assert later.slice(gpus=1).ok.call_one().get(timeout=T) > 0  # its other rank serves on
+    got = faults.wait(3)
+    assert sorted((f.mesh_name, f.rank) for f in got) == sorted(
+        [(mesh.name, 0), (mesh.name, 1), (later.name, 0)])
 
 
 def test_system_exit_in_supervise_fails_the_owner(spawn, procs, faults):

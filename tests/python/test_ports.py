@@ -14,6 +14,7 @@ from podium.actor import (
     Channel,
     Port,
     PortReceiver,
+    SupervisionError,
     current_rank,
     endpoint,
     send,
@@ -159,13 +160,20 @@ def test_explicit_response_port_with_call_choose_and_stream(spawn):
     assert sorted(f.get(timeout=T) for f in mesh.twice.stream(1)) == [2, 2]
 
 
-def test_explicit_response_port_exception_and_raise(spawn):
-    one = spawn(Replier).slice(gpus=0)
+def test_explicit_response_port_exception_and_raise(spawn, faults):
+    """port.exception() fails the call only; an exception that escapes the method fails the
+    actor (EP-7, as Monarch does): its caller gets SupervisionError, the other rank serves."""
+    mesh = spawn(Replier)
+    one = mesh.slice(gpus=0)
     with pytest.raises(PermissionError, match="not you"):
         one.refuse.call_one("not you").get(timeout=T)
-    with pytest.raises(ActorError, match="raised instead of answering"):
-        one.raises.call_one().get(timeout=T)
     assert one.twice.call_one(1).get(timeout=T) == 2  # the actor lives on
+    with pytest.raises(SupervisionError, match="raised instead of answering"):
+        one.raises.call_one().get(timeout=T)
+    with pytest.raises(SupervisionError, match="raised instead of answering"):
+        one.twice.call_one(1).get(timeout=T)  # it failed
+    assert mesh.slice(gpus=1).twice.call_one(1).get(timeout=T) == 2
+    assert [(f.mesh_name, f.rank) for f in faults.wait(1)] == [(mesh.name, 0)]
 
 
 def test_send_with_a_port_collects_every_actor_result(spawn):

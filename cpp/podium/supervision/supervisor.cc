@@ -56,6 +56,7 @@ void Supervisor::actor_failed(uint64_t id, uint64_t base_rank, actor::MeshFailur
     f.rank = base_rank;
     if (auto p = e.mesh.extent.point_of_rank(base_rank)) f.point = p->to_string();
     owner = e.mesh.owner;
+    raised_.insert(f.actor_id);
   }
   dispatch(owner, std::move(f));
 }
@@ -81,6 +82,7 @@ void Supervisor::proc_exited(const std::string& proc_key, int64_t pid, int32_t s
         f.signal = signal;
         f.exit_code = exit_code;
         f.cause = cause;
+        raised_.insert(f.actor_id);
         events.emplace_back(e.mesh.owner, std::move(f));
       }
     }
@@ -93,6 +95,11 @@ void Supervisor::proc_exited(const std::string& proc_key, int64_t pid, int32_t s
     });
   }
   for (auto& [owner, f] : events) dispatch(owner, std::move(f));
+}
+
+bool Supervisor::raised(const std::string& actor_id) {
+  std::lock_guard lock(mu_);
+  return raised_.contains(actor_id);
 }
 
 void Supervisor::set_root_handler(RootHandler handler) {

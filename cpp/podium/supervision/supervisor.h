@@ -23,6 +23,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "podium/actor/mesh_failure.h"
@@ -61,6 +62,10 @@ class Supervisor {
   void proc_exited(const std::string& proc_key, int64_t pid, int32_t signal, int32_t exit_code,
                    const std::string& cause);
   void set_root_handler(RootHandler handler);
+  // Whether a failure of the actor `actor_id` (ActorId text) was raised here, to its owner. A
+  // proc's exit is raised before the calls waiting on it fail (Runtime's proc_gone), so a
+  // caller that sees such a call fail knows whether its owner will hear of it (SV-7).
+  bool raised(const std::string& actor_id);
 
  private:
   struct Entry {
@@ -73,6 +78,7 @@ class Supervisor {
   std::mutex mu_;  // guards everything below
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, Entry> meshes_;
+  std::unordered_set<std::string> raised_;  // actor ids whose failure was raised (SV-7)
   RootHandler root_;
 };
 

@@ -77,9 +77,9 @@ class Inbox:
     @property
     def index(self) -> int: ...
 
-    def next(self, timeout_s: float | None = None) -> InboxItem | None:
+    def next(self, timeout_s: float | None = None, supervise_only: bool = False) -> InboxItem | None:
         """
-        The next item, or None after timeout_s or once closed (timeout_s None: only once closed; close() wakes the wait).
+        The next item (supervision items first), or None after timeout_s or once closed (timeout_s None: only once closed; close() wakes the wait). supervise_only: the next supervision item only; calls and stops stay queued.
         """
 
     @property

@@ -39,6 +39,11 @@ def next_fault(timeout_s: float) -> dict | None:
 def interrupt_faults() -> None:
     """Makes the waiting next_fault() return None at once."""
 
+def fault_raised(actor_id: str) -> bool:
+    """
+    Whether this process's Supervisor raised a failure of that actor to its owner (SV-7).
+    """
+
 def set_poll(runners_us: float, drivers_us: float) -> None:
     """
     How long idle runners and waiting callers poll the reactor before they sleep (µs).

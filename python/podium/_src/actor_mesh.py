@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, Tuple
 
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
+from podium._core.base import ActorErrc as _ActorErrc
 from podium._src import errors, pickling
 from podium._src.endpoint import (
     check_call,
@@ -49,6 +50,11 @@ def _undecodable(e: BaseException, endpoint: "Endpoint[Any]", rank: int) -> Exce
     return error
 
 
+# The errors of a call whose actor failed or whose proc exited: its owner's __supervise__ runs
+# before the owner's own code sees them (supervision.py, SV-7).
+_CHILD_FAILED = {_ActorErrc.ACTOR_FAILED: "actor", _ActorErrc.PROC_EXITED: "proc"}
+
+
 def _decode_reply(ok: bool, payload: Any, endpoint: "Endpoint[Any]", rank: int) -> Any:
     """The value of rank ``rank``'s reply, or raises its exception (a SupervisionError with
     the failed actor's place). The one place where a caller unpickles what an endpoint
@@ -56,8 +62,11 @@ def _decode_reply(ok: bool, payload: Any, endpoint: "Endpoint[Any]", rank: int) 
     KeyboardInterrupt, which may be the user's Ctrl-C, stays one."""
     if not ok:
         subsystem, code, message = payload
-        e = errors.from_reply(subsystem, code, message, endpoint._name)
-        raise endpoint._locate(rank)(e)
+        e = endpoint._locate(rank)(errors.from_reply(subsystem, code, message, endpoint._name))
+        kind = _CHILD_FAILED.get(errors.errc(subsystem, code))
+        if kind is not None:  # its owner supervises it first (SV-7)
+            e._child_failure = kind
+        raise e
     try:
         reply = pickling.loads(payload)
     except KeyboardInterrupt:

@@ -24,6 +24,11 @@ R = TypeVar("R")
 
 _PENDING = object()
 
+# Set by podium._src.server in a process that serves actors (supervision._Gate): what runs before a failed
+# call's error is raised in an actor that owns the failed mesh (its __supervise__ runs first,
+# SV-7). None elsewhere.
+_gate: Any = None
+
 
 class Future(Generic[R]):
     __slots__ = ("_core", "_decode", "_arg", "_lock", "_ok", "_value")
@@ -64,6 +69,11 @@ class Future(Generic[R]):
         call's exception. A timeout raises TimeoutError and does not consume the result."""
         if self._ok is None and not self._core.wait(timeout):
             raise TimeoutError(f"the future did not complete within {timeout} s")
+        if _gate is not None:
+            if self._ok is None:
+                self._settle()
+            if self._ok is False:
+                _gate.before_raise(self._value)
         return self._outcome()
 
     def result(self, timeout: Optional[float] = None) -> R:
@@ -88,6 +98,13 @@ class Future(Generic[R]):
     def __await__(self) -> Generator[Any, None, R]:
         if self._ok is None and not self._core.ready():
             yield from _waker(asyncio.get_running_loop()).wait(self._core).__await__()
+        if _gate is not None:
+            if self._ok is None:
+                self._settle()
+            if self._ok is False:
+                wait = _gate.before_raise_async(self._value)
+                if wait is not None:
+                    yield from wait.__await__()
         return self._outcome()
 
     def as_asyncio(self) -> "asyncio.Future[R]":

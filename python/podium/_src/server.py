@@ -11,6 +11,11 @@ eventfd (written by C++ on every push) with add_reader, so the loop keeps runnin
 message is there: calls of @concurrent_endpoint methods run as tasks that overlap with later
 messages; every other call is awaited to completion before the next message starts.
 
+Failure reports of meshes an actor owns do not wait for its calls (supervision.py, SV-6): the
+Inbox hands them out first; a sync actor runs ``__supervise__`` before its next call, an async
+actor as a task of its loop, started from the eventfd's callback even while a call is awaited
+(each plain call runs as a task, so that a failure the actor does not handle cancels it).
+
 A stop (queued behind the messages sent before it) cancels the actor's concurrent tasks, stops
 the actor meshes the actor spawned (a wait that C++ bounds: ME-8), runs ``__cleanup__`` and
 acknowledges. No thread here polls: the spawner and the actors' threads block in C++ waits
@@ -36,7 +41,7 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 from podium._core import actor as _actor
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
-from podium._src import pickling, ratelimit, supervision
+from podium._src import future, pickling, ratelimit, supervision
 from podium._src.errors import describe, SupervisionError, utf8
 from podium._src.context import ActorInstance, Context, reset_context, set_context
 from podium._src.endpoint import check_actor_class, endpoints_of
@@ -132,6 +137,7 @@ def start() -> None:
         _set_poll_policy()
         _actor.serve_python_actors()
         supervision.start()
+        future._gate = supervision._Gate  # SV-7
         _spawner = threading.Thread(target=_spawner_main, name="podium-spawner", daemon=True)
         _spawner.start()
 
@@ -206,7 +212,7 @@ def _portable(e: BaseException) -> BaseException:
         return RuntimeError(describe(e))
 
 
-class _ActorServer:
+class _ActorServer(supervision.OwnerSupervision):
     def __init__(self, req: Any) -> None:
         self.req = req
         self.inbox = req.inbox
@@ -219,15 +225,18 @@ class _ActorServer:
         # An async actor's calls running as tasks (@concurrent_endpoint), and its serve loop.
         self.tasks: Dict["asyncio.Task[None]", _Call] = {}
         self.main: Optional["asyncio.Task[None]"] = None
-        self.current: Optional[_Call] = None  # the async call the serve loop awaits
+        self.current: Optional[_Call] = None  # the call in progress (not a concurrent one)
+        self.current_task: Optional["asyncio.Task[None]"] = None  # its task (async actors)
 
     # --- construction ---------------------------------------------------------------------
 
     def run(self) -> None:
+        self._init_supervision()
         try:
             if self._construct():
                 self._run_serve()
         finally:
+            self._end_supervision()
             if self.loop is not None:
                 self.loop.close()
             self.inbox.finished()
@@ -350,6 +359,7 @@ class _ActorServer:
         def wake() -> None:
             inbox.drain_event()
             ready.set()
+            self._take_supervision()  # SV-6: even while an endpoint is awaited
 
         loop.add_reader(fd, wake)
         tasks = self.tasks
@@ -366,12 +376,13 @@ class _ActorServer:
                         continue
                 if item.kind == "stop":
                     try:
+                        await self._stop_supervision()
                         await self._stop_async(tasks)
                     finally:  # acknowledged whatever happened, or it is escalated to a kill
                         item.stopped()
                     return
                 if item.kind == "supervise":
-                    await self._supervise_async(item.failure)
+                    self._take_supervision(item.failure)
                     continue
                 call = self._prepare(item)
                 if call is None:
@@ -381,15 +392,25 @@ class _ActorServer:
                     tasks[task] = call
                     task.add_done_callback(lambda t: tasks.pop(t, None))
                 else:
+                    # A task of its own, so that a failure this actor does not handle can
+                    # cancel it at once (SV-6).
                     self.current = call
-                    await self._invoke_async(call)
-                    self.current = None
+                    task = self.current_task = loop.create_task(self._invoke_async(call))
+                    try:
+                        await task
+                    except asyncio.CancelledError:
+                        if not task.cancelled():  # this loop itself is cancelled
+                            raise
+                    finally:
+                        self.current, self.current_task = None, None
                 if tasks:
                     # A body that never suspends would keep running tasks (and one just
                     # created) from their next step: give the loop one turn per message.
                     await asyncio.sleep(0)
         finally:
             loop.remove_reader(fd)
+            if self._sup_task is not None and not self._sup_task.done():
+                tasks[self._sup_task] = None  # type: ignore[assignment]
             if tasks:  # the process is leaving: end the tasks before the loop closes
                 for t in tasks:
                     t.cancel()
@@ -447,15 +468,18 @@ class _ActorServer:
         call = self._prepare(item)
         if call is None:
             return
+        self.current = call  # a supervision run in its .get() may fail it (SV-7)
         token = set_context(Context(self.info, call.point))
         try:
             fn, args, kwargs = call.resolve()
             result = fn(*args, **kwargs)
         except BaseException as e:  # raised() sorts them: EP-1
             reset_context(token)
+            self.current = None
             call.raised(e)
             return
         reset_context(token)
+        self.current = None
         call.returned(result)
 
     async def _invoke_async(self, call: "_Call") -> None:
@@ -479,66 +503,28 @@ class _ActorServer:
         reset_context(token)
         call.returned(result)
 
-    # --- supervision ----------------------------------------------------------------------
+    # --- supervision (the rest is supervision.OwnerSupervision) ---------------------------
 
-    def _supervisor_of(self, d: Dict[str, Any]) -> Optional[Tuple[Any, Callable[..., Any]]]:
-        """(failure, __supervise__) for a failure report, or None when this actor cannot
-        handle it (no __supervise__, or failed already): then it is unhandled here."""
-        failure = supervision.MeshFailure(d)
-        fn = getattr(self.instance, "__supervise__", None)
-        if fn is None or self.inbox.failed:
-            self._unhandled(failure, None)
-            return None
-        return failure, fn
+    def _enter(self) -> Any:
+        return set_context(Context(self.info, self.info.rank))
 
-    def _supervise(self, d: Dict[str, Any]) -> None:
-        """A mesh this actor spawned failed: __supervise__ handles it (a true return), or this
-        actor fails too, which its own owner learns (SV-3)."""
-        found = self._supervisor_of(d)
-        if found is None:
-            return
-        failure, fn = found
-        token = set_context(Context(self.info, self.info.rank))
-        try:
-            result = fn(failure)
-            if inspect.isawaitable(result):  # an async __supervise__ on a sync actor
-                loop = asyncio.new_event_loop()
-                try:
-                    result = loop.run_until_complete(result)
-                finally:
-                    loop.close()
-        except BaseException as e:
-            return self._unhandled(failure, e)
-        finally:
-            reset_context(token)
-        if not result:
-            self._unhandled(failure, None)
+    def _leave(self, token: Any) -> None:
+        reset_context(token)
 
-    async def _supervise_async(self, d: Dict[str, Any]) -> None:
-        found = self._supervisor_of(d)
-        if found is None:
-            return
-        failure, fn = found
-        token = set_context(Context(self.info, self.info.rank))
-        try:
-            result = fn(failure)
-            if inspect.isawaitable(result):
-                result = await result
-        except BaseException as e:
-            return self._unhandled(failure, e)
-        finally:
-            reset_context(token)
-        if not result:
-            self._unhandled(failure, None)
+    def _format(self, e: BaseException) -> str:
+        return _format(e)
 
-    def _unhandled(self, failure: "supervision.MeshFailure", e: Optional[BaseException]) -> None:
-        if self.inbox.failed:  # failed already: its owner has been told once
-            return
-        how = "did not handle" if e is None else f"raised in __supervise__ for"
-        text = f"{how} the failure of mesh '{failure.mesh_name}' it owns:\n{failure.report()}"
-        if e is not None:
-            text += f"\n__supervise__ raised:\n{_format(e)}"
-        self.inbox.fail(text)  # the runtime logs the failure, with this text, once
+    def _fail_in_flight(self) -> None:
+        """This actor has just failed (a failure it did not handle, SV-6): its calls in
+        progress end with it at once. Their callers get SupervisionError; async bodies are
+        cancelled (a sync body runs on, its answer dropped)."""
+        if self.current is not None:
+            self.current.fail_now()
+        if self.current_task is not None and not self.current_task.done():
+            self.current_task.cancel()
+        for task, call in list(self.tasks.items()):
+            call.fail_now()
+            task.cancel()
 
     # --- stop -----------------------------------------------------------------------------
 
@@ -618,7 +604,9 @@ class _ActorServer:
         """Fails this actor for what endpoint ``name`` raised (``when``: at which step, if
         not in its body) and answers the call with that failure (EP-1)."""
         text = _format(e)
-        if not port:
+        if when.startswith("in an explicit"):
+            why = when
+        elif not port:
             why = "in a call nobody awaits (broadcast)"
         elif when:
             why = f"{when} (a BaseException)"
@@ -695,27 +683,40 @@ class _Call:
             return
         self.server.inbox.reply(self.port, self.rank, payload)
 
+    def fail_now(self) -> None:
+        """The actor failed while this call ran: its caller gets the failure now (unless it
+        has its answer), and what the body does later is not sent."""
+        if self.answered:
+            return
+        self.answered = True
+        port = getattr(self, "reply_port", None)
+        if self.port and not (port is not None and port._answered):
+            self.server.inbox.reply_failure(self.port, self.rank)
+
     def raised(self, e: BaseException) -> None:
         """Answers with what the endpoint raised (EP-1): an Exception fails the call only
-        (the caller gets ActorError, the actor lives), unless nobody awaits the call; a
-        BaseException (SystemExit, KeyboardInterrupt, ...) fails the actor, and the caller
-        gets SupervisionError. Never raises."""
+        (the caller gets ActorError, the actor lives), unless nobody awaits the call or the
+        endpoint answers through an explicit response port (EP-7); a BaseException
+        (SystemExit, KeyboardInterrupt, ...) fails the actor, and the caller gets
+        SupervisionError. Never raises."""
         if self.answered:  # the actor failed while it ran (EP-3): its caller knows already
             return
         self.answered = True
         server = self.server
+        if self.port and self.explicit_port:
+            # EP-7: the answer belongs to the method (its port), so what escapes it has no
+            # caller to go to: it fails the actor, as Monarch does. A caller still waiting
+            # gets SupervisionError with that cause (never a hang); one that was answered
+            # before the raise keeps its answer.
+            port = getattr(self, "reply_port", None)
+            answered = port is not None and port._answered
+            kind = "" if isinstance(e, Exception) else " (a BaseException)"
+            server._failed("" if answered else self.port, self.rank, self.name, e,
+                           "in an explicit response-port endpoint"
+                           + (" after it answered" if answered else "") + kind)
+            return
         if not self.port or not isinstance(e, Exception):
             server._failed(self.port, self.rank, self.name, e)
-            return
-        port = getattr(self, "reply_port", None)
-        if self.explicit_port and self.concurrent and port is not None and port._answered:
-            # It answered through its port before it raised: the caller has its answer, so
-            # the exception is reported here (Monarch does not forward it either), and the
-            # actor lives on. One that raised before answering fails the call below instead
-            # of leaving its caller waiting.
-            ratelimit.warn("concurrent explicit-port endpoint raised",
-                           f"{server.inbox.actor_id}: concurrent explicit response-port "
-                           f"endpoint {self.name} raised after it answered:\n{_format(e)}")
             return
         server.inbox.reply(self.port, self.rank, self._error_payload(e))
 

@@ -4,24 +4,45 @@ failed mesh, and ``unhandled_fault_hook`` for failures that reach the root of a 
 Detection and routing are C++ (cpp/podium/supervision/supervisor.h): the proc of a failed actor, or
 the controller that saw a proc die, tells the process that owns the mesh; its Supervisor
 raises the failure once (SV-2) to the owner (SV-3). An owner actor gets it in its Inbox as an
-item of kind "supervise" (server.py calls ``__supervise__``); the root gets it through
-``podium._core.mesh.next_fault``, which the thread started here pops to run
-``podium.actor.unhandled_fault_hook``.
+item of kind "supervise", which OwnerSupervision below (a base of server.py's actor server)
+runs ``__supervise__`` for; the root gets it through ``podium._core.mesh.next_fault``, which
+the thread started here pops to run ``podium.actor.unhandled_fault_hook``.
+
+Invariants stated here (docs/supervision.md sums them up):
+  SV-6 An owner's failure reports do not wait for its calls, as in Monarch: the Inbox hands
+       them out ahead of the queued calls; an async owner runs ``__supervise__`` as a task
+       of its event loop (one failure at a time), which runs at any await of an endpoint in
+       progress; a sync owner runs it after the call in progress and before the queued
+       ones. A failure the owner does not handle (falsy return, or it raises) fails the
+       owner at once: its calls in progress are answered with SupervisionError (async bodies
+       are cancelled), later ones are refused.
+  SV-7 A child's failure reaches the owner's own code only after ``__supervise__`` ran for
+       it: a call on a mesh the actor owns that fails because that actor failed or its proc
+       exited raises in the owner (``await`` or ``.get()`` on the owner's thread) once that
+       failure was supervised there, or the owner failed. A sync owner blocked in ``.get()``
+       runs the supervision itself, on its thread. A proc exit that raised no fault (its
+       ProcMesh was stopped, SV-2) is not waited for; an actor's report is, up to
+       _GATE_WAIT_S.
 
 See docs/supervision.md for the model and the texts users see.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import collections
+import inspect
 import os
 import sys
 import threading
+import time
 import traceback
 import weakref
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from podium._core import mesh as _mesh
+from podium._src.errors import SupervisionError
 
 # The fault thread's wait: the binding's longest (about 11 days), so that only a failure or
 # interrupt_faults() (at exit) ends it; the thread loops only then.
@@ -201,3 +222,229 @@ def at_exit() -> None:
         if d is None:
             return
         _run_hook(MeshFailure(d))
+
+
+# --- an owner actor's side: __supervise__ out of band of its calls (SV-6, SV-7) -------------
+#
+# server.py's _ActorServer inherits OwnerSupervision. The Inbox hands supervision items out
+# ahead of the calls (SV-6): a sync actor runs __supervise__ after the call in progress and
+# before the queued ones; an async actor runs it as a task of its event loop, one failure at a
+# time, which interleaves with an endpoint at any await (as Monarch does). A failure the owner
+# does not handle fails it at once: its calls in progress are answered with SupervisionError
+# and cancelled (async), and later ones are refused.
+#
+# SV-7: a child's failure does not reach the owner's own code before its __supervise__ ran: a
+# call on a mesh the actor owns that fails because that actor failed or its proc exited raises
+# in the owner only after __supervise__ has handled that actor's failure (an async endpoint
+# awaits it; a sync endpoint in .get() runs the waiting supervision itself, on its thread).
+
+# SV-7's wait for an actor's failure report, which its proc sends but which may never come
+# (the owner stopped that actor meanwhile, SV-2): after this long the error is raised
+# without it. (A proc's exit is known at once: the Supervisor says whether it raised it.)
+_GATE_WAIT_S = 10.0
+
+# The owner actor served on each actor thread (thread ident -> OwnerSupervision).
+_owners: Dict[int, "OwnerSupervision"] = {}
+
+
+def _is_child_failure(e: BaseException) -> bool:
+    return isinstance(e, SupervisionError) and getattr(e, "_child_failure", False)
+
+
+class _Gate:
+    """What future.py runs before a failed call's error is raised (SV-7)."""
+
+    @staticmethod
+    def before_raise(e: BaseException) -> None:
+        if not _is_child_failure(e):
+            return
+        owner = _owners.get(threading.get_ident())
+        if owner is not None and owner.loop is None:  # a sync actor's thread
+            owner._gate_sync(e)
+
+    @staticmethod
+    def before_raise_async(e: BaseException) -> Any:
+        if not _is_child_failure(e):
+            return None
+        owner = _owners.get(threading.get_ident())
+        if owner is None or owner.loop is None or not owner._gated(e):
+            return None
+        return owner._gate_async(e)
+
+
+class OwnerSupervision:
+    """The supervision half of an actor server (see the section comment above)."""
+
+    inbox: Any
+    info: Any
+    instance: Any
+    loop: Any
+
+    def _init_supervision(self) -> None:
+        self._sup_queue: "collections.deque[Dict[str, Any]]" = collections.deque()
+        self._sup_task: Any = None
+        self._supervised: set = set()  # actor ids whose failure was supervised here
+        self._sup_waiters: Dict[str, List[Any]] = {}  # actor id -> asyncio futures (SV-7)
+        _owners[threading.get_ident()] = self
+
+    def _end_supervision(self) -> None:
+        _owners.pop(threading.get_ident(), None)
+
+    # --- sync actors ----------------------------------------------------------------------
+
+    def _supervise(self, d: Dict[str, Any]) -> None:
+        """A mesh this actor spawned failed: __supervise__ handles it (a true return), or this
+        actor fails too, which its own owner learns (SV-3)."""
+        failure = MeshFailure(d)
+        try:
+            found = self._supervisor_of(failure)
+            if found is None:
+                return
+            token = self._enter()
+            try:
+                result = found(failure)
+                if inspect.isawaitable(result):  # an async __supervise__ on a sync actor
+                    loop = asyncio.new_event_loop()
+                    try:
+                        result = loop.run_until_complete(result)
+                    finally:
+                        loop.close()
+            except BaseException as e:
+                return self._unhandled(failure, e)
+            finally:
+                self._leave(token)
+            if not result:
+                self._unhandled(failure, None)
+        finally:
+            self._mark_supervised(failure)
+
+    def _gate_sync(self, e: BaseException) -> None:
+        """SV-7 on a sync owner's thread: runs the supervision items that come until the one
+        for the failed actor of ``e`` has run (or the owner failed)."""
+        deadline = time.monotonic() + _GATE_WAIT_S
+        while self._gated(e):
+            left = deadline - time.monotonic()
+            item = self.inbox.next(left, True) if left > 0 else None
+            if item is None:
+                return
+            self._supervise(item.failure)
+
+    # --- async actors ---------------------------------------------------------------------
+
+    def _take_supervision(self, first: Optional[Dict[str, Any]] = None) -> None:
+        """Moves the supervision items of the Inbox to the supervision task (started if it
+        is not running): called whenever the Inbox's eventfd fires, even while the serve loop
+        awaits an endpoint."""
+        queue = self._sup_queue
+        if first is not None:
+            queue.append(first)
+        while True:
+            item = self.inbox.next(0, True)
+            if item is None:
+                break
+            queue.append(item.failure)
+        if queue and (self._sup_task is None or self._sup_task.done()):
+            self._sup_task = self.loop.create_task(self._supervise_loop())
+
+    async def _supervise_loop(self) -> None:
+        queue = self._sup_queue
+        while queue:
+            await self._supervise_async(queue.popleft())
+
+    async def _supervise_async(self, d: Dict[str, Any]) -> None:
+        failure = MeshFailure(d)
+        try:
+            found = self._supervisor_of(failure)
+            if found is None:
+                return
+            token = self._enter()
+            try:
+                result = found(failure)
+                if inspect.isawaitable(result):
+                    result = await result
+            except asyncio.CancelledError:  # the actor stops: the failure goes with it
+                return
+            except BaseException as e:
+                return self._unhandled(failure, e)
+            finally:
+                self._leave(token)
+            if not result:
+                self._unhandled(failure, None)
+        finally:
+            self._mark_supervised(failure)
+
+    async def _gate_async(self, e: BaseException) -> None:
+        """SV-7 in an async owner: waits until __supervise__ handled the failed actor of
+        ``e`` (or the owner failed)."""
+        waiter = self.loop.create_future()
+        self._sup_waiters.setdefault(e.actor_id, []).append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), _GATE_WAIT_S)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            waiters = self._sup_waiters.get(e.actor_id)
+            if waiters is not None and waiter in waiters:
+                waiters.remove(waiter)
+
+    async def _stop_supervision(self) -> None:
+        """The actor stops: a __supervise__ in progress is cancelled, pending ones dropped."""
+        self._sup_queue.clear()
+        task = self._sup_task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    # --- both -----------------------------------------------------------------------------
+
+    def _gated(self, e: BaseException) -> bool:
+        """Whether the error ``e`` of a call must wait for this owner's __supervise__: its
+        actor belongs to a mesh this actor owns, and that failure has not been supervised
+        here yet (nor has this actor failed)."""
+        if self.inbox.failed or e.actor_id is None or e.actor_id in self._supervised:
+            return False
+        children = self.info._children if self.info is not None else ()
+        if not any(getattr(c, "name", None) == e.mesh_name for c in children):
+            return False
+        # A proc's exit is raised to its owner before the calls waiting on it fail: one that
+        # was not raised (its ProcMesh was stopped, SV-2) will not be supervised. An actor's
+        # own failure report may come after its callers' errors: it is awaited.
+        return e._child_failure != "proc" or _mesh.fault_raised(e.actor_id)
+
+    def _mark_supervised(self, failure: "MeshFailure") -> None:
+        self._supervised.add(failure.actor_id)
+        for waiter in self._sup_waiters.pop(failure.actor_id, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+        if self.inbox.failed:  # every waiter goes on: nothing will be supervised here now
+            for waiters in self._sup_waiters.values():
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+            self._sup_waiters.clear()
+
+    def _supervisor_of(self, failure: "MeshFailure") -> Optional[Callable[..., Any]]:
+        """The owner's __supervise__, or None when this actor cannot handle the failure (no
+        __supervise__, or failed already): then it is unhandled here."""
+        fn = getattr(self.instance, "__supervise__", None)
+        if fn is None or self.inbox.failed:
+            self._unhandled(failure, None)
+            return None
+        return fn
+
+    def _unhandled(self, failure: "MeshFailure", e: Optional[BaseException]) -> None:
+        """Fails this actor at once, with its calls in progress (SV-6)."""
+        if self.inbox.failed:  # failed already: its owner has been told once
+            return
+        how = "did not handle" if e is None else "raised in __supervise__ for"
+        text = f"{how} the failure of mesh '{failure.mesh_name}' it owns:\n{failure.report()}"
+        if e is not None:
+            text += f"\n__supervise__ raised:\n{self._format(e)}"
+        self.inbox.fail(text)  # the runtime logs the failure, with this text, once
+        self._fail_in_flight()
+
+    # Provided by server.py's _ActorServer.
+    def _enter(self) -> Any: ...
+    def _leave(self, token: Any) -> None: ...
+    def _format(self, e: BaseException) -> str: ...
+    def _fail_in_flight(self) -> None: ...
