@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import types
 import weakref
 from typing import Any, Callable, Dict, Optional
@@ -16,6 +17,14 @@ class Actor:
 
     Optional hooks: ``__cleanup__(self, exc)`` runs when the actor stops (``exc`` is None for
     a requested stop)."""
+
+    @functools.cached_property
+    def logger(self) -> logging.Logger:
+        """A logger named after the actor's class, at level DEBUG, as Monarch's; its records
+        carry the ``[actor=...]`` prefix (LG-1)."""
+        lgr = logging.getLogger(type(self).__name__)
+        lgr.setLevel(logging.DEBUG)
+        return lgr
 
 
 class EndpointProperty:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import pickle
 import sys
 import threading
@@ -260,6 +261,7 @@ class ProcMesh(MeshShape):
             "proc_mesh": self,
             "registry": _registry_for_spawn(Class),
             "bootstrap": bootstrap,
+            "creator": context.context().actor_instance._as_creator(),
         })
         try:
             parts = pickling.dumps((Class, args, kwargs))
@@ -333,6 +335,15 @@ class ProcMesh(MeshShape):
             cores, self._shared.actor_meshes = self._shared.actor_meshes, []
         first = [c.stop() for c in cores]
         return Future(self._core.stop_after(first, STOP_ACTORS_MS, STOP_GRACE_MS), _decode_none)
+
+    def logging_option(self, stream_to_client: bool = False,
+                       aggregate_window_sec: Optional[int] = None,
+                       level: int = logging.INFO) -> "Future[None]":
+        """As Monarch's: the procs' log level and whether their output streams to the client
+        (or to a file per proc); a Future to await. See logs.py (LG-3)."""
+        from podium._src import logs
+
+        return logs.logging_option(self, stream_to_client, aggregate_window_sec, level)
 
     async def __aenter__(self) -> "ProcMesh":
         if self._shared.stopped:
