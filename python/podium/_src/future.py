@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import threading
 import weakref
 from typing import Any, Callable, Dict, Generator, Generic, Optional, TypeVar
@@ -148,13 +149,16 @@ class CoroFuture(Future[R]):
     ``await`` runs it on the awaiting loop; ``get()`` runs it on an event loop of a thread of
     its own. It runs once, whichever comes first; later waits share the outcome."""
 
-    __slots__ = ("_coro", "_started", "_done")
+    __slots__ = ("_coro", "_started", "_done", "_ctx")
 
     def __init__(self, coro: Any) -> None:
         super().__init__(None, _no_decode)
         self._coro = coro
         self._started = False
         self._done = concurrent.futures.Future()
+        # The caller's context variables (podium's actor context among them): get() runs the
+        # body in them, on its thread.
+        self._ctx = contextvars.copy_context()
 
     def _claim(self) -> bool:
         with self._lock:
@@ -181,8 +185,8 @@ class CoroFuture(Future[R]):
 
     def get(self, timeout: Optional[float] = None) -> R:
         if self._claim():
-            threading.Thread(target=asyncio.run, args=(self._run(),), daemon=True,
-                             name="podium-future").start()
+            threading.Thread(target=self._ctx.run, args=(asyncio.run, self._run()),
+                             daemon=True, name="podium-future").start()
         try:
             self._done.result(timeout)
         except concurrent.futures.TimeoutError:
@@ -203,6 +207,16 @@ class CoroFuture(Future[R]):
         elif not self._done.done():
             yield from asyncio.wrap_future(self._done).__await__()
         return self._outcome()
+
+
+def resolved(value: Any = None) -> "CoroFuture[Any]":
+    """A Future that is already complete with ``value``."""
+    f: CoroFuture[Any] = CoroFuture.__new__(CoroFuture)
+    Future.__init__(f, None, _no_decode)
+    f._coro, f._started, f._ctx = None, True, None
+    f._done = concurrent.futures.Future()
+    f._finish(True, value)
+    return f
 
 
 def _no_decode(core: Any) -> Any:
