@@ -14,9 +14,11 @@ spelling ``proc_mesh(gpus=N)``.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import concurrent.futures
 import enum
+import functools
 import inspect
 import math
 import os
@@ -25,8 +27,12 @@ import threading
 import warnings
 from typing import Any, Callable, Coroutine, Dict, Optional, TypeVar
 
+from podium._src import proc_mesh as _proc_mesh
+from podium._src import runtime
 from podium._src.future import CoroFuture, Future, resolved
+from podium._src.job.local import LocalJob
 from podium._src.proc_mesh import ProcMesh, this_host
+from podium._src.worker import run_worker_loop_forever
 
 T = TypeVar("T")
 
@@ -197,9 +203,6 @@ def returns_future(function: Callable[..., Coroutine[Any, Any, T]]) -> Callable[
     Monarch's: calling it does not start the body; the first ``await`` runs it on the
     awaiting loop, the first ``get()`` on a loop of its own, in the caller's context
     variables; later waits share the outcome."""
-    import functools
-    import inspect
-
     if not inspect.iscoroutinefunction(function):
         raise TypeError("returns_future requires an async function")
 
@@ -219,8 +222,6 @@ def attach(addr: str) -> None:
     the controller directly (enable_transport("tcp"), attach_to_workers). So this raises:
     RuntimeError when podium already runs in this process (as Monarch's, which must come
     first), NotImplementedError otherwise, naming what to use instead."""
-    from podium._src import runtime
-
     if not isinstance(addr, str) or not addr:
         raise TypeError(f"attach(addr): addr is an address such as 'tcp://host:port', not "
                         f"{addr!r}")
@@ -245,8 +246,6 @@ def shutdown_context(host_timeout: Optional[float] = None) -> "Future[None]":
     when podium never started here or a shutdown was claimed before. ``host_timeout``
     (seconds, default 10) bounds how long procs may take to stop (ProcMesh.stop's grace)."""
     global _shutdown_claimed
-    from podium._src import runtime
-
     if host_timeout is not None:
         if (not isinstance(host_timeout, (int, float)) or isinstance(host_timeout, bool)
                 or not math.isfinite(host_timeout) or host_timeout < 0):
@@ -257,9 +256,7 @@ def shutdown_context(host_timeout: Optional[float] = None) -> "Future[None]":
             return resolved(None)
         _shutdown_claimed = True
     if host_timeout is not None:
-        from podium._src import proc_mesh as _pm
-
-        _pm.STOP_GRACE_MS = int(host_timeout * 1000)
+        _proc_mesh.STOP_GRACE_MS = int(host_timeout * 1000)
     done: "concurrent.futures.Future[None]" = concurrent.futures.Future()
 
     def run() -> None:
@@ -272,8 +269,6 @@ def shutdown_context(host_timeout: Optional[float] = None) -> "Future[None]":
     threading.Thread(target=run, name="podium-shutdown", daemon=True).start()
 
     async def wait() -> None:
-        import asyncio
-
         await asyncio.wrap_future(done)
 
     return CoroFuture(wait())
@@ -288,8 +283,6 @@ def start_worker_loop_forever(*, address: str, ca: Any = "trust_all_connections"
     thread of its own and returns at once a Future of the worker's end: it fails with the
     reason when the worker cannot start (bad address, no secret), and otherwise never
     completes (the worker serves until the process is killed)."""
-    from podium._src.worker import run_worker_loop_forever
-
     done: "concurrent.futures.Future[None]" = concurrent.futures.Future()
 
     def serve() -> None:
@@ -302,8 +295,6 @@ def start_worker_loop_forever(*, address: str, ca: Any = "trust_all_connections"
     threading.Thread(target=serve, name="podium-worker", daemon=True).start()
 
     async def wait() -> None:
-        import asyncio
-
         await asyncio.wrap_future(done)
 
     return CoroFuture(wait())
@@ -314,8 +305,6 @@ def run_worker_loop_until_shutdown(*, address: str, ca: Any = "trust_all_connect
     """Serves as this host's worker on ``address`` until the controller that attached it
     shuts its host down (``HostMesh.shutdown()``), then returns (the process lives on); a
     controller that merely leaves does not end it."""
-    from podium._src.worker import run_worker_loop_forever
-
     run_worker_loop_forever(address=address, ca=ca, private_key=private_key,
                             until_shutdown=True)
 
@@ -329,8 +318,6 @@ def hosts_from_config(name: str) -> Any:
     process exits."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"hosts_from_config(name): name must be a non-empty str, not {name!r}")
-    from podium._src.job.local import LocalJob
-
     job = LocalJob({name: 2})
     state = job.state(cached_path=None)
     atexit.register(job.kill)
@@ -346,8 +333,6 @@ def _set_env_and_run(env: Dict[str, str], setup: Optional[Callable[[], Any]]) ->
         return None
     result = setup()
     if inspect.iscoroutine(result):  # an async setup
-        import asyncio
-
         result = asyncio.run(result)
     return result
 
@@ -359,8 +344,6 @@ def proc_mesh(*, gpus: Optional[int] = None, hosts: int = 1,
     "gpus": gpus})`` (PN-2). ``gpus`` defaults to the number of GPUs torch sees (1 without
     torch or GPUs). ``env`` is set in every proc's os.environ before any actor, and ``setup``
     then runs there (the bootstrap). The result is awaitable and has ``get()``."""
-    import functools
-
     warnings.warn("proc_mesh() is deprecated: use this_host().spawn_procs(per_host={'hosts': "
                   "..., 'gpus': ...})", DeprecationWarning, stacklevel=2)
     if gpus is None:

@@ -19,10 +19,13 @@ import contextlib
 import datetime
 import os
 import re
+import sys
 import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, Optional
+
+from podium._src import actor_mesh, context, proc_mesh, runtime
 
 # As Monarch's: whether Python logging records made inside an actor carry "[actor=...] "
 # (context.py reads it for each record; LG-1).
@@ -76,17 +79,15 @@ class Setting:
     doc: str
 
 
-def _module_attr(module: str, attr: str, scale: float, as_int: bool) -> Setting:
-    import importlib
-
+def _module_attr(module: Any, attr: str, scale: float, as_int: bool) -> Setting:
     def apply(seconds: float) -> None:
         v = seconds * scale
-        setattr(importlib.import_module(module), attr, int(v) if as_int else v)
+        setattr(module, attr, int(v) if as_int else v)
 
     def read() -> float:
-        return getattr(importlib.import_module(module), attr) / scale
+        return getattr(module, attr) / scale
 
-    return Setting(parse_duration, apply, read, f"{module}.{attr}")
+    return Setting(parse_duration, apply, read, f"{module.__name__}.{attr}")
 
 
 def _both(*settings: Setting) -> Setting:
@@ -103,8 +104,6 @@ def _env_ms(name: str) -> Setting:
     and in the procs it starts): settable only before podium starts here."""
 
     def check(value: Any) -> float:
-        from podium._src import runtime
-
         seconds = parse_duration(value)
         if runtime.running() and os.environ.get(name) != str(int(round(seconds * 1000))):
             raise RuntimeError(f"configure: {name} is read when podium starts; it already "
@@ -129,13 +128,9 @@ def _transport() -> Setting:
         return v
 
     def apply(v: Any) -> None:
-        from podium._src import runtime
-
         runtime.enable_transport(v)
 
     def read() -> str:
-        from podium._src import runtime
-
         return runtime.listen_address() or "unix"
 
     return Setting(check, apply, read, "enable_transport()")
@@ -156,9 +151,9 @@ def _prefix() -> Setting:
 
 
 def _settings() -> Dict[str, Setting]:
-    actor_stop = _module_attr("podium._src.actor_mesh", "STOP_GRACE_S", 1.0, False)
-    procs_actor_stop = _module_attr("podium._src.proc_mesh", "STOP_ACTORS_MS", 1000.0, True)
-    proc_exit = _module_attr("podium._src.proc_mesh", "STOP_GRACE_MS", 1000.0, True)
+    actor_stop = _module_attr(actor_mesh, "STOP_GRACE_S", 1.0, False)
+    procs_actor_stop = _module_attr(proc_mesh, "STOP_ACTORS_MS", 1000.0, True)
+    proc_exit = _module_attr(proc_mesh, "STOP_GRACE_MS", 1000.0, True)
     attach = _env_ms("PODIUM_ATTACH_TIMEOUT_MS")
     return {
         "default_transport": _transport(),
@@ -269,3 +264,7 @@ def configured(**overrides: Any) -> Iterator[Dict[str, Any]]:
         clear_runtime_config()
         if saved:
             configure(**saved)
+
+
+# context.py reads prefix_python_logs_with_actor from this module (LG-1).
+context.set_config_module(sys.modules[__name__])

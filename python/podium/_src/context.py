@@ -36,6 +36,16 @@ def set_default_proc_mesh(fn: Callable[[], Any]) -> None:
     _default_proc_mesh = fn
 
 
+# podium._src.config, handed in by it when it is imported (it sits above this module): where
+# ``prefix_python_logs_with_actor`` lives (LG-1).
+_config: Any = None
+
+
+def set_config_module(module: Any) -> None:
+    global _config
+    _config = module
+
+
 class ActorInstance:
     """Who is running.
 
@@ -208,9 +218,7 @@ def _install_log_prefix() -> None:
         record = previous(*args, **kwargs)
         ctx = _current.get()
         if ctx is not None and record.msg and isinstance(record.msg, str):
-            from podium._src import config  # config sits above this module
-
-            if config.prefix_python_logs_with_actor:
+            if getattr(_config, "prefix_python_logs_with_actor", True):
                 prefix = f"[actor={ctx.actor_instance!r}] "
                 record.actor_prefix = prefix
                 record.msg = prefix + record.msg

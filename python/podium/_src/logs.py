@@ -24,6 +24,7 @@ import tempfile
 import threading
 from typing import Any, Optional
 
+from podium._src import output
 from podium._src.endpoint import Actor, endpoint
 from podium._src.future import CoroFuture, Future
 
@@ -45,8 +46,6 @@ class _LogControl(Actor):
     @endpoint
     def set_option(self, stream_to_client: bool, level: int) -> Optional[str]:
         global _handler
-        from podium._src import output
-
         root = logging.getLogger()
         root.setLevel(level)
         if not root.handlers and _handler is None:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
-from podium._src import context, pickling, runtime, server, supervision, tls
+from podium._src import context, logs, pickling, runtime, server, supervision, tls
 from podium._src.actor_mesh import ActorMesh, _decode_bootstrap, _decode_none
 from podium._src.context import actor_context
 from podium._src.endpoint import Actor, check_actor_class, check_call, endpoint
@@ -341,8 +341,6 @@ class ProcMesh(MeshShape):
                        level: int = logging.INFO) -> "Future[None]":
         """As Monarch's: the procs' log level and whether their output streams to the client
         (or to a file per proc); a Future to await. See logs.py (LG-3)."""
-        from podium._src import logs
-
         return logs.logging_option(self, stream_to_client, aggregate_window_sec, level)
 
     async def __aenter__(self) -> "ProcMesh":

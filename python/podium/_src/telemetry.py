@@ -18,6 +18,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from podium._src.context import actor_context
+
 _log = logging.getLogger("podium.telemetry")
 
 try:  # optional: spans reach OpenTelemetry when the program has it
@@ -146,8 +148,6 @@ class Span:
         self._otel: Any = None
 
     def __enter__(self) -> "Span":
-        from podium._src.context import actor_context
-
         ctx = actor_context()
         self.actor = str(ctx.actor_instance.actor_id) if ctx is not None else None
         if _otel_trace is not None:
