@@ -151,3 +151,34 @@ def test_shape_at_raises_value_error():
         shape.at("gpus", 4)
     with pytest.raises(ValueError, match="index -1 out of range"):
         shape.at("hosts", -1)
+
+
+class InitRaises(Actor):
+    def __init__(self):
+        raise ValueError("This is an exception from __init__")
+
+    @endpoint
+    def noop(self):
+        return None
+
+
+def test_an_exception_in_init_raises_actor_error_from_calls(new_procs):
+    # MW-2: as Monarch, calls on an actor whose __init__ raised raise ActorError naming the
+    # exception; podium's error is a SupervisionError as well (the actor is failed for good).
+    procs = new_procs(gpus=2)
+    broken = procs.spawn("broken", InitRaises)
+    for call in (lambda: broken.noop.call().get(timeout=T),
+                 lambda: broken.slice(gpus=0).noop.call_one().get(timeout=T),
+                 lambda: broken.initialized.get(timeout=T)):
+        with pytest.raises(ActorError, match="This is an exception from __init__") as info:
+            call()
+        assert isinstance(info.value, SupervisionError)
+        assert "failed in its constructor" in str(info.value)
+    with pytest.raises(ActorError) as info:
+        broken.noop.call().get(timeout=T)
+    assert str(info.value).startswith("Endpoint call broken.noop() failed, The actor broken")
+    assert "ValueError: This is an exception from __init__" in str(info.value.exception)
+    import pickle
+
+    again = pickle.loads(pickle.dumps(info.value))
+    assert type(again) is type(info.value) and str(again) == str(info.value)

@@ -86,6 +86,15 @@ def _decode_none(core: Any) -> None:
             raise errors.from_reply(*payload)
 
 
+def _decode_initialized(core: Any) -> None:
+    """Decoder of ``ActorMesh.initialized``: an actor whose ``__init__`` raised raises
+    ActorInitError (an ActorError and a SupervisionError, MW-2)."""
+    try:
+        _decode_none(core)
+    except errors.SupervisionError as e:
+        raise errors.init_failure(e) from None
+
+
 def _decode_bootstrap(core: Any) -> None:
     """Decoder of ``ProcMesh.initialized`` when it ran a bootstrap function: the function
     raising fails the actor that runs it in its constructor, which the caller sees as
@@ -124,7 +133,7 @@ class ActorMesh(MeshShape, Generic[T]):
     @property
     def initialized(self) -> "Future[None]":
         """Resolves when every actor's __init__ has run; raises if one failed."""
-        return Future(self._core.initialized(), _decode_none)
+        return Future(self._core.initialized(), _decode_initialized)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):

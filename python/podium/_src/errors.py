@@ -16,7 +16,9 @@ podium's details (actor, rank, host, pid, cause) follow (docs/errors.md has the 
     descendants have failed" (the actor failed, its proc ended), "actor mesh is stopped due
     to proc mesh shutdown" (its ProcMesh was stopped) or "Actor <id> exited because of the
     following reason: stopped" (its ActorMesh was stopped), then the actor's place and cause.
-  MW-2 Other texts open as Monarch's: a spawn on a stopped ProcMesh raises SupervisionError
+  MW-2 Other texts and classes as Monarch's: an actor whose __init__ raised fails its calls
+    and ``initialized`` with ActorInitError, both an ActorError (as Monarch raises) and a
+    SupervisionError, its text carrying the exception; a spawn on a stopped ProcMesh raises SupervisionError
     (a RuntimeError) "`ProcMesh` has already been stopped: ..."; an Actor class whose
     endpoints are both `def` and `async def` raises ValueError "<Class> mixes both async and
     sync endpoints: ..."; str(MeshFailure) is "MeshFailure(mesh_name=..., crashed_ranks=[r],
@@ -152,6 +154,49 @@ def _rebuild_supervision_error(message: str, endpoint: Optional[str],
     return SupervisionError(message, endpoint, **where)
 
 
+# What the runtime's cause says of an actor whose __init__ raised (cpp/podium/actor/mailbox.cc).
+_CONSTRUCTOR_FAILED = "failed in its constructor"
+
+
+class ActorInitError(ActorError, SupervisionError):
+    """An actor's ``__init__`` raised: its calls (and ``initialized``) raise this. It is an
+    ActorError, as Monarch raises it for an exception from ``__init__``, and a
+    SupervisionError, since the actor is failed for good (MW-2). ``exception`` is a
+    RuntimeError with the original exception's type and text; the message carries its
+    remote traceback."""
+
+    def __init__(self, message: str, endpoint: Optional[str] = None, **where: Any) -> None:
+        SupervisionError.__init__(self, message, endpoint, **where)
+        cause = where.get("cause", message)
+        self.exception = RuntimeError(cause.split("\n", 1)[0])
+        self.remote_traceback = cause
+
+    def __str__(self) -> str:
+        return SupervisionError.__str__(self)
+
+    def __reduce__(self):
+        _, (message, endpoint, where) = SupervisionError.__reduce__(self)
+        return (_rebuild_actor_init_error, (message, endpoint, where))
+
+
+def _rebuild_actor_init_error(message: str, endpoint: Optional[str],
+                              where: Dict[str, Any]) -> "ActorInitError":
+    return ActorInitError(message, endpoint, **where)
+
+
+def init_failure(e: BaseException) -> BaseException:
+    """``e``, or an ActorInitError with its text when it says the actor's ``__init__`` raised
+    (MW-2)."""
+    if (isinstance(e, SupervisionError) and not isinstance(e, ActorInitError)
+            and _CONSTRUCTOR_FAILED in e.message):
+        where = {k: getattr(e, k) for k in ("cause", "mesh_name", "actor_class", "actor_id",
+                                            "rank", "point", "host", "pid")}
+        out = ActorInitError(e.message, e.endpoint, **where)
+        out.errc = getattr(e, "errc", None)
+        return out
+    return e
+
+
 # Monarch's opening words of a located SupervisionError (MW-1), by what happened.
 PROC_MESH_STOPPED = "actor mesh is stopped due to proc mesh shutdown"
 PROC_MESH_IS_STOPPED = "`ProcMesh` has already been stopped"
@@ -191,6 +236,10 @@ def located(e: Exception, mesh_name: str, actor_class: str,
                        proc_mesh_stopped)
     message = (f"{opening}: actor {key} of mesh '{mesh_name}' (rank {rank} {point}, host "
                f"{host}, pid {pid}): {cause}")
+    if _CONSTRUCTOR_FAILED in cause:  # its __init__ raised: ActorError too, as Monarch's
+        return ActorInitError(message, e.endpoint, cause=cause, mesh_name=mesh_name,
+                              actor_class=actor_class, actor_id=actor_id, rank=rank,
+                              point=point, host=host, pid=pid)
     return SupervisionError(message, e.endpoint, cause=cause, mesh_name=mesh_name,
                             actor_class=actor_class, actor_id=actor_id, rank=rank, point=point,
                             host=host, pid=pid)
