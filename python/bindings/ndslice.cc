@@ -13,6 +13,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -76,7 +78,23 @@ nb::object public_extent(const Extent& e) {
   return nb::module_::import_("podium._src.shape").attr("Extent").attr("_wrap")(nb::cast(e));
 }
 
+// Shape.at / Shape.index(label=int): as Monarch's Shape, ValueError for a dimension the
+// shape lacks and for an index outside 0..size-1 (a negative index is not counted from the
+// end here, unlike mesh.slice).
 Shape shape_at(const Shape& sh, std::string_view label, int64_t index) {
+  const auto& labels = sh.region.labels();
+  if (std::find(labels.begin(), labels.end(), label) == labels.end()) {
+    throw nb::value_error(("Shape.at: no dimension '" + std::string(label) + "' in " +
+                           sh.region.to_string())
+                              .c_str());
+  }
+  size_t size = unwrap(sh.region.size(label));
+  if (index < 0 || static_cast<uint64_t>(index) >= size) {
+    throw nb::value_error(("Shape.at: index " + std::to_string(index) + " out of range for '" +
+                           std::string(label) + "' of size " + std::to_string(size) +
+                           (size == 0 ? "" : " (valid 0.." + std::to_string(size - 1) + ")"))
+                              .c_str());
+  }
   return Shape{unwrap(sh.region.select(label, index))};
 }
 

@@ -62,9 +62,10 @@ void bind_runtime(nb::module_& m) {
       "serve_worker",
       [](const std::string& listen, std::vector<std::string> proc_argv,
          std::vector<std::string> zygote_argv, bool persistent, nb::object on_listening,
-         bool insecure) {
+         bool insecure, bool until_shutdown) {
         WorkerOptions options;
         options.insecure = insecure;
+        options.until_shutdown = until_shutdown;
         options.listen = unwrap(parse_worker_address(listen));
         options.procs = InitOptions{std::move(proc_argv), std::move(zygote_argv), std::nullopt};
         options.persistent = persistent;
@@ -83,10 +84,11 @@ void bind_runtime(nb::module_& m) {
       },
       nb::arg("listen"), nb::arg("proc_argv"), nb::arg("zygote_argv"),
       nb::arg("persistent") = false, nb::arg("on_listening").none() = nb::none(),
-      nb::arg("insecure") = false,
+      nb::arg("insecure") = false, nb::arg("until_shutdown") = false,
       "Runs this process as a host agent listening on `listen` (tcp://HOST:PORT) until it is "
-      "killed; `on_listening(address)` runs once it listens. Without a secret in the "
-      "environment it refuses to start unless `insecure` (SE-2).");
+      "killed (with `until_shutdown`: until a controller shuts this host down, then returns); "
+      "`on_listening(address)` runs once it listens. Without a secret in the environment it "
+      "refuses to start unless `insecure` (SE-2).");
   m.def("secret_file", [] {
         const char* p = std::getenv("PODIUM_SECRET_FILE");
         return std::string(p ? p : "");

@@ -24,6 +24,7 @@ from podium._src.job.base import (
 )
 from podium._src.job.local import LocalJob
 from podium._src.job.slurm import SlurmJob
+from podium._src.compat import hosts_from_config
 
 __all__ = [
     "DEFAULT_JOB_PATH",
@@ -32,6 +33,7 @@ __all__ = [
     "JobTrait",
     "LocalJob",
     "SlurmJob",
+    "hosts_from_config",
     "job_load",
     "job_loads",
 ]

@@ -22,6 +22,8 @@ ROOT = Path(podium.__file__).resolve().parent
 _ALLOWED_IN_FUNCTIONS = {
     # An optional baseline of the benchmark; most machines have no ray.
     ("podium._src.bench_python", "ray"): "optional dependency",
+    # proc_mesh(gpus=None) counts the GPUs torch sees, when torch is installed.
+    ("podium._src.compat", "torch"): "optional dependency",
     # The zygote's purpose is to preload, in its main() before it forks; not a podium module.
     ("podium._src.zygote", "cloudpickle"): "preloaded on purpose",
 }

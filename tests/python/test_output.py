@@ -52,7 +52,9 @@ def test_actor_output_is_prefixed_with_name_and_rank(tmp_path):
         assert f"{p}two" in out and f"{p}lines" in out
         assert f"{p}partial line" in out
         assert f"{p}err hi" in err  # stderr stays stderr
-        assert f"{p}WARNING logged hi" in err
+        # Logging records also carry Monarch's [actor=...] prefix (LG-1).
+        actor = f"[actor=<client>.<__main__.Talker talker{{'gpus': {g}/2}}>] "
+        assert f"{p}WARNING {actor}logged hi" in err
     assert "[asyncer {'gpus': 1/2}] async yo" in out
     # Nothing an actor wrote went out without its prefix.
     assert not [line for line in out if "say hi" in line and not line.startswith("[talker")]

@@ -89,10 +89,16 @@ def test_shape_slicing_keeps_base_ranks():
 
 def test_shape_errors():
     sh = _grid()
-    with pytest.raises(TypeError):
+    # As Monarch's Shape.at: ValueError for an unknown label, an index out of range or a
+    # negative one (test_monarch_errors.py covers the texts).
+    with pytest.raises(ValueError, match="no dimension 'nodes'"):
         sh.at("nodes", 0)  # unknown label
-    with pytest.raises(IndexError):
+    with pytest.raises(ValueError, match="out of range"):
         sh.at("gpus", 4)
+    with pytest.raises(ValueError, match="out of range"):
+        sh.at("gpus", -1)
+    with pytest.raises(ValueError, match="no dimension"):
+        sh.index(nodes=0)
     with pytest.raises(ValueError):
         sh.coordinates(9)  # not a rank of the shape
     with pytest.raises(ValueError):

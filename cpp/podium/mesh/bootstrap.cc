@@ -362,6 +362,7 @@ Status serve_worker(WorkerOptions options) {
     config.listen = options.listen;
     config.worker = true;
     config.persistent = options.persistent;
+    config.until_shutdown = options.until_shutdown;
     config.spawn = std::move(options.procs);
     config.fault_handler = mesh::g_fault_handler;
     auto rt = mesh::make_runtime(std::move(config));

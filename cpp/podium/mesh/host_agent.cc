@@ -475,6 +475,7 @@ void HostAgent::on_detach(const actor::SystemHeader& h, const std::string& sende
   }
   release(m->stop ? "shut this host down" : "detached", m->stop);
   send(m->controller, proto::HostSpawned{m->request, "", {}}.encode());
+  if (m->stop && end_on_shutdown_) proc_.request_exit();  // serve_worker returns
 }
 
 // Heartbeats to the controller served every lost-after / 6, and HA-5's verdict, timed to

@@ -117,6 +117,11 @@ class HostAgent {
   HostAgent(const HostAgent&) = delete;
   HostAgent& operator=(const HostAgent&) = delete;
 
+  // A worker run until its host is shut down (run_worker_loop_until_shutdown): once the
+  // controller shuts this host down (host_detach with stop, HA-8) and the answer is sent, the
+  // proc is asked to exit, which ends serve_worker. Before start().
+  void end_on_shutdown() { end_on_shutdown_ = true; }
+
   // Registers the worker's system operations on the proc, opens the output pipes (and gives
   // them to the spawner), starts the heartbeat. Before the proc serves held system ops.
   [[nodiscard]] Status start();
@@ -178,6 +183,7 @@ class HostAgent {
   std::string where() const;                       // "host h (worker tcp:...)"
 
   actor::Proc& proc_;
+  bool end_on_shutdown_ = false;  // set before start(), read on the proc's thread after
   ProcSpawner& spawner_;
   OutputWriter& output_;
   const bool persistent_;

@@ -188,6 +188,7 @@ Result<std::unique_ptr<Runtime>> make_runtime(RuntimeConfig config) {
   if (config.worker) {
     impl->agent = std::make_unique<HostAgent>(p, *impl->spawner, *impl->output,
                                                config.persistent, impl->clock);
+    if (config.until_shutdown) impl->agent->end_on_shutdown();
     if (auto st = impl->agent->start(); !st) return std::unexpected(st.error());
   } else {
     // The controller side of attached hosts.

@@ -99,6 +99,9 @@ struct WorkerOptions {
   // Accept controllers that hold no secret (SE-2, docs/security.md): without a secret in the
   // environment, a worker refuses to start unless this is set, and says so on stderr if it is.
   bool insecure = false;
+  // Return once a controller shuts this host down (HostMesh.shutdown), instead of serving
+  // the next controller (run_worker_loop_until_shutdown).
+  bool until_shutdown = false;
   // Called once the worker listens, with the bound address.
   std::function<void(const channel::Address&)> on_listening;
 };

@@ -52,6 +52,7 @@ struct RuntimeConfig {
   bool reuse_port = false;                 // in a proc on a reserved port (HA-2)
   bool worker = false;                     // a host agent
   bool persistent = false;                 // a persistent host agent (HA-7)
+  bool until_shutdown = false;             // a host agent that ends when its host is shut down
   InitOptions spawn;                       // how procs are started (proc_argv: absolute)
   std::function<void(actor::MeshFailure)> fault_handler;  // empty: the default (BT-2)
   // What every timer of the runtime and its root proc reads; null: spawn.clock, and when

@@ -59,9 +59,9 @@ def default_host_address() -> str:
     This machine's address as other hosts reach it (PODIUM_HOST_ADDR, else the default route's source address).
     """
 
-def serve_worker(listen: str, proc_argv: Sequence[str], zygote_argv: Sequence[str], persistent: bool = False, on_listening: object | None = None, insecure: bool = False) -> None:
+def serve_worker(listen: str, proc_argv: Sequence[str], zygote_argv: Sequence[str], persistent: bool = False, on_listening: object | None = None, insecure: bool = False, until_shutdown: bool = False) -> None:
     """
-    Runs this process as a host agent listening on `listen` (tcp://HOST:PORT) until it is killed; `on_listening(address)` runs once it listens. Without a secret in the environment it refuses to start unless `insecure` (SE-2).
+    Runs this process as a host agent listening on `listen` (tcp://HOST:PORT) until it is killed (with `until_shutdown`: until a controller shuts this host down, then returns); `on_listening(address)` runs once it listens. Without a secret in the environment it refuses to start unless `insecure` (SE-2).
     """
 
 def secret_file() -> str:

@@ -95,6 +95,27 @@ def _decode_none(core: Any) -> None:
             raise errors.from_reply(*payload)
 
 
+def _decode_initialized(core: Any) -> None:
+    """Decoder of ``ActorMesh.initialized``: an actor whose ``__init__`` raised raises
+    ActorInitError (an ActorError and a SupervisionError, MW-2)."""
+    try:
+        _decode_none(core)
+    except errors.SupervisionError as e:
+        raise errors.init_failure(e) from None
+
+
+def _decode_bootstrap(core: Any) -> None:
+    """Decoder of ``ProcMesh.initialized`` when it ran a bootstrap function: the function
+    raising fails the actor that runs it in its constructor, which the caller sees as
+    ActorError, as in Monarch (MW-2); a proc that ended stays a SupervisionError."""
+    try:
+        _decode_none(core)
+    except errors.SupervisionError as e:
+        if getattr(e, "errc", None) is not errors.ActorErrc.ACTOR_FAILED:
+            raise
+        raise errors.ActorError(e, "the bootstrap function of a proc raised", f"{e}\n") from e
+
+
 def _rebuild_actor_mesh(cls: type, state: tuple) -> "ActorMesh[Any]":
     ensure_runtime()
     return ActorMesh(cls, _mesh.ActorMesh.from_state(*state), None)
@@ -121,7 +142,7 @@ class ActorMesh(MeshShape, Generic[T]):
     @property
     def initialized(self) -> "Future[None]":
         """Resolves when every actor's __init__ has run; raises if one failed."""
-        return Future(self._core.initialized(), _decode_none)
+        return Future(self._core.initialized(), _decode_initialized)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -148,6 +169,15 @@ class ActorMesh(MeshShape, Generic[T]):
         SupervisionError. An actor still not stopped after ``STOP_GRACE_S`` (hung in an
         endpoint) has its proc killed, and a warning says so."""
         return Future(self._core.stop(int(STOP_GRACE_S * 1000)), _decode_none)
+
+    def __await__(self):
+        """``await procs.spawn(...)``, the older spelling of Monarch's examples: the mesh,
+        once every actor's ``__init__`` has run (raises as ``initialized`` does)."""
+        return self._initialized_mesh().__await__()
+
+    async def _initialized_mesh(self) -> "ActorMesh[T]":
+        await self.initialized
+        return self
 
     def __reduce__(self):
         return (_rebuild_actor_mesh, (self._class, tuple(self._core.state())))
@@ -192,8 +222,10 @@ class Endpoint(Generic[R]):
         mesh = self._mesh
 
         def locate(e: Exception) -> Exception:
+            procs = mesh._proc_mesh
             return errors.located(e, mesh.name, mesh._class.__qualname__,
-                                  mesh._core.rank_info(rank))
+                                  mesh._core.rank_info(rank),
+                                  procs is not None and procs._shared.stopped)
 
         return locate
 

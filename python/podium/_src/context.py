@@ -3,11 +3,24 @@
 An actor's thread (see server.py) sets the context of the message it is handling, in a
 contextvars.ContextVar so that concurrent endpoints of one actor (asyncio tasks on the same
 thread) each see their own message; everywhere else (the controller's own code) the context is
-the client's: no dimensions, rank 0."""
+the client's: no dimensions, rank 0.
+
+As Monarch's, an ActorInstance knows its ``creator`` (who spawned it), prints as the chain of
+creators (``<client>.<mod.Trainer trainer{'gpus': 0/2}>``), and ``abort(reason)`` fails the
+actor. Python ``logging`` records made while an actor's context is active carry the
+``[actor=<that chain>] `` prefix (``podium.actor.config.prefix_python_logs_with_actor``):
+
+  LG-1 A logging record created in an actor's context (its thread, or its asyncio task) has
+    its message prefixed with "[actor=<repr of the actor instance>] " once, whatever the
+    handlers; records made outside actors, and empty messages, are left as they are.
+  LG-2 ``abort(reason)`` fails the calling actor: the call in progress and later calls raise
+    SupervisionError, and the failure reported to its owner carries the reason.
+"""
 
 from __future__ import annotations
 
 import contextvars
+import logging
 from typing import Any, Callable, Dict, List, Optional
 
 from podium._core import ndslice as _nd
@@ -23,6 +36,16 @@ def set_default_proc_mesh(fn: Callable[[], Any]) -> None:
     _default_proc_mesh = fn
 
 
+# podium._src.config, handed in by it when it is imported (it sits above this module): where
+# ``prefix_python_logs_with_actor`` lives (LG-1).
+_config: Any = None
+
+
+def set_config_module(module: Any) -> None:
+    global _config
+    _config = module
+
+
 class ActorInstance:
     """Who is running.
 
@@ -31,7 +54,7 @@ class ActorInstance:
     spawned on; this_proc() for the client), ``proc`` (its own proc, as a ProcMesh of no
     dimensions)."""
 
-    __slots__ = ("actor_id", "name", "rank", "class_name", "_proc_mesh", "_children")
+    __slots__ = ("actor_id", "name", "rank", "class_name", "_proc_mesh", "_children", "creator")
 
     def __init__(
         self,
@@ -40,6 +63,7 @@ class ActorInstance:
         rank: Point,
         class_name: Optional[str],
         proc_mesh: Any = None,
+        creator: Optional["CreatorInstance"] = None,
     ) -> None:
         self.actor_id = actor_id
         self.name = name
@@ -48,6 +72,8 @@ class ActorInstance:
         self._proc_mesh = proc_mesh
         # Actor meshes this actor spawned: stopped before its own __cleanup__ runs.
         self._children: List[Any] = []
+        # Who spawned it (a CreatorInstance), as Monarch's; None for the client.
+        self.creator = creator
 
     @property
     def proc_mesh(self) -> Any:
@@ -67,9 +93,69 @@ class ActorInstance:
     def _add_child(self, mesh: Any) -> None:
         self._children.append(mesh)
 
+    def _as_creator(self) -> "CreatorInstance":
+        """What an actor spawned by this one keeps as its ``creator`` (it pickles)."""
+        return CreatorInstance(self.actor_id, self.name, self.rank, self.class_name,
+                               self.creator)
+
+    def abort(self, reason: Optional[str] = None) -> None:
+        """Fails this actor with ``reason`` (LG-2), as Monarch's: the call in progress and
+        later calls raise SupervisionError, and its owner's ``__supervise__`` (or the
+        unhandled-fault hook) gets a MeshFailure whose cause carries the reason. Call it from
+        the actor's own code (``__init__`` or an endpoint): it raises ActorAborted, a
+        BaseException that podium turns into the actor's failure; code after it does not
+        run."""
+        if actor_context() is None or actor_context().actor_instance is not self:
+            raise RuntimeError(
+                f"abort(): only the actor {self!r} can abort itself, from its own code")
+        raise ActorAborted(reason)
+
     def __repr__(self) -> str:
-        rank = str(self.rank) if len(self.rank) else ""
-        return f"<{self.class_name + ' ' if self.class_name else ''}{self.name}{rank}>"
+        return _qualified_name(self)
+
+
+class ActorAborted(BaseException):
+    """Raised by ``context().actor_instance.abort(reason)``: fails the actor (a BaseException
+    escaping an endpoint or ``__init__`` does), its text carrying the reason."""
+
+    def __init__(self, reason: Optional[str] = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"the actor aborted: {self.reason if self.reason is not None else 'no reason given'}"
+
+
+class CreatorInstance:
+    """The actor (or client) that spawned an actor: ``actor_id``, ``name``, ``rank``,
+    ``class_name`` and its own ``creator``. Prints as Monarch's: the chain of names."""
+
+    __slots__ = ("actor_id", "name", "rank", "class_name", "creator")
+
+    def __init__(self, actor_id: str, name: str, rank: Point, class_name: Optional[str],
+                 creator: Optional["CreatorInstance"]) -> None:
+        self.actor_id = actor_id
+        self.name = name
+        self.rank = rank
+        self.class_name = class_name
+        self.creator = creator
+
+    def __reduce__(self):
+        return (CreatorInstance, (self.actor_id, self.name, self.rank, self.class_name,
+                                  self.creator))
+
+    def __repr__(self) -> str:
+        return _qualified_name(self)
+
+
+def _qualified_name(ins: Any) -> str:
+    """``<client>.<mod.Manager manager{'gpus': 0/1}>.<mod.Worker w{'gpus': 1/2}>``."""
+    names = []
+    while ins is not None:
+        rank = str(ins.rank) if len(ins.rank) else ""
+        names.append(f"<{ins.class_name + ' ' if ins.class_name else ''}{ins.name}{rank}>")
+        ins = ins.creator
+    return ".".join(reversed(names))
 
 
 class Context:
@@ -109,7 +195,36 @@ def _client_context() -> Context:
 
 
 def set_context(ctx: Optional[Context]) -> "contextvars.Token[Optional[Context]]":
+    if not _log_prefix_installed:
+        _install_log_prefix()
     return _current.set(ctx)
+
+
+# --- the [actor=...] prefix of logging records (LG-1) ---------------------------------------
+
+_log_prefix_installed = False
+
+
+def _install_log_prefix() -> None:
+    """Chains a record factory that prefixes the records made in an actor's context: once per
+    record, so every handler (and one added later) sees the same text."""
+    global _log_prefix_installed
+    if _log_prefix_installed:
+        return
+    _log_prefix_installed = True
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        ctx = _current.get()
+        if ctx is not None and record.msg and isinstance(record.msg, str):
+            if getattr(_config, "prefix_python_logs_with_actor", True):
+                prefix = f"[actor={ctx.actor_instance!r}] "
+                record.actor_prefix = prefix
+                record.msg = prefix + record.msg
+        return record
+
+    logging.setLogRecordFactory(factory)
 
 
 def reset_context(token: "contextvars.Token[Optional[Context]]") -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import types
 import weakref
 from typing import Any, Callable, Dict, Optional
@@ -16,6 +17,14 @@ class Actor:
 
     Optional hooks: ``__cleanup__(self, exc)`` runs when the actor stops (``exc`` is None for
     a requested stop)."""
+
+    @functools.cached_property
+    def logger(self) -> logging.Logger:
+        """A logger named after the actor's class, at level DEBUG, as Monarch's; its records
+        carry the ``[actor=...]`` prefix (LG-1)."""
+        lgr = logging.getLogger(type(self).__name__)
+        lgr.setLevel(logging.DEBUG)
+        return lgr
 
 
 class EndpointProperty:
@@ -198,23 +207,24 @@ def check_actor_class(cls: Any) -> bool:
     eps = endpoints_of(cls)
     sync = sorted(n for n, e in eps.items() if not e._is_async)
     asyn = sorted(n for n, e in eps.items() if e._is_async)
+    # The texts open with Monarch's words (MW-2).
     if sync and asyn:
         raise ValueError(
-            f"{cls.__qualname__} mixes sync endpoints ({', '.join(sync)}) and async endpoints "
-            f"({', '.join(asyn)}); an actor's endpoints must be all `def` or all `async def`"
+            f"{cls.__qualname__} mixes both async and sync endpoints: sync {sync}, async "
+            f"{asyn}; an actor's endpoints must be all `def` or all `async def`"
         )
     cleanup = getattr(cls, "__cleanup__", None)
     if cleanup is not None:
         async_cleanup = inspect.iscoroutinefunction(cleanup)
         if sync and async_cleanup:
             raise ValueError(
-                f"{cls.__qualname__} has sync endpoints but an async __cleanup__; make "
-                f"__cleanup__ a plain `def` too"
+                f"{cls.__qualname__} has sync endpoints, but an async __cleanup__; make "
+                f"__cleanup__ a plain `def` too (sync {sync})"
             )
         if asyn and not async_cleanup:
             raise ValueError(
-                f"{cls.__qualname__} has async endpoints but a sync __cleanup__; make "
-                f"__cleanup__ `async def` too"
+                f"{cls.__qualname__} has async endpoints, but a synchronous __cleanup__; make "
+                f"__cleanup__ `async def` too (async {asyn})"
             )
         if not sync and not asyn and async_cleanup:
             return True

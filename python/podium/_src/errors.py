@@ -7,6 +7,22 @@ and a reply that carries an error is turned into ``from_core(...)`` by the calle
 (actor_mesh.py, ports.py). tests/python/test_errors.py checks that every enumerator has a
 row. Adding a C++ error enum is one ``bind_errc`` line in python/bindings/base.cc and one
 block of rows here.
+
+Texts start with Monarch's words, so that code matching Monarch's messages matches podium's;
+podium's details (actor, rank, host, pid, cause) follow (docs/errors.md has the table):
+
+  MW-1 A SupervisionError from an actor call reads "Endpoint call <mesh>.<endpoint>() failed, "
+    then the located message, which opens with "The actor <mesh>{<point>} and all its
+    descendants have failed" (the actor failed, its proc ended), "actor mesh is stopped due
+    to proc mesh shutdown" (its ProcMesh was stopped) or "Actor <id> exited because of the
+    following reason: stopped" (its ActorMesh was stopped), then the actor's place and cause.
+  MW-2 Other texts and classes as Monarch's: an actor whose __init__ raised fails its calls
+    and ``initialized`` with ActorInitError, both an ActorError (as Monarch raises) and a
+    SupervisionError, its text carrying the exception; a spawn on a stopped ProcMesh raises SupervisionError
+    (a RuntimeError) "`ProcMesh` has already been stopped: ..."; an Actor class whose
+    endpoints are both `def` and `async def` raises ValueError "<Class> mixes both async and
+    sync endpoints: ..."; str(MeshFailure) is "MeshFailure(mesh_name=..., crashed_ranks=[r],
+    event=The actor <mesh>{<point>} and all its descendants have failed: <report>)".
 """
 
 from __future__ import annotations
@@ -96,12 +112,15 @@ class ReplyDecodeError(ActorError):
                 (self.exception, self.where, self.mesh_name, self.endpoint, self.rank))
 
 
-class SupervisionError(Exception):
-    """The actor (or the process hosting it) failed, stopped or exited. The message names the
-    mesh and actor, the rank and coordinates, the host, the pid and the cause; so do the
-    attributes (None where unknown): ``endpoint``, ``mesh_name``, ``actor_class``,
-    ``actor_display_name`` (``"mesh{'gpus': 1/2}"``), ``rank`` (as Monarch's), and podium's
-    ``actor_id``, ``point``, ``host``, ``pid``, ``cause``."""
+class SupervisionError(RuntimeError):
+    """The actor (or the process hosting it) failed, stopped or exited. A RuntimeError, as
+    Monarch's. The message names the mesh and actor, the rank and coordinates, the host, the
+    pid and the cause; so do the attributes (None where unknown): ``endpoint``,
+    ``mesh_name``, ``actor_class``, ``actor_display_name`` (``"mesh{'gpus': 1/2}"``), ``rank``
+    (as Monarch's), and podium's ``actor_id``, ``point``, ``host``, ``pid``, ``cause``.
+
+    ``str()`` starts with Monarch's words (MW-1): ``Endpoint call <mesh>.<endpoint>() failed,
+    `` for a call, then the located message (see ``located``)."""
 
     def __init__(self, message: str, endpoint: Optional[str] = None, **where: Any) -> None:
         super().__init__(message)
@@ -120,7 +139,8 @@ class SupervisionError(Exception):
 
     def __str__(self) -> str:
         if self.endpoint:
-            return f"endpoint {self.endpoint}: {self.message}"
+            where = f"{self.mesh_name}.{self.endpoint}" if self.mesh_name else self.endpoint
+            return f"Endpoint call {where}() failed, {self.message}"
         return self.message
 
     def __reduce__(self):
@@ -134,12 +154,75 @@ def _rebuild_supervision_error(message: str, endpoint: Optional[str],
     return SupervisionError(message, endpoint, **where)
 
 
+# What the runtime's cause says of an actor whose __init__ raised (cpp/podium/actor/mailbox.cc).
+_CONSTRUCTOR_FAILED = "failed in its constructor"
+
+
+class ActorInitError(ActorError, SupervisionError):
+    """An actor's ``__init__`` raised: its calls (and ``initialized``) raise this. It is an
+    ActorError, as Monarch raises it for an exception from ``__init__``, and a
+    SupervisionError, since the actor is failed for good (MW-2). ``exception`` is a
+    RuntimeError with the original exception's type and text; the message carries its
+    remote traceback."""
+
+    def __init__(self, message: str, endpoint: Optional[str] = None, **where: Any) -> None:
+        SupervisionError.__init__(self, message, endpoint, **where)
+        cause = where.get("cause", message)
+        self.exception = RuntimeError(cause.split("\n", 1)[0])
+        self.remote_traceback = cause
+
+    def __str__(self) -> str:
+        return SupervisionError.__str__(self)
+
+    def __reduce__(self):
+        _, (message, endpoint, where) = SupervisionError.__reduce__(self)
+        return (_rebuild_actor_init_error, (message, endpoint, where))
+
+
+def _rebuild_actor_init_error(message: str, endpoint: Optional[str],
+                              where: Dict[str, Any]) -> "ActorInitError":
+    return ActorInitError(message, endpoint, **where)
+
+
+def init_failure(e: BaseException) -> BaseException:
+    """``e``, or an ActorInitError with its text when it says the actor's ``__init__`` raised
+    (MW-2)."""
+    if (isinstance(e, SupervisionError) and not isinstance(e, ActorInitError)
+            and _CONSTRUCTOR_FAILED in e.message):
+        where = {k: getattr(e, k) for k in ("cause", "mesh_name", "actor_class", "actor_id",
+                                            "rank", "point", "host", "pid")}
+        out = ActorInitError(e.message, e.endpoint, **where)
+        out.errc = getattr(e, "errc", None)
+        return out
+    return e
+
+
+# Monarch's opening words of a located SupervisionError (MW-1), by what happened.
+PROC_MESH_STOPPED = "actor mesh is stopped due to proc mesh shutdown"
+PROC_MESH_IS_STOPPED = "`ProcMesh` has already been stopped"
+
+
+def _opening(errc_: Any, display: str, actor_id: str, proc_mesh_stopped: bool) -> str:
+    """MW-1: the proc mesh was stopped -> "actor mesh is stopped due to proc mesh shutdown";
+    the actor mesh was stopped -> "Actor <id> exited because of the following reason:
+    stopped"; any other end (the actor failed, its proc exited or was killed, its host was
+    lost) -> "The actor <mesh>{<point>} and all its descendants have failed"."""
+    if proc_mesh_stopped:
+        return PROC_MESH_STOPPED
+    if errc_ is ActorErrc.ACTOR_STOPPED:
+        return f"Actor {actor_id} exited because of the following reason: stopped"
+    return f"The actor {display} and all its descendants have failed"
+
+
 def located(e: Exception, mesh_name: str, actor_class: str,
-            info: Tuple[str, int, str, int, str]) -> Exception:
+            info: Tuple[str, int, str, int, str], proc_mesh_stopped: bool = False
+            ) -> Exception:
     """`e` with the failed actor's place, when it is a SupervisionError: the message becomes
-    "actor counter[1] of mesh 'counter' (rank 1 {'gpus': 1/2}, host h, pid 42): <cause>". The
-    rank and coordinates are the actor's in its ProcMesh (as in MeshFailure), which are its
-    rank in the ActorMesh when it was spawned on the whole ProcMesh."""
+    "The actor counter{'gpus': 1/2} and all its descendants have failed: actor counter[1] of
+    mesh 'counter' (rank 1 {'gpus': 1/2}, host h, pid 42): <cause>" (Monarch's opening words
+    first, MW-1: see ``_opening``). The rank and coordinates are the actor's in its ProcMesh
+    (as in MeshFailure), which are its rank in the ActorMesh when it was spawned on the whole
+    ProcMesh. ``proc_mesh_stopped``: the caller stopped the ProcMesh the actor ran on."""
     if not isinstance(e, SupervisionError):
         return e
     actor_id, pid, host, rank, point = info
@@ -149,8 +232,14 @@ def located(e: Exception, mesh_name: str, actor_class: str,
         if cause.startswith(prefix):
             cause = cause[len(prefix):]
             break
-    message = (f"actor {key} of mesh '{mesh_name}' (rank {rank} {point}, host {host}, "
-               f"pid {pid}): {cause}")
+    opening = _opening(getattr(e, "errc", None), f"{mesh_name}{point}", actor_id,
+                       proc_mesh_stopped)
+    message = (f"{opening}: actor {key} of mesh '{mesh_name}' (rank {rank} {point}, host "
+               f"{host}, pid {pid}): {cause}")
+    if _CONSTRUCTOR_FAILED in cause:  # its __init__ raised: ActorError too, as Monarch's
+        return ActorInitError(message, e.endpoint, cause=cause, mesh_name=mesh_name,
+                              actor_class=actor_class, actor_id=actor_id, rank=rank,
+                              point=point, host=host, pid=pid)
     return SupervisionError(message, e.endpoint, cause=cause, mesh_name=mesh_name,
                             actor_class=actor_class, actor_id=actor_id, rank=rank, point=point,
                             host=host, pid=pid)
@@ -261,7 +350,9 @@ def from_core(subsystem: int, code: int, message: str, endpoint: Optional[str] =
     a value. A code this build does not know raises CoreError."""
     cls = _BY_CODE.get((subsystem, code), CoreError)
     if cls is SupervisionError:
-        return SupervisionError(message, endpoint)
+        e = SupervisionError(message, endpoint)
+        e.errc = errc(subsystem, code)  # what ended the actor: located() words it (MW-1)
+        return e
     if cls is CoreError:
         e = CoreError(message)
         e.subsystem, e.code, e.message = subsystem, code, message

@@ -14,6 +14,8 @@ its own thread. No C++ thread ever calls into Python.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import threading
 import weakref
 from typing import Any, Callable, Dict, Generator, Generic, Optional, TypeVar
@@ -157,3 +159,82 @@ def _waker(loop: asyncio.AbstractEventLoop) -> _LoopWaker:
         if w is None:
             w = _wakers[loop] = _LoopWaker(loop)
         return w
+
+
+class CoroFuture(Future[R]):
+    """A Future whose result is that of a coroutine (as Monarch's ``Future(coro=...)``):
+    ``await`` runs it on the awaiting loop; ``get()`` runs it on an event loop of a thread of
+    its own. It runs once, whichever comes first; later waits share the outcome."""
+
+    __slots__ = ("_coro", "_started", "_done", "_ctx")
+
+    def __init__(self, coro: Any) -> None:
+        super().__init__(None, _no_decode)
+        self._coro = coro
+        self._started = False
+        self._done = concurrent.futures.Future()
+        # The caller's context variables (podium's actor context among them): get() runs the
+        # body in them, on its thread.
+        self._ctx = contextvars.copy_context()
+
+    def _claim(self) -> bool:
+        with self._lock:
+            if self._started:
+                return False
+            self._started = True
+            return True
+
+    def _finish(self, ok: bool, value: Any) -> None:
+        with self._lock:
+            self._ok, self._value = ok, value
+        self._done.set_result(None)
+
+    async def _run(self) -> None:
+        try:
+            value = await self._coro
+        except Exception as e:
+            self._finish(False, e)
+        except BaseException as e:
+            self._finish(False, e)
+            raise
+        else:
+            self._finish(True, value)
+
+    def get(self, timeout: Optional[float] = None) -> R:
+        if self._claim():
+            threading.Thread(target=self._ctx.run, args=(asyncio.run, self._run()),
+                             daemon=True, name="podium-future").start()
+        try:
+            self._done.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"the future did not complete within {timeout} s") from None
+        return self._outcome()
+
+    def done(self) -> bool:
+        return self._done.done()
+
+    def _outcome(self) -> R:
+        if self._ok:
+            return self._value
+        raise self._value
+
+    def __await__(self) -> Generator[Any, None, R]:
+        if self._claim():
+            yield from self._run().__await__()
+        elif not self._done.done():
+            yield from asyncio.wrap_future(self._done).__await__()
+        return self._outcome()
+
+
+def resolved(value: Any = None) -> "CoroFuture[Any]":
+    """A Future that is already complete with ``value``."""
+    f: CoroFuture[Any] = CoroFuture.__new__(CoroFuture)
+    Future.__init__(f, None, _no_decode)
+    f._coro, f._started, f._ctx = None, True, None
+    f._done = concurrent.futures.Future()
+    f._finish(True, value)
+    return f
+
+
+def _no_decode(core: Any) -> Any:
+    raise RuntimeError("a CoroFuture has no C++ future to decode")

@@ -12,6 +12,10 @@ the controller.
 
 A partial line waits for its newline in a per-thread buffer; ``flush()`` writes it out as a
 line of its own. Output that bypasses ``sys.stdout`` (C code writing to fd 1) is not prefixed.
+
+``ProcMesh.logging_option(stream_to_client=False)`` (logs.py) sends what this proc writes
+through ``sys.stdout``/``sys.stderr`` to a file of the proc's own instead of the client's
+terminal (``divert``); ``stream_to_client=True`` sends it back.
 """
 
 from __future__ import annotations
@@ -22,6 +26,21 @@ import threading
 from typing import Any, Optional
 
 from podium._src.context import actor_context
+
+# Where this proc's lines go instead of the client's terminal (logging_option), or None.
+_diverted: Optional[Any] = None
+_divert_lock = threading.Lock()
+
+
+def divert(path: Optional[str]) -> None:
+    """Lines written from now on go to the file ``path`` (appended), or, with None, to the
+    client's terminal again."""
+    global _diverted
+    with _divert_lock:
+        old, _diverted = _diverted, (open(path, "a", encoding="utf-8", buffering=1)
+                                     if path is not None else None)
+    if old is not None:  # left open: a writer may still hold it (one file per switch)
+        old.flush()
 
 
 def _prefix() -> Optional[str]:
@@ -79,9 +98,10 @@ class PrefixedStream(io.TextIOBase):
         pending = self._pending()
         if prefix is None and not pending:
             with self._lock:
-                self._base.write(text)
+                base = _diverted or self._base
+                base.write(text)
                 if "\n" in text:
-                    self._base.flush()
+                    base.flush()
             return len(text)
         data = pending + text
         lines = data.split("\n")
@@ -90,8 +110,9 @@ class PrefixedStream(io.TextIOBase):
             p = prefix or ""
             out = "".join(f"{p}{line}\n" for line in lines)
             with self._lock:
-                self._base.write(out)
-                self._base.flush()
+                base = _diverted or self._base
+                base.write(out)
+                base.flush()
         return len(text)
 
     def flush(self) -> None:
@@ -99,9 +120,9 @@ class PrefixedStream(io.TextIOBase):
         if pending:
             self._local.pending = ""
             with self._lock:
-                self._base.write(f"{_prefix() or ''}{pending}\n")
+                (_diverted or self._base).write(f"{_prefix() or ''}{pending}\n")
         with self._lock:
-            self._base.flush()
+            (_diverted or self._base).flush()
 
 
 def install() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import pickle
 import sys
 import threading
@@ -23,11 +24,11 @@ from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
-from podium._src import context, pickling, runtime, server, supervision, tls
-from podium._src.actor_mesh import ActorMesh, _decode_none
+from podium._src import context, logs, pickling, runtime, server, supervision, tls
+from podium._src.actor_mesh import ActorMesh, _decode_bootstrap, _decode_none
 from podium._src.context import actor_context
 from podium._src.endpoint import Actor, check_actor_class, check_call, endpoint
-from podium._src.errors import SupervisionError
+from podium._src.errors import PROC_MESH_IS_STOPPED, SupervisionError
 from podium._src.future import Future
 from podium._src.runtime import enable_transport, ensure_runtime
 from podium._src.shape import _RegionView, MeshShape, select
@@ -233,8 +234,8 @@ class ProcMesh(MeshShape):
     def initialized(self) -> "Future[None]":
         """Resolves when every proc is up (and has run its bootstrap); raises
         SupervisionError if one exited first."""
-        if self._shared.bootstrap_mesh is not None:
-            return self._shared.bootstrap_mesh.initialized
+        if self._shared.bootstrap_mesh is not None:  # a failed bootstrap: ActorError (MW-2)
+            return Future(self._shared.bootstrap_mesh._core.initialized(), _decode_bootstrap)
         return Future(self._core.initialized(), _decode_none)
 
     def spawn(self, name: str, Class: Type[T], *args: Any, **kwargs: Any) -> ActorMesh[T]:
@@ -249,8 +250,8 @@ class ProcMesh(MeshShape):
                bootstrap: Optional[str]) -> ActorMesh[Any]:
         with self._shared.lock:
             if self._shared.stopped:
-                raise SupervisionError(f"cannot spawn '{name}': the proc mesh {self.extent} "
-                                       f"has been stopped")
+                raise SupervisionError(f"{PROC_MESH_IS_STOPPED}: cannot spawn '{name}' on "
+                                       f"the proc mesh {self.extent}")  # MW-2
         region = self._core.region
         meta = pickle.dumps({
             "sys_path": list(sys.path),
@@ -260,6 +261,7 @@ class ProcMesh(MeshShape):
             "proc_mesh": self,
             "registry": _registry_for_spawn(Class),
             "bootstrap": bootstrap,
+            "creator": context.context().actor_instance._as_creator(),
         })
         try:
             parts = pickling.dumps((Class, args, kwargs))
@@ -297,8 +299,8 @@ class ProcMesh(MeshShape):
         check_actor_class(Class)
         with self._shared.lock:
             if self._shared.stopped:
-                raise SupervisionError(f"cannot reach '{name}': the proc mesh {self.extent} "
-                                       f"has been stopped")
+                raise SupervisionError(f"{PROC_MESH_IS_STOPPED}: cannot reach '{name}' on "
+                                       f"the proc mesh {self.extent}")  # MW-2
         ctx = actor_context()
         owner = (str(ctx.actor_instance.actor_id)
                  if ctx is not None and ctx.actor_instance.name != REGISTRY_NAME else "")
@@ -334,9 +336,16 @@ class ProcMesh(MeshShape):
         first = [c.stop() for c in cores]
         return Future(self._core.stop_after(first, STOP_ACTORS_MS, STOP_GRACE_MS), _decode_none)
 
+    def logging_option(self, stream_to_client: bool = False,
+                       aggregate_window_sec: Optional[int] = None,
+                       level: int = logging.INFO) -> "Future[None]":
+        """As Monarch's: the procs' log level and whether their output streams to the client
+        (or to a file per proc); a Future to await. See logs.py (LG-3)."""
+        return logs.logging_option(self, stream_to_client, aggregate_window_sec, level)
+
     async def __aenter__(self) -> "ProcMesh":
         if self._shared.stopped:
-            raise RuntimeError(f"the proc mesh {self.extent} has already been stopped")
+            raise RuntimeError(f"{PROC_MESH_IS_STOPPED}: the proc mesh {self.extent}")
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

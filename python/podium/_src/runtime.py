@@ -82,10 +82,12 @@ def enable_transport(transport: Any) -> None:
     if not isinstance(name, str):
         raise TypeError(f"enable_transport: expected a str such as 'tcp', got {transport!r}")
     t = name.strip()
-    if t.lower() in ("ipc", "unix"):
+    if t.lower() in ("ipc", "unix", "local"):  # ChannelTransport.Unix / .Local
         listen = None
     elif t.lower() in ("tcp", "tcpwithhostname", "tcp_with_hostname"):
         listen = _tcp_address(_mesh.default_host_address(), 0)
+    elif t.lower() in ("tcpwithlocalhost", "tcp_with_localhost"):  # one host, over TCP
+        listen = _tcp_address("127.0.0.1", 0)
     elif t.startswith("tcp://") or t.startswith("tcp:"):
         rest = t[6:] if t.startswith("tcp://") else t[4:]
         host, sep, port = rest.rpartition(":")

@@ -304,7 +304,7 @@ class _ActorServer(supervision.OwnerSupervision):
             point = Point._wrap(_nd.Extent(meta["labels"], meta["sizes"]).point_of_rank(rank))
             self.info = ActorInstance(
                 inbox.actor_id, inbox.name, point, f"{cls.__module__}.{cls.__qualname__}",
-                proc_mesh=meta.get("proc_mesh"),
+                proc_mesh=meta.get("proc_mesh"), creator=meta.get("creator"),
             )
             if check_actor_class(cls):
                 self.loop = asyncio.new_event_loop()

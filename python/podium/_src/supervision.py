@@ -96,7 +96,11 @@ class MeshFailure:
         return self._report
 
     def __str__(self) -> str:
-        return self._report
+        # As Monarch's: names MeshFailure, the mesh and the crashed ranks, then the event
+        # (MW-2); report() stays the text alone.
+        return (f"MeshFailure(mesh_name={self.mesh_name}, crashed_ranks=[{self.rank}], "
+                f"event=The actor {self.mesh_name}{self.point} and all its descendants have "
+                f"failed: {self._report})")
 
     def __repr__(self) -> str:
         return f"<MeshFailure {self._report.splitlines()[0]}>"

@@ -35,7 +35,7 @@ def _announce(address: str) -> None:
 
 def run_worker_loop_forever(*, address: str, ca: Any = "trust_all_connections",
                             private_key: Any = None, persistent: bool = False,
-                            insecure: bool = False) -> None:
+                            insecure: bool = False, until_shutdown: bool = False) -> None:
     """Serves as this host's agent on ``address`` (``tcp://HOST:PORT``; port 0 picks one)
     until the process is killed. Prints ``podium worker listening on tcp://HOST:PORT`` once it
     accepts connections. Connections must prove the job's secret (``PODIUM_SECRET_FILE``, a
@@ -54,8 +54,10 @@ def run_worker_loop_forever(*, address: str, ca: Any = "trust_all_connections",
     if not isinstance(address, str):
         raise TypeError(f"run_worker_loop_forever: address is 'tcp://HOST:PORT', not {address!r}")
     tls.configure(ca, private_key, "run_worker_loop_forever", running=_mesh.is_proc())
+    # until_shutdown: return once a controller shuts this host down
+    # (run_worker_loop_until_shutdown).
     _mesh.serve_worker(address, PROC_ARGV, _zygote_argv(), persistent, _announce,
-                       insecure=bool(insecure))
+                       insecure=bool(insecure), until_shutdown=bool(until_shutdown))
 
 
 def add_arguments(p: Any) -> None:
