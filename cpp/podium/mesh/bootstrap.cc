@@ -1,6 +1,7 @@
 // The process-wide runtime and the entry points of runtime.h: init, init_controller,
 // serve_proc, serve_worker, shutdown (bootstrap.h states BT-1 and BT-2).
 #include "podium/mesh/bootstrap.h"
+#include "podium/mesh/launch.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -126,6 +127,10 @@ Status serve_proc() {
   auto boot = mesh::Boot::decode(env);
   if (!boot) return std::unexpected(boot.error());
   ::unsetenv(mesh::kBootEnv);  // BT-1: actors that start programs must not make them procs
+  if (const char* bind = std::getenv(mesh::kBindEnv)) {  // LA-1: before any runtime thread
+    if (auto bound = mesh::apply_bind(bind); !bound) return std::unexpected(bound.error());
+    ::unsetenv(mesh::kBindEnv);
+  }
   {
     std::lock_guard lock(mesh::g_mu);
     if (mesh::g_runtime) {

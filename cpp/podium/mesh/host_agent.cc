@@ -225,6 +225,12 @@ void HostAgent::spawn(proto::HostSpawn msg) {
     return refuse_spawn("asked for " + std::to_string(msg.count) + " procs; a worker starts 1 to " +
                         std::to_string(kMaxProcsPerSpawn) + " per request");
   }
+  std::vector<ProcLaunch> launches;  // LA-1: checked before any proc starts
+  for (const auto& bytes : msg.launches) {
+    auto launch = ProcLaunch::decode(bytes);
+    if (!launch) return refuse_spawn(launch.error().to_string());
+    launches.push_back(std::move(*launch));
+  }
   std::string controller_key = to.to_string();
   std::string advertise;
   uint64_t serial = 0;
@@ -282,7 +288,9 @@ void HostAgent::spawn(proto::HostSpawn msg) {
         m->exits.emplace_back();
       }
     }
-    auto pid = spawner_.spawn(ProcCommand{{{kBootEnv, boot.encode()}}},
+    ProcCommand cmd{{{kBootEnv, boot.encode()}},
+                    launches.empty() ? ProcLaunch{} : launches[r - msg.first]};
+    auto pid = spawner_.spawn(cmd,
                               [this, key](const host::ExitStatus& s) { child_exited(key, s); });
     if (!pid) {
       {

@@ -46,6 +46,7 @@
 #include "podium/actor/mesh_failure.h"
 #include "podium/actor/proc.h"
 #include "podium/base/clock.h"
+#include "podium/mesh/launch.h"
 #include "podium/ndslice/extent.h"
 
 namespace podium {
@@ -170,7 +171,9 @@ class Runtime {
   const std::string& proc_key() const;
 
   // Spawns one proc per rank of `extent` on this host; returns at once.
-  [[nodiscard]] Result<std::shared_ptr<ProcMeshState>> spawn_procs(const ndslice::Extent& extent);
+  // `launches`: empty, or one per rank (launch.h: its command, environment, binding).
+  [[nodiscard]] Result<std::shared_ptr<ProcMeshState>> spawn_procs(
+      const ndslice::Extent& extent, const std::vector<ProcLaunch>& launches = {});
   // Attaches the workers (host agents) at `workers`; returns at once. `initialized` resolves
   // once every worker accepted this controller, or fails naming the first that refused or did
   // not answer within the attach timeout (PODIUM_ATTACH_TIMEOUT_MS, default 10000). From
@@ -185,7 +188,8 @@ class Runtime {
   // A `name` (may be empty) is how a later controller finds the procs on a persistent worker.
   [[nodiscard]] Result<std::shared_ptr<ProcMeshState>> spawn_procs(
       const std::shared_ptr<HostMeshState>& hosts, const std::vector<size_t>& host_ranks,
-      const ndslice::Extent& extent, const std::string& name = {});
+      const ndslice::Extent& extent, const std::string& name = {},
+      const std::vector<ProcLaunch>& launches = {});
   // Takes over the proc mesh `name` that the workers of `hosts` named by `host_ranks` keep
   // (a persistent worker keeps its procs after their controller left; docs/host_agent.md
   // HA-7): their parts must fit one extent, and from now on this process watches those procs
