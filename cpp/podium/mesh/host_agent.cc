@@ -37,7 +37,8 @@ HostAgent::HostAgent(actor::Proc& proc, ProcSpawner& spawner, OutputWriter& outp
       clock_(std::move(clock)),
       key_(proc.id().to_string()),
       out_(std::make_unique<Output>()),
-      timer_(std::make_unique<base::Timer>(proc.io(), clock_)) {}
+      timer_(std::make_unique<base::Timer>(proc.io(), clock_)),
+      exit_timer_(std::make_unique<base::Timer>(proc.io(), clock_)) {}
 
 HostAgent::~HostAgent() {
   stop();
@@ -80,6 +81,7 @@ void HostAgent::stop() {
     if (stopped_) return;
     stopped_ = true;
     timer_->cancel();
+    exit_timer_->cancel();
   }
   spawns_.stop();
 }
@@ -483,6 +485,15 @@ void HostAgent::on_detach(const actor::SystemHeader& h, const std::string& sende
   }
   release(m->stop ? "shut this host down" : "detached", m->stop);
   send(m->controller, proto::HostSpawned{m->request, "", {}}.encode());
+  if (m->stop && !persistent_) {  // HA-16
+    std::lock_guard lock(mu_);
+    if (stopped_) return;
+    spdlog::info("podium worker: {} shut this host down; exiting", m->controller.to_string());
+    exit_timer_->expires_at(base::now_of(clock_) + kExitAfterShutdown);
+    exit_timer_->async_wait([this](std::error_code ec) {
+      if (!ec) proc_.request_exit();
+    });
+  }
 }
 
 // Heartbeats to the controller served every lost-after / 6, and HA-5's verdict, timed to

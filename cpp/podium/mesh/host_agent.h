@@ -62,6 +62,11 @@
 //        worker answered, or after PODIUM_ATTACH_TIMEOUT_MS (a warning names each that did
 //        not), each proc ends as expected, with the cause "its host h2 (tcp:...) was shut
 //        down"; other procs are told (ME-7), and supervision hears nothing.
+//   HA-16 A worker that is not persistent ends once a controller shut its host down (HA-8):
+//        after answering the host_detach (kExitAfterShutdown for the answer to leave), it
+//        asks its proc to exit, and serve_worker returns, having stopped its zygote and
+//        killed its procs (no process of the worker is left). A persistent worker serves the
+//        next controller instead (HA-7).
 //   HA-9 Values a peer supplies are bounded. The lost-after a controller asks for in
 //        host_attach is clamped to 100 ms .. 60 s (with a warning naming the controller), and
 //        a host_spawn for 0 or more than 4,096 procs is refused with the limit named. A
@@ -107,6 +112,8 @@ class HostAgent {
   static constexpr uint64_t kMinLostAfterMs = 100;
   static constexpr uint64_t kMaxLostAfterMs = 60 * 1000;
   static constexpr uint64_t kMaxProcsPerSpawn = 4096;
+  // HA-16: how long a shut-down worker lets its answer leave before it exits.
+  static constexpr std::chrono::milliseconds kExitAfterShutdown{200};
 
   // `proc` is this worker's root proc (listening on TCP), `spawner` starts its procs,
   // `output` writes their output while no controller is served. `clock` is what its
@@ -200,6 +207,7 @@ class HostAgent {
   std::vector<Mesh> meshes_;                         // in spawn order (HA-7)
   uint64_t next_serial_ = 0;
   std::unique_ptr<base::Timer> timer_;
+  std::unique_ptr<base::Timer> exit_timer_;  // HA-16: a shut-down worker's exit
 };
 
 }  // namespace podium::mesh

@@ -205,7 +205,7 @@ class HostMesh(MeshShape):
 
     def __enter__(self) -> "HostMesh":
         if self._host.shut_down:
-            raise RuntimeError(f"{self!r} has already been shut down")
+            raise RuntimeError(f"HostMesh has already been shut down ({self!r})")
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -257,8 +257,8 @@ class HostMesh(MeshShape):
             raise TypeError(f"bootstrap must be a function, not {type(bootstrap).__name__}")
         if name is not None and not isinstance(name, str):
             raise TypeError(f"spawn_procs: name must be a str, not {name!r}")
-        if self._host.shut_down:
-            raise RuntimeError(f"{self!r} has already been shut down")
+        if self._host.shut_down and self._core is None:  # attached hosts: C++ says why
+            raise RuntimeError(f"HostMesh has already been shut down ({self!r})")
         if isinstance(self._core, _RemoteHosts):
             registry = server.registry()
             if registry is None:
