@@ -290,7 +290,8 @@ class HostMesh(MeshShape):
             with _attached_lock:
                 owner = _attached.get(owner.ref[1])
         if owner is not None:
-            with owner.lock:
+            with owner.lock:  # the stopped ones need no stop: not kept
+                owner.proc_meshes = [p for p in owner.proc_meshes if not p._shared.stopped]
                 owner.proc_meshes.append(pm)
         return pm
 
@@ -424,6 +425,11 @@ def _launches(labels: List[str], sizes: List[int], per_host: int,
     return out
 
 
+def _true_after(_: Any, fut: "Future[Any]") -> bool:
+    fut.get()
+    return True
+
+
 def _decode_true(value: Any) -> bool:
     _decode_none(value)
     return True
@@ -477,12 +483,13 @@ class ProcMesh(MeshShape):
         return self._core.region
 
     @property
-    def initialized(self) -> "Future[None]":
-        """Resolves when every proc is up (and has run its bootstrap); raises
-        SupervisionError if one exited first."""
+    def initialized(self) -> "Future[bool]":
+        """Resolves to True when every proc is up (and has run its bootstrap), as Monarch's;
+        raises SupervisionError if one exited first."""
         if self._shared.bootstrap_mesh is not None:
-            return self._shared.bootstrap_mesh.initialized
-        return Future(self._core.initialized(), _decode_none)
+            init = self._shared.bootstrap_mesh.initialized
+            return Future(init._core, _true_after, init)
+        return Future(self._core.initialized(), _decode_true)
 
     def spawn(self, name: str, Class: Type[T], *args: Any, **kwargs: Any) -> ActorMesh[T]:
         """Creates one ``Class(*args, **kwargs)`` per proc, named ``name``; returns the
