@@ -166,7 +166,7 @@ Result<std::vector<int>> parse_cpu_list(std::string_view text) {
   };
   std::string_view rest = text;
   while (!rest.empty() && (rest.back() == '\n' || rest.back() == ' ')) rest.remove_suffix(1);
-  if (rest.empty()) return bad();
+  if (rest.empty() || rest.back() == ',') return bad();
   while (!rest.empty()) {
     auto end = rest.find(',');
     std::string_view item = rest.substr(0, end);
