@@ -65,7 +65,11 @@ void bind_runtime(nb::module_& m) {
          bool insecure) {
         WorkerOptions options;
         options.insecure = insecure;
-        options.listen = unwrap(parse_worker_address(listen));
+        auto where = channel::parse_worker_address(listen);  // CH-24
+        if (!where) throw_error(make_error(BaseErrc::kInvalidArgument, where.error().message));
+        options.listen = where->bind;
+        if (where->alias) options.advertise = where->dial;
+        options.listen_fd = where->fd;
         options.procs = InitOptions{std::move(proc_argv), std::move(zygote_argv), std::nullopt};
         options.persistent = persistent;
         if (!on_listening.is_none()) {
@@ -84,7 +88,8 @@ void bind_runtime(nb::module_& m) {
       nb::arg("listen"), nb::arg("proc_argv"), nb::arg("zygote_argv"),
       nb::arg("persistent") = false, nb::arg("on_listening").none() = nb::none(),
       nb::arg("insecure") = false,
-      "Runs this process as a host agent listening on `listen` (tcp://HOST:PORT) until it is "
+      "Runs this process as a host agent listening on `listen` (tcp://HOST:PORT, ipc://PATH, "
+      "tcp://HOST:fdN or DIAL@BIND) until it is "
       "killed; `on_listening(address)` runs once it listens. Without a secret in the "
       "environment it refuses to start unless `insecure` (SE-2).");
   m.def("secret_file", [] {

@@ -273,17 +273,27 @@ void HostAgent::spawn(proto::HostSpawn msg) {
     refuse_spawn(why);
   };
   for (uint64_t r = msg.first; r < msg.first + msg.count; ++r) {
-    auto port = channel::PortReservation::make(advertise);
-    if (!port) return fail(port.error().to_string());
-    // A fresh incarnation: the port may have been a dead proc's (CH-12).
-    channel::Address listen{channel::Transport::kTcp, advertise, port->port(),
-                            channel::new_incarnation()};
+    std::optional<channel::PortReservation> port;
+    channel::Address listen;
+    if (!unix_dir_.empty()) {  // an ipc:// worker: its procs on Unix sockets (CH-16)
+      listen = channel::Address{channel::Transport::kUnix,
+                                unix_dir_ + "/s" + std::to_string(serial) + "-" +
+                                    std::to_string(r) + ".sock",
+                                0};
+    } else {
+      auto reserved = channel::PortReservation::make(advertise);
+      if (!reserved) return fail(reserved.error().to_string());
+      port.emplace(std::move(*reserved));
+      // A fresh incarnation: the port may have been a dead proc's (CH-12).
+      listen = channel::Address{channel::Transport::kTcp, advertise, port->port(),
+                                channel::new_incarnation()};
+    }
     std::string key = listen.to_string();
-    Boot boot{to, listen, msg.proc_mesh, r, true};
+    Boot boot{to, listen, msg.proc_mesh, r, port.has_value()};
     {
       // The exit callback looks the child and its mesh up: register both first.
       std::lock_guard lock(mu_);
-      children_.insert_or_assign(key, Child{-1, std::move(*port)});
+      children_.insert_or_assign(key, Child{-1, std::move(port)});
       if (auto* m = mesh_by_serial(serial)) {
         m->keys.push_back(key);
         m->pids.push_back(-1);

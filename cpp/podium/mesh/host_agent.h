@@ -127,6 +127,9 @@ class HostAgent {
   // Registers the worker's system operations on the proc, opens the output pipes (and gives
   // them to the spawner), starts the heartbeat. Before the proc serves held system ops.
   [[nodiscard]] Status start();
+  // A worker on a Unix socket (ipc://PATH) starts its procs on Unix sockets in `dir` (0700),
+  // not on TCP ports. Before start().
+  void use_unix_sockets(std::string dir) { unix_dir_ = std::move(dir); }
   // No message is acted on after it returns, timers are cancelled and the spawn thread is
   // joined. Before the proc and the spawner stop.
   void stop();
@@ -141,7 +144,7 @@ class HostAgent {
  private:
   struct Child {
     pid_t pid = -1;
-    channel::PortReservation port;
+    std::optional<channel::PortReservation> port;  // none for a proc on a Unix socket
   };
   // A proc mesh spawned here (HA-7).
   struct Mesh {
@@ -208,6 +211,7 @@ class HostAgent {
   uint64_t next_serial_ = 0;
   std::unique_ptr<base::Timer> timer_;
   std::unique_ptr<base::Timer> exit_timer_;  // HA-16: a shut-down worker's exit
+  std::string unix_dir_;  // set before start(): procs listen on Unix sockets here
 };
 
 }  // namespace podium::mesh

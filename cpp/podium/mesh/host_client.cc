@@ -404,17 +404,22 @@ Result<std::shared_ptr<HostMeshState>> Runtime::attach(std::vector<channel::Addr
   auto refuse = [](std::string why) {
     return std::unexpected(make_error(BaseErrc::kInvalidArgument, std::move(why)));
   };
-  if (impl.proc->id().addr.transport != channel::Transport::kTcp) {
+  if (workers.empty()) return refuse("attach: no workers given");
+  bool any_tcp = false;
+  for (const auto& w : workers) {
+    // A worker on a Unix socket (ipc://PATH) is on this host: its procs reach this process
+    // however it listens.
+    if (w.transport == channel::Transport::kUnix) continue;
+    if (w.transport != channel::Transport::kTcp || w.port == 0) {
+      return refuse("attach: worker address " + w.to_string() +
+                    " is not tcp://HOST:PORT with a port, nor ipc://PATH");
+    }
+    any_tcp = true;
+  }
+  if (any_tcp && impl.proc->id().addr.transport != channel::Transport::kTcp) {
     return refuse("attaching workers needs TCP between procs: call enable_transport(\"tcp\") "
                   "before anything starts podium in this process (this process listens on " +
                   impl.proc_key + ")");
-  }
-  if (workers.empty()) return refuse("attach: no workers given");
-  for (const auto& w : workers) {
-    if (w.transport != channel::Transport::kTcp || w.port == 0) {
-      return refuse("attach: worker address " + w.to_string() +
-                    " is not tcp://HOST:PORT with a port");
-    }
   }
   auto hm = std::make_shared<HostMeshState>();
   hm->initialized = hm->initialized_promise.future();

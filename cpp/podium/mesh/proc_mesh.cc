@@ -466,19 +466,15 @@ Result<ProcMesh> HostMesh::spawn_procs(
 }
 
 Result<channel::Address> parse_worker_address(std::string_view text) {
-  std::string t(text);
-  if (t.starts_with("tcp://")) {
-    t = "tcp:" + t.substr(6);
-  } else if (!t.starts_with("tcp:")) {
-    t = "tcp:" + t;
-  }
-  auto a = channel::Address::parse(t);
-  if (!a) {
+  auto w = channel::parse_worker_address(text);  // CH-24
+  if (!w) return std::unexpected(make_error(BaseErrc::kInvalidArgument, w.error().message));
+  if (w->fd >= 0 && !w->alias) {
     return std::unexpected(make_error(BaseErrc::kInvalidArgument,
                                       "worker address '" + std::string(text) +
-                                          "': expected tcp://HOST:PORT (" + a.error().message + ")"));
+                                          "': a descriptor (fdN) is for serving; dial "
+                                          "tcp://HOST:PORT"));
   }
-  return a;
+  return w->dial;  // DIAL of DIAL@BIND: what a controller dials
 }
 
 Result<HostMesh> HostMesh::attach(const std::vector<std::string>& workers) {

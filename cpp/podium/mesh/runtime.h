@@ -82,7 +82,11 @@ std::string default_host_address();
 // A host agent (python -m podium worker): serves one controller at a time, spawning procs for
 // it on this host, reporting their exits, and exchanging heartbeats (docs/host_agent.md).
 struct WorkerOptions {
-  channel::Address listen;  // TCP; port 0 picks one
+  channel::Address listen;  // TCP (port 0 picks one) or a Unix socket (ipc://PATH)
+  // DIAL of DIAL@BIND: the address controllers dial, and this worker's identity, while it
+  // listens on `listen` (channel/address.h, CH-24); unset: `listen` itself.
+  std::optional<channel::Address> advertise;
+  int listen_fd = -1;  // >= 0: accept on this inherited listening socket (tcp://HOST:fdN)
   InitOptions procs;        // how procs are started (proc_argv, zygote_argv)
   // Keep procs (and their actors) when the controller leaves or goes silent, for a later
   // controller to take over by name (Runtime::find_procs; docs/host_agent.md HA-7).

@@ -66,11 +66,17 @@ def attach_to_workers(*, workers: Any, name: Optional[str] = None,
         if isinstance(w, Future):
             w = w.get()
         if not isinstance(w, str):
-            raise TypeError(f"attach_to_workers: a worker is 'tcp://HOST:PORT', not {w!r}")
+            raise TypeError(f"attach_to_workers: a worker is 'tcp://HOST:PORT' or "
+                            f"'ipc://PATH', not {w!r}")
         addrs.append(w)
     if not addrs:
         raise ValueError("attach_to_workers: no workers given")
-    if not runtime.running() and runtime.listen_address() is None and not _mesh.is_proc():
+    # Workers on Unix sockets are on this host: their procs reach this process however it
+    # listens; a TCP worker needs TCP.
+    local_only = all(a.startswith("ipc://") or "@ipc://" in a and a.startswith("ipc://")
+                     for a in addrs)
+    if (not local_only and not runtime.running() and runtime.listen_address() is None
+            and not _mesh.is_proc()):
         enable_transport("tcp")
     ensure_runtime()
     hm = HostMesh(None, _mesh.HostMesh.attach(addrs))
