@@ -67,6 +67,11 @@
 //        asks its proc to exit, and serve_worker returns, having stopped its zygote and
 //        killed its procs (no process of the worker is left). A persistent worker serves the
 //        next controller instead (HA-7).
+//   HA-17 Attach fails fast where nothing listens. With each host_attach the controller
+//        dials the worker once (channel::probe): a refused connection, a missing socket file
+//        or an unreachable network fails that host at once ("cannot attach host 0 (tcp:...):
+//        attach failed: Connection refused ..."), not after the attach timeout; a slow or
+//        silent network is left to HA-3.
 //   HA-9 Values a peer supplies are bounded. The lost-after a controller asks for in
 //        host_attach is clamped to 100 ms .. 60 s (with a warning naming the controller), and
 //        a host_spawn for 0 or more than 4,096 procs is refused with the limit named. A

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "podium/actor/message.h"
+#include "podium/channel/probe.h"
 #include "podium/mesh/host_protocol.h"
 #include "podium/mesh/job_config.h"
 #include "podium/mesh/runtime_impl.h"
@@ -452,6 +453,20 @@ Result<std::shared_ptr<HostMeshState>> Runtime::attach(std::vector<channel::Addr
                  proto::HostAttach{impl.proc->id().addr, workers[i].target, hm->id, i,
                                    static_cast<uint64_t>(impl.host_lost_after.count())}
                      .encode());
+    // HA-17: a worker nothing listens at fails the attach at once, not at the timeout.
+    int bound_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        impl.attach_timeout).count());
+    channel::probe(impl.proc->io(), workers[i], bound_ms,
+                   [raw = &impl, hm, i, w = workers[i]](std::error_code ec) {
+                     spdlog::debug("podium: probe of worker {}: {}", w.to_string(),
+                                   ec ? ec.message() : std::string("accepted"));
+                     if (!channel::nothing_listens(ec)) return;
+                     raw->host_failed(hm, i, "attach failed: " + ec.message() +
+                                                 " (nothing accepts connections at " +
+                                                 w.to_string() + ")",
+                                      MeshErrc::kHostLost);
+                     raw->release_worker(w);  // HA-10
+                   });
   }
   return hm;
 }
