@@ -10,6 +10,14 @@ ProcMesh, for context().actor_instance.proc_mesh), ``registry`` (the controller'
 get_or_spawn_controller registry, an ActorMesh, or None) and ``bootstrap`` (None, "run": this
 actor runs the procs' bootstrap function, or "wait": wait for it before __init__) — then the
 cloudpickled ``(Class, args, kwargs)``.
+
+Invariants:
+  HM-1 ``HostMesh.stop()`` stops exactly the ProcMeshes spawned through that HostMesh object
+       and its slices (never those another HostMesh spawned on the same hosts) and keeps the
+       hosts for the next spawn_procs; ``shutdown()`` also ends this controller's use of
+       attached hosts. A HostMesh unpickled in another process is a reference: it spawns
+       (through the attaching controller's registry actor, which owns those procs), but its
+       ``stop()`` and ``shutdown()`` raise RuntimeError naming why.
 """
 
 from __future__ import annotations
@@ -50,8 +58,11 @@ def attach_to_workers(*, workers: Any, name: Optional[str] = None,
     HostMesh of extent ``{"hosts": N}``, at once; ``.initialized`` resolves once every worker
     accepted this controller, or raises naming the first that refused (a wrong secret, a
     certificate it does not trust) or did not answer in time (``PODIUM_ATTACH_TIMEOUT_MS``,
-    default 10 s). Workers are ``tcp://HOST:PORT`` strings, or Futures of them. Starts podium
-    on TCP if nothing started it yet (``enable_transport("tcp")``).
+    default 10 s; at once, "attach failed" and why, where nothing listens: HA-17). Workers
+    are strings, or Futures of them: ``tcp://HOST:PORT``, ``ipc://PATH`` (a worker on this
+    host's Unix socket), or ``DIAL@BIND`` as the worker was started (this dials DIAL). Starts
+    podium on TCP if nothing started it yet and a worker is on TCP
+    (``enable_transport("tcp")``).
 
     TLS: ``ca`` (PEM bytes or a path: the CA bundle every process's certificate chains to)
     and ``private_key`` (PEM bytes or a path: one PEM with this controller's private key and
@@ -73,8 +84,7 @@ def attach_to_workers(*, workers: Any, name: Optional[str] = None,
         raise ValueError("attach_to_workers: no workers given")
     # Workers on Unix sockets are on this host: their procs reach this process however it
     # listens; a TCP worker needs TCP.
-    local_only = all(a.startswith("ipc://") or "@ipc://" in a and a.startswith("ipc://")
-                     for a in addrs)
+    local_only = all(a.startswith("ipc://") for a in addrs)
     if (not local_only and not runtime.running() and runtime.listen_address() is None
             and not _mesh.is_proc()):
         enable_transport("tcp")
@@ -120,13 +130,7 @@ class _HostShared:
 class HostMesh(MeshShape):
     """This host, as a mesh (no dimensions for this_host(); reshaping gives it dimensions of
     size 1, which spawn_procs keeps in front of ``per_host``), or the hosts of workers
-    attached with attach_to_workers (``{"hosts": N}``).
-
-    HM-1 ``stop()`` stops exactly the ProcMeshes spawned through this HostMesh object and its
-         slices (never those another HostMesh spawned on the same hosts) and keeps the hosts
-         for the next spawn_procs; ``shutdown()`` also ends this controller's use of attached
-         hosts. A HostMesh unpickled in another process is a reference: it spawns, but its
-         ``stop()`` and ``shutdown()`` raise RuntimeError naming why."""
+    attached with attach_to_workers (``{"hosts": N}``). Its lifecycle: HM-1 (module doc)."""
 
     def __init__(self, region: Optional["_nd.Region"] = None, core: Any = None,
                  shared: Optional[_HostShared] = None) -> None:
