@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
 from podium._src import context, pickling, runtime, server, supervision, tls
+from podium._src.bootstrap_cmd import _python_command, BootstrapCommand
 from podium._src.actor_mesh import ActorMesh, _decode_none
 from podium._src.context import actor_context
 from podium._src.endpoint import Actor, check_actor_class, check_call, endpoint
@@ -168,7 +169,6 @@ class HostMesh(MeshShape):
     def with_python_executable(self, python_executable: str) -> "HostMesh":
         """A HostMesh of the same hosts whose spawn_procs starts procs with the interpreter
         ``python_executable`` (a path on the hosts) running podium's proc entry point."""
-        from podium._src.bootstrap_cmd import _python_command
         if not isinstance(python_executable, str) or not python_executable:
             raise TypeError("with_python_executable: the interpreter is a path, not "
                             f"{python_executable!r}")
@@ -396,7 +396,6 @@ def _launches(labels: List[str], sizes: List[int], per_host: int,
               proc_bind: Optional[List[Dict[str, str]]], command: Any) -> List[tuple]:
     """One (program, argv, env, unset, inherit_env, bind) per rank of the spawned extent, or
     [] when every proc starts as podium's default (mesh/launch.h)."""
-    from podium._src.bootstrap_cmd import BootstrapCommand
     if proc_bind is not None:
         if isinstance(proc_bind, dict) or not isinstance(proc_bind, (list, tuple)):
             raise TypeError(f"proc_bind is a list of dicts, one per proc of a host, not "
