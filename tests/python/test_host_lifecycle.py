@@ -31,6 +31,7 @@ PRELUDE = textwrap.dedent("""
     class Spawner(Actor):
         @endpoint
         def spawn_on(self, hosts):
+            assert hosts.initialized.get(timeout=60) is True
             pm = hosts.spawn_procs(per_host={"gpus": 2})
             who = pm.spawn("who", Who)
             pids = sorted(who.pid.call().get(timeout=60).values())

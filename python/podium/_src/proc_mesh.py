@@ -163,7 +163,9 @@ class HostMesh(MeshShape):
         """Resolves to True when every worker of this mesh accepted this controller (at once
         for this_host()); raises SupervisionError naming a worker that refused or is
         unreachable."""
-        core = self._core if self._core is not None else _mesh.HostMesh()
+        core = self._core
+        if core is None or isinstance(core, _RemoteHosts):  # a reference: its controller's
+            core = _mesh.HostMesh()  # resolved at once
         return Future(core.initialized(), _decode_true)
 
     def with_python_executable(self, python_executable: str) -> "HostMesh":
@@ -234,6 +236,8 @@ class HostMesh(MeshShape):
         why it failed (None while it serves)."""
         if self._core is None:
             return []
+        if isinstance(self._core, _RemoteHosts):
+            raise RuntimeError(f"hosts() of {self!r}: {_REFERENCE}; ask the controller")
         return [{"worker": w, "hostname": h, "attached": a, "failure": f}
                 for (w, h, a, f) in self._core.hosts()]
 
@@ -317,6 +321,8 @@ class HostMesh(MeshShape):
         if self._core is None:
             raise ValueError(f"proc_mesh({name!r}): proc meshes are found by name on workers "
                              f"attached with attach_to_workers(), not on this host")
+        if isinstance(self._core, _RemoteHosts):
+            raise RuntimeError(f"proc_mesh({name!r}) on {self!r}: {_REFERENCE}")
         ensure_runtime()
         return ProcMesh(self._core.with_region(self._r).find_procs(name), _ProcShared(True))
 
