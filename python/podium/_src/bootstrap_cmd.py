@@ -13,9 +13,10 @@ records something and then runs ``exec "$@"``.
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from podium._src.runtime import PROC_ARGV
+from podium._src.shape import Extent, Point
 
 
 class BootstrapCommand:
@@ -89,6 +90,58 @@ def default_bootstrap_cmd() -> BootstrapCommand:
 def _python_command(python_executable: str) -> BootstrapCommand:
     """The default command with another interpreter (HostMesh.with_python_executable)."""
     return BootstrapCommand(python_executable, None, list(PROC_ARGV[1:]), {})
+
+
+def _prod(values: Any) -> int:
+    n = 1
+    for v in values:
+        n *= v
+    return n
+
+
+_BIND_KEYS = ("cpus", "physcpubind", "cpunodebind", "membind")
+
+
+def _launches(labels: List[str], sizes: List[int], per_host: int,
+              proc_bind: Optional[List[Dict[str, str]]], command: Any) -> List[tuple]:
+    """One (program, argv, env, unset, inherit_env, bind) per rank of the spawned extent, or
+    [] when every proc starts as podium's default (mesh/launch.h)."""
+    if proc_bind is not None:
+        if isinstance(proc_bind, dict) or not isinstance(proc_bind, (list, tuple)):
+            raise TypeError(f"proc_bind is a list of dicts, one per proc of a host, not "
+                            f"{proc_bind!r}")
+        if len(proc_bind) != per_host:
+            raise ValueError(f"proc_bind length ({len(proc_bind)}) must equal "
+                             f"procs_per_host ({per_host})")
+        for entry in proc_bind:
+            if not isinstance(entry, dict):
+                raise TypeError(f"proc_bind entries are dicts such as {{'cpus': '0-3'}}, "
+                                f"not {entry!r}")
+            for k, v in entry.items():
+                if k not in _BIND_KEYS:
+                    raise ValueError(f"proc_bind key {k!r} is not one of {', '.join(_BIND_KEYS)}")
+                if not isinstance(v, str):
+                    raise TypeError(f"proc_bind[{k!r}] is a str such as '0-3', not {v!r}")
+    if command is not None and not isinstance(command, BootstrapCommand) \
+            and not callable(command):
+        raise TypeError("bootstrap_command is a BootstrapCommand or a function of a Point "
+                        f"returning one, not {command!r}")
+    if proc_bind is None and command is None:
+        return []
+    extent = Extent(labels, sizes)
+    out = []
+    for rank in range(_prod(sizes)):
+        cmd = command
+        if command is not None and not isinstance(command, BootstrapCommand):
+            cmd = command(Point(rank, extent))
+            if not isinstance(cmd, BootstrapCommand):
+                raise TypeError(f"bootstrap_command returned {cmd!r} for rank {rank}, not a "
+                                "BootstrapCommand")
+        program, argv, env, unset, inherit = cmd._launch() if cmd is not None else (
+            "", [], [], [], True)
+        bind = list(proc_bind[rank % per_host].items()) if proc_bind is not None else []
+        out.append((program, argv, env, unset, inherit, bind))
+    return out
 
 
 __all__ = ["BootstrapCommand", "default_bootstrap_cmd"]

@@ -33,14 +33,14 @@ from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
 from podium._src import context, pickling, runtime, server, supervision, tls
-from podium._src.bootstrap_cmd import _python_command, BootstrapCommand
+from podium._src.bootstrap_cmd import _launches, _prod, _python_command
 from podium._src.actor_mesh import ActorMesh, _decode_none
 from podium._src.context import actor_context
 from podium._src.endpoint import Actor, check_actor_class, check_call, endpoint
 from podium._src.errors import SupervisionError
 from podium._src.future import Future
 from podium._src.runtime import enable_transport, ensure_runtime
-from podium._src.shape import _RegionView, Extent, MeshShape, Point, select
+from podium._src.shape import _RegionView, MeshShape, select
 
 T = TypeVar("T")
 
@@ -386,58 +386,6 @@ class _RemoteHosts:
 
 def _rebuild_this_host(region: "_nd.Region", command: Any) -> "HostMesh":
     return HostMesh(region, None, _HostShared(command))
-
-
-def _prod(values: Any) -> int:
-    n = 1
-    for v in values:
-        n *= v
-    return n
-
-
-_BIND_KEYS = ("cpus", "physcpubind", "cpunodebind", "membind")
-
-
-def _launches(labels: List[str], sizes: List[int], per_host: int,
-              proc_bind: Optional[List[Dict[str, str]]], command: Any) -> List[tuple]:
-    """One (program, argv, env, unset, inherit_env, bind) per rank of the spawned extent, or
-    [] when every proc starts as podium's default (mesh/launch.h)."""
-    if proc_bind is not None:
-        if isinstance(proc_bind, dict) or not isinstance(proc_bind, (list, tuple)):
-            raise TypeError(f"proc_bind is a list of dicts, one per proc of a host, not "
-                            f"{proc_bind!r}")
-        if len(proc_bind) != per_host:
-            raise ValueError(f"proc_bind length ({len(proc_bind)}) must equal "
-                             f"procs_per_host ({per_host})")
-        for entry in proc_bind:
-            if not isinstance(entry, dict):
-                raise TypeError(f"proc_bind entries are dicts such as {{'cpus': '0-3'}}, "
-                                f"not {entry!r}")
-            for k, v in entry.items():
-                if k not in _BIND_KEYS:
-                    raise ValueError(f"proc_bind key {k!r} is not one of {', '.join(_BIND_KEYS)}")
-                if not isinstance(v, str):
-                    raise TypeError(f"proc_bind[{k!r}] is a str such as '0-3', not {v!r}")
-    if command is not None and not isinstance(command, BootstrapCommand) \
-            and not callable(command):
-        raise TypeError("bootstrap_command is a BootstrapCommand or a function of a Point "
-                        f"returning one, not {command!r}")
-    if proc_bind is None and command is None:
-        return []
-    extent = Extent(labels, sizes)
-    out = []
-    for rank in range(_prod(sizes)):
-        cmd = command
-        if command is not None and not isinstance(command, BootstrapCommand):
-            cmd = command(Point(rank, extent))
-            if not isinstance(cmd, BootstrapCommand):
-                raise TypeError(f"bootstrap_command returned {cmd!r} for rank {rank}, not a "
-                                "BootstrapCommand")
-        program, argv, env, unset, inherit = cmd._launch() if cmd is not None else (
-            "", [], [], [], True)
-        bind = list(proc_bind[rank % per_host].items()) if proc_bind is not None else []
-        out.append((program, argv, env, unset, inherit, bind))
-    return out
 
 
 def _true_after(_: Any, fut: "Future[Any]") -> bool:
