@@ -15,8 +15,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from conftest import CHILD_TIMEOUT_S, Worker, gone_within
 
 PRELUDE = textwrap.dedent("""
