@@ -110,8 +110,10 @@ Result<ProcLaunch> ProcLaunch::decode(std::string_view bytes) {
     return std::unexpected(launch_error(std::string("malformed proc launch: ") + e.what()));
   }
   if (!w.program.empty() && w.argv.empty()) w.argv.push_back(w.program);
-  if (w.program.empty() && !w.argv.empty()) {
-    return std::unexpected(launch_error("malformed proc launch: argv without a program"));
+  if (w.program.empty() && (!w.argv.empty() || !w.unset.empty() || !w.inherit_env)) {
+    // Removed variables and an empty environment are applied with the command (env(1)).
+    return std::unexpected(launch_error("malformed proc launch: argv, removed variables or "
+                                        "inherit_env=false without a program"));
   }
   for (const auto& [k, v] : w.env) {
     if (k.empty() || k.find('=') != std::string::npos) {

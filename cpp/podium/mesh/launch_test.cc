@@ -23,6 +23,8 @@ TEST(Launch, RoundTripsAndRefusesWhatIsMalformed) {  // LA-1
   EXPECT_NE(refused.error().message.find("proc_bind key 'cores'"), std::string::npos);
   ProcLaunch bad_env{"", {}, {{"A=B", "1"}}, {}, true, {}};
   EXPECT_FALSE(ProcLaunch::decode(bad_env.encode()));
+  ProcLaunch unset_alone{"", {}, {}, {"A"}, true, {}};  // nothing would apply it
+  EXPECT_FALSE(ProcLaunch::decode(unset_alone.encode()));
 }
 
 TEST(Launch, CpuListsParseAsTasksetWritesThem) {
