@@ -174,8 +174,9 @@ class HostMesh(MeshShape):
         if not isinstance(python_executable, str) or not python_executable:
             raise TypeError("with_python_executable: the interpreter is a path, not "
                             f"{python_executable!r}")
-        hm = HostMesh(self._r, self._core,
-                      _HostShared(_python_command(python_executable), self._host.reference))
+        shared = _HostShared(_python_command(python_executable), self._host.reference)
+        shared.ref = self._host.ref  # a reference stays one (its spawns go to its controller)
+        hm = HostMesh(self._r, self._core, shared)
         hm._name = self._name
         return hm
 
