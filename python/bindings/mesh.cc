@@ -22,6 +22,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -41,6 +42,20 @@ namespace {
 
 // (proc id text, pid, host name) per base rank of the root mesh.
 using ProcsState = std::vector<std::tuple<std::string, int64_t, std::string>>;
+// One proc's launch (mesh/launch.h) as Python gives it:
+// (program, argv, env, unset, inherit_env, bind).
+using StrPairs = std::vector<std::pair<std::string, std::string>>;
+using LaunchTuple = std::tuple<std::string, std::vector<std::string>, StrPairs,
+                               std::vector<std::string>, bool, StrPairs>;
+
+std::vector<mesh::ProcLaunch> to_launches(std::vector<LaunchTuple> in) {
+  std::vector<mesh::ProcLaunch> out;
+  for (auto& [program, argv, env, unset, inherit, bind] : in) {
+    out.push_back(mesh::ProcLaunch{std::move(program), std::move(argv), std::move(env),
+                                   std::move(unset), inherit, std::move(bind)});
+  }
+  return out;
+}
 // (addr, mailbox dest, actor id, proc key) per base rank; None where no actor was spawned.
 using TargetState = std::optional<std::tuple<std::string, std::string, std::string, std::string>>;
 
@@ -155,10 +170,14 @@ void bind_host_mesh(nb::module_& m) {
       .def(
           "spawn_procs",
           [](const HostMesh& h, std::vector<std::pair<std::string, size_t>> per_host,
-             const std::string& name) {
-            return released([&] { return h.spawn_procs(per_host, name); });
+             const std::string& name, std::vector<LaunchTuple> launches) {
+            auto l = to_launches(std::move(launches));
+            return released([&] { return h.spawn_procs(per_host, name, l); });
           },
-          nb::arg("per_host"), nb::arg("name") = std::string())
+          nb::arg("per_host"), nb::arg("name") = std::string(),
+          nb::arg("launches") = std::vector<LaunchTuple>{},
+          "`launches`: none, or one per proc: (program, argv, env, unset, inherit_env, bind) "
+          "(mesh/launch.h).")
       .def(
           "find_procs",
           [](const HostMesh& h, const std::string& name) {
@@ -183,10 +202,12 @@ void bind_proc_mesh(nb::module_& m) {
   nb::class_<ProcMesh> cls(m, "ProcMesh");
   cls.def_static(
          "spawn_procs",
-         [](std::vector<std::pair<std::string, size_t>> per_host) {
-           return released([&] { return this_host().spawn_procs(per_host); });
+         [](std::vector<std::pair<std::string, size_t>> per_host,
+            std::vector<LaunchTuple> launches) {
+           auto l = to_launches(std::move(launches));
+           return released([&] { return this_host().spawn_procs(per_host, {}, l); });
          },
-         nb::arg("per_host"))
+         nb::arg("per_host"), nb::arg("launches") = std::vector<LaunchTuple>{})
       .def_static("this_proc", [] { return this_proc(); });
   bind_shapes(cls);
   // The future keeps the mesh alive: `spawn_procs(...).initialized.get()` on a temporary
@@ -330,8 +351,28 @@ void bind_actor_mesh(nb::module_& m) {
 
 }  // namespace
 
+// A future that completes once every one of `futures` is ready (their values and errors
+// stay in them: read them afterwards).
+CoreFuture all_of(std::vector<const CoreFuture*> futures) {
+  struct All {
+    actor::Promise<void> done;
+    std::atomic<size_t> left{0};
+  };
+  auto all = std::make_shared<All>();
+  auto out = from_void(all->done.future());
+  all->left = futures.size() + 1;
+  auto one = [all](const Result<mesh::Replies>&) {
+    if (all->left.fetch_sub(1) == 1) all->done.set({});
+  };
+  for (const auto* f : futures) f->future().on_ready(one);
+  one(Result<mesh::Replies>{});
+  return out;
+}
+
 void bind_mesh(nb::module_& m) {
   bind_futures(m);  // first: the classes below return CoreFutures
+  m.def("all_of", &all_of, nb::arg("futures"),
+        "A future that completes once every one of `futures` is ready (read them then).");
   bind_supervision(m);
   bind_runtime(m);
   bind_ports(m);

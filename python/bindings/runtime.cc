@@ -66,7 +66,11 @@ void bind_runtime(nb::module_& m) {
         WorkerOptions options;
         options.insecure = insecure;
         options.until_shutdown = until_shutdown;
-        options.listen = unwrap(parse_worker_address(listen));
+        auto where = channel::parse_worker_address(listen);  // CH-24
+        if (!where) throw_error(make_error(BaseErrc::kInvalidArgument, where.error().message));
+        options.listen = where->bind;
+        if (where->alias) options.advertise = where->dial;
+        options.listen_fd = where->fd;
         options.procs = InitOptions{std::move(proc_argv), std::move(zygote_argv), std::nullopt};
         options.persistent = persistent;
         if (!on_listening.is_none()) {
@@ -85,10 +89,11 @@ void bind_runtime(nb::module_& m) {
       nb::arg("listen"), nb::arg("proc_argv"), nb::arg("zygote_argv"),
       nb::arg("persistent") = false, nb::arg("on_listening").none() = nb::none(),
       nb::arg("insecure") = false, nb::arg("until_shutdown") = false,
-      "Runs this process as a host agent listening on `listen` (tcp://HOST:PORT) until it is "
-      "killed (with `until_shutdown`: until a controller shuts this host down, then returns); "
-      "`on_listening(address)` runs once it listens. Without a secret in the environment it "
-      "refuses to start unless `insecure` (SE-2).");
+      "Runs this process as a host agent listening on `listen` (tcp://HOST:PORT, ipc://PATH, "
+      "tcp://HOST:fdN or DIAL@BIND) until it is killed (with `until_shutdown`: until a "
+      "controller shuts this host down, then returns); `on_listening(address)` runs once it "
+      "listens. Without a secret in the environment it refuses to start unless `insecure` "
+      "(SE-2).");
   m.def("secret_file", [] {
         const char* p = std::getenv("PODIUM_SECRET_FILE");
         return std::string(p ? p : "");

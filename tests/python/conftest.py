@@ -299,7 +299,8 @@ class Worker:
         for line in list(self.lines):
             if line.startswith(WORKER_READY):
                 self.address = line[len(WORKER_READY):].strip()
-                self.port = int(self.address.rsplit(":", 1)[1])
+                tail = self.address.rsplit(":", 1)[-1]
+                self.port = int(tail) if tail.isdigit() else None  # None: an ipc:// worker
                 return True
         return False
 

@@ -50,7 +50,7 @@ def test_bootstrap_runs_in_every_proc_before_any_actor(new_procs):
         mesh = pm.spawn("env", EnvReader)  # sent at once: __init__ waits for the bootstrap
         got = mesh.read.call().get(timeout=T).values()
         assert [(a, b) for a, b, _ in got] == [(f"set in {p}", f"set in {p}") for _, _, p in got]
-        assert pm.initialized.get(timeout=T) is None
+        assert pm.initialized.get(timeout=T) is True
         # Spawns on a slice of the mesh wait for it as well.
         assert pm.slice(gpus=1).spawn("env2", EnvReader).read.call_one().get(timeout=T)[0]
     finally:

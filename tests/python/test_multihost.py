@@ -261,7 +261,8 @@ def test_a_worker_serves_one_controller_at_a_time_then_the_next(tmp_path, worker
 
 
 # HA-8, HA-1 (a worker attached twice is refused): shutdown() kills the procs, persistent or
-# not, they end as stopped (no supervision event), and the host cannot be used after.
+# not, they end as stopped (no supervision event), and the host cannot be used after. HA-16:
+# a worker that is not persistent then exits; a persistent one serves the next controller.
 @pytest.mark.parametrize("persistent", [False, True], ids=["worker", "persistent_worker"])
 def test_host_mesh_shutdown_ends_its_procs_as_stopped_and_frees_the_worker(tmp_path, persistent):
     w = Worker(persistent=persistent)
@@ -294,7 +295,9 @@ def test_host_mesh_shutdown_ends_its_procs_as_stopped_and_frees_the_worker(tmp_p
             # taken as lost.
             time.sleep(3.0)
             print("HOOK", len(hits), flush=True)
-            # The worker serves the next attach at once; a persistent one kept nothing.
+            if os.environ["PERSISTENT"] != "1":
+                sys.exit(0)
+            # The persistent worker serves the next attach at once, and kept nothing.
             again = attach_to_workers(workers=WORKERS)
             again.initialized.get(timeout=30)
             try:
@@ -304,7 +307,11 @@ def test_host_mesh_shutdown_ends_its_procs_as_stopped_and_frees_the_worker(tmp_p
                 print("KEPT:", e, flush=True)
             fresh = again.spawn_procs(per_host={"gpus": 1}).spawn("w", Who)
             print("AGAIN", len(fresh.pid.call().get(timeout=30)), flush=True)
-            """, [w.address], env={"PODIUM_HOST_LOST_MS": "2000"})
+            """, [w.address], env={"PODIUM_HOST_LOST_MS": "2000",
+                                   "PERSISTENT": "1" if persistent else "0"})
+        if not persistent:  # HA-16: the worker ended by itself, its zygote and procs with it
+            assert w.proc.wait(timeout=30) == 0, w.text()
+            assert "shut this host down; exiting" in w.text(), w.text()
     finally:
         w.kill()
     out = r.stdout + r.stderr
@@ -318,9 +325,10 @@ def test_host_mesh_shutdown_ends_its_procs_as_stopped_and_frees_the_worker(tmp_p
     assert f"SPAWN: spawn_procs: host {host} cannot be used: it was shut down" in r.stdout, out
     assert "HOOK 0" in r.stdout, out
     assert "no heartbeat" not in out and "was lost" not in out, out
-    assert re.search(r"KEPT: .*keeps proc mesh 'kept' no more: its 2 procs have all ended",
-                     r.stdout), out
-    assert "AGAIN 1" in r.stdout, out
+    if persistent:
+        assert re.search(r"KEPT: .*keeps proc mesh 'kept' no more: its 2 procs have all "
+                         r"ended", r.stdout), out
+        assert "AGAIN 1" in r.stdout, out
 
 
 # HA-8: a worker that does not answer the shutdown is waited for at most the attach timeout.

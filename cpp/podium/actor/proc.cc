@@ -245,8 +245,15 @@ Result<std::unique_ptr<Proc>> Proc::make(ProcConfig config) {
       impl->drain(cell);
     }
   });
-  auto bound = impl->net->listen(config.listen);
+  auto bound = impl->net->listen(config.listen, config.listen_fd);
   if (!bound) return std::unexpected(bound.error());
+  if (config.advertise) {
+    channel::Address advertised = *config.advertise;
+    if (advertised.transport == channel::Transport::kTcp && advertised.port == 0) {
+      advertised.port = bound->port;
+    }
+    bound = advertised;
+  }
   impl->id = ProcId{*bound};
   impl->id_text = impl->id.to_string();
   impl->system_id = ActorId{impl->id, std::string(kSystemActorName), 0};

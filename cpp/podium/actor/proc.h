@@ -53,6 +53,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -93,6 +94,10 @@ struct ProcConfig {
   std::shared_ptr<base::Clock> clock;
   // AC-18.
   size_t ended_actors_kept = kEndedActorsKept;
+  // A worker's DIAL@BIND (channel/address.h): its ProcId is `advertise` (a port of 0: the
+  // bound one) while its Net listens on `listen`; `listen_fd` >= 0: on that inherited socket.
+  std::optional<channel::Address> advertise;
+  int listen_fd = -1;
 };
 
 class Proc {

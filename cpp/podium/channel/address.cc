@@ -101,6 +101,105 @@ std::string Address::to_string() const {
   return "?";
 }
 
+namespace {
+
+// One channel URL of a worker address: (address, fd or -1).
+Result<std::pair<Address, int>> parse_worker_url(std::string_view whole, std::string_view url) {
+  auto refuse = [&](std::string why) {
+    return std::unexpected(make_error(ChannelErrc::kBadAddress,
+                                      "worker address '" + std::string(whole) + "': " + why));
+  };
+  if (url.starts_with("ipc://")) {
+    std::string_view path = url.substr(6);
+    if (path.empty()) return refuse("ipc:// needs a socket path");
+    std::string target = path.find('/') == std::string_view::npos ? "@" + std::string(path)
+                                                                    : std::string(path);
+    auto a = Address::parse("unix:" + target);
+    if (!a) return refuse(a.error().message);
+    return std::pair{*a, -1};
+  }
+  std::string_view rest = url;
+  if (rest.starts_with("tcp://")) {
+    rest = rest.substr(6);
+  } else if (rest.starts_with("tcp:")) {
+    rest = rest.substr(4);
+  } else if (auto scheme = rest.find("://"); scheme != std::string_view::npos) {
+    return refuse("unknown scheme '" + std::string(rest.substr(0, scheme)) +
+                  "://' (expected tcp://HOST:PORT, tcp://HOST:fdN or ipc://PATH)");
+  }
+  auto colon = rest.rfind(':');
+  if (colon != std::string_view::npos && rest.substr(colon + 1).starts_with("fd")) {
+    std::string_view num = rest.substr(colon + 3);
+    int fd = -1;
+    auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), fd);
+    if (num.empty() || ec != std::errc() || end != num.data() + num.size() || fd < 0) {
+      return refuse("'" + std::string(rest.substr(colon + 1)) +
+                    "' is not a descriptor (tcp://HOST:fdN)");
+    }
+    auto a = Address::parse("tcp:" + std::string(rest.substr(0, colon)) + ":0");
+    if (!a) return refuse(a.error().message);
+    return std::pair{*a, fd};
+  }
+  auto a = Address::parse("tcp:" + std::string(rest));
+  if (!a) return refuse("expected tcp://HOST:PORT, ipc://PATH, tcp://HOST:fdN or DIAL@BIND (" +
+                        a.error().message + ")");
+  if (a->incarnation != 0) return refuse("a worker address has no incarnation");
+  return std::pair{*a, -1};
+}
+
+}  // namespace
+
+Result<WorkerAddress> parse_worker_address(std::string_view text) {
+  // The '@' that splits DIAL@BIND is the one a second URL follows (an abstract ipc name or a
+  // path may hold '@' too).
+  size_t at = std::string_view::npos;
+  for (size_t i = text.find('@'); i != std::string_view::npos; i = text.find('@', i + 1)) {
+    std::string_view after = text.substr(i + 1);
+    if (after.starts_with("tcp:") || after.starts_with("ipc://")) {
+      at = i;
+      break;
+    }
+  }
+  WorkerAddress w;
+  if (at == std::string_view::npos) {
+    auto one = parse_worker_url(text, text);
+    if (!one) return std::unexpected(one.error());
+    w.dial = w.bind = one->first;
+    w.fd = one->second;
+    return w;
+  }
+  auto dial = parse_worker_url(text, text.substr(0, at));
+  if (!dial) return std::unexpected(dial.error());
+  auto bind = parse_worker_url(text, text.substr(at + 1));
+  if (!bind) return std::unexpected(bind.error());
+  if (dial->second >= 0) {
+    return std::unexpected(make_error(ChannelErrc::kBadAddress,
+                                      "worker address '" + std::string(text) +
+                                          "': the dialled side of DIAL@BIND cannot be a "
+                                          "descriptor"));
+  }
+  if (dial->first.transport != bind->first.transport) {
+    return std::unexpected(make_error(ChannelErrc::kBadAddress,
+                                      "worker address '" + std::string(text) +
+                                          "': DIAL and BIND must both be tcp or both ipc"));
+  }
+  w.dial = dial->first;
+  w.bind = bind->first;
+  w.fd = bind->second;
+  w.alias = true;
+  return w;
+}
+
+std::string worker_url(const Address& a) {
+  if (a.transport == Transport::kUnix) return "ipc://" + (a.target.starts_with('@') ? a.target.substr(1) : a.target);
+  if (a.transport == Transport::kTcp) {
+    Address plain = a;
+    plain.incarnation = 0;
+    return "tcp://" + plain.to_string().substr(4);
+  }
+  return a.to_string();
+}
+
 uint64_t new_incarnation() {
   thread_local std::mt19937_64 gen = [] {
     std::random_device rd;

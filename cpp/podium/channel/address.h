@@ -37,6 +37,30 @@ struct Address {
   auto operator<=>(const Address&) const = default;
 };
 
+// A worker's address as people write it (`podium worker --listen`, attach_to_workers), in
+// the channel-URL forms Monarch's workers take:
+//   tcp://HOST:PORT    (also tcp:HOST:PORT and HOST:PORT)
+//   ipc://PATH         a Unix socket at PATH (absolute, or relative); ipc://NAME without a '/'
+//                      is the abstract socket unix:@NAME. Protected by the socket file's mode
+//                      0600 and SO_PEERCRED (CH-16), and by the job's secret.
+//   tcp://HOST:fdN     serve on the listening socket inherited as descriptor N (its port is
+//                      the socket's); HOST is the name controllers dial
+//   DIAL@BIND          serve on BIND, while controllers dial DIAL (NAT, containers,
+//                      port-forwarding): "tcp://worker-fqdn:4444@tcp://0.0.0.0:4444". A DIAL
+//                      port of 0 stands for the port BIND got.
+// CH-24 parse_worker_address() accepts exactly these forms and refuses anything else naming
+//       the text and what is wrong; the address a controller dials (`dial`) is never a
+//       descriptor, and one without '@' dials what it binds.
+struct WorkerAddress {
+  Address dial;     // what controllers dial, and the worker's identity
+  Address bind;     // what the worker listens on
+  int fd = -1;      // >= 0: adopt this listening socket instead of binding
+  bool alias = false;  // written as DIAL@BIND
+};
+[[nodiscard]] Result<WorkerAddress> parse_worker_address(std::string_view text);
+// The URL form of `a` ("tcp://h:p", "ipc:///path", "ipc://name").
+std::string worker_url(const Address& a);
+
 // A fresh incarnation for a listener a spawner is about to start on a TCP port it reserved:
 // random, 32 bits, never 0 (two incarnations collide only on the same port, 1 in 2^32).
 uint64_t new_incarnation();

@@ -105,5 +105,54 @@ TEST(ChannelAddress, IncarnationsTellApartListenersOnOnePort) {
   EXPECT_GE(seen.size(), 999u);  // 1000 draws of 32 bits: a repeat is a 1-in-8600 event
 }
 
+// CH-24: the worker address forms (Monarch's channel URLs) and what each refuses.
+TEST(ChannelAddress, WorkerAddressesParseEveryFormAndRefuseTheRest) {
+  auto tcp = parse_worker_address("tcp://10.0.0.2:7000");
+  ASSERT_TRUE(tcp) << tcp.error().to_string();
+  EXPECT_EQ(tcp->dial, *Address::parse("tcp:10.0.0.2:7000"));
+  EXPECT_EQ(tcp->bind, tcp->dial);
+  EXPECT_EQ(tcp->fd, -1);
+  EXPECT_FALSE(tcp->alias);
+  EXPECT_EQ(parse_worker_address("10.0.0.2:7000")->dial, tcp->dial);
+  EXPECT_EQ(parse_worker_address("tcp:10.0.0.2:7000")->dial, tcp->dial);
+  EXPECT_EQ(parse_worker_address("tcp://[::1]:80")->dial, *Address::parse("tcp:[::1]:80"));
+
+  auto ipc = parse_worker_address("ipc:///tmp/w@1.sock");
+  ASSERT_TRUE(ipc) << ipc.error().to_string();
+  EXPECT_EQ(ipc->dial, *Address::parse("unix:/tmp/w@1.sock"));
+  EXPECT_EQ(parse_worker_address("ipc://worker-3")->dial, *Address::parse("unix:@worker-3"));
+
+  auto fd = parse_worker_address("tcp://node7:fd3");
+  ASSERT_TRUE(fd) << fd.error().to_string();
+  EXPECT_EQ(fd->fd, 3);
+  EXPECT_EQ(fd->bind, *Address::parse("tcp:node7:0"));
+
+  auto alias = parse_worker_address("tcp://worker-fqdn:4444@tcp://0.0.0.0:4444");
+  ASSERT_TRUE(alias) << alias.error().to_string();
+  EXPECT_TRUE(alias->alias);
+  EXPECT_EQ(alias->dial, *Address::parse("tcp:worker-fqdn:4444"));
+  EXPECT_EQ(alias->bind, *Address::parse("tcp:0.0.0.0:4444"));
+  auto alias_fd = parse_worker_address("tcp://gateway:9000@tcp://0.0.0.0:fd4");
+  ASSERT_TRUE(alias_fd);
+  EXPECT_EQ(alias_fd->fd, 4);
+  EXPECT_EQ(alias_fd->dial.port, 9000);
+  auto alias_ipc = parse_worker_address("ipc:///run/a.sock@ipc:///tmp/b.sock");
+  ASSERT_TRUE(alias_ipc);
+  EXPECT_EQ(alias_ipc->bind, *Address::parse("unix:/tmp/b.sock"));
+
+  for (const char* bad : {"", "udp://h:1", "tcp://h", "tcp://h:fd", "tcp://h:fdx", "tcp://h:fd-1",
+                          "ipc://", "tcp://h:1/5", "tcp://h:fd3@tcp://0.0.0.0:1",
+                          "tcp://h:1@ipc:///tmp/x.sock", "tcp://h:99999"}) {
+    auto r = parse_worker_address(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message.find("worker address '" + std::string(bad) + "'"),
+              std::string::npos)
+        << r.error().message;
+  }
+  EXPECT_EQ(worker_url(*Address::parse("unix:/tmp/w.sock")), "ipc:///tmp/w.sock");
+  EXPECT_EQ(worker_url(*Address::parse("unix:@w")), "ipc://w");
+  EXPECT_EQ(worker_url(*Address::parse("tcp:h:7/1f")), "tcp://h:7");
+}
+
 }  // namespace
 }  // namespace podium::channel

@@ -1,5 +1,6 @@
 #include "podium/channel/inbound.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -445,14 +446,50 @@ SocketListener::SocketListener(std::shared_ptr<Core> core, Address addr)
       retry_(core_->io, core_->config.clock) {}
 
 Result<std::shared_ptr<SocketListener>> SocketListener::listen(std::shared_ptr<Core> core,
-                                                               const Address& addr) {
-  std::string text = addr.to_string();
+                                                               const Address& addr, int fd) {
+  std::string text = addr.to_string() + (fd >= 0 ? " (descriptor " + std::to_string(fd) + ")" : "");
   auto fail = [&](std::string_view step, const std::error_code& ec) {
     return std::unexpected(make_error(ChannelErrc::kListenFailed,
                                       "listen on " + text + ": " + std::string(step) + ": " +
                                           ec.message()));
   };
   Endpoint ep;
+  if (fd >= 0) {
+    // An inherited listening TCP socket: its family from getsockname; it stays listening.
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    int type = 0, listening = 0;
+    socklen_t tl = sizeof type, ll = sizeof listening;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
+        ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 ||
+        ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ll) != 0) {
+      return fail("adopt", std::error_code(errno, std::system_category()));
+    }
+    if ((ss.ss_family != AF_INET && ss.ss_family != AF_INET6) || type != SOCK_STREAM) {
+      return fail("adopt", std::make_error_code(std::errc::not_a_socket));
+    }
+    std::shared_ptr<SocketListener> l(new SocketListener(std::move(core), addr));
+    std::error_code ec;
+    asio::generic::stream_protocol proto(ss.ss_family, IPPROTO_TCP);
+    l->acceptor_.assign(proto, fd, ec);
+    if (ec) return fail("adopt", ec);
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // procs must not inherit it
+    if (!listening) {
+      l->acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+      if (ec) {
+        l->close();
+        return fail("listen", ec);
+      }
+    }
+    const auto* sa = reinterpret_cast<const sockaddr*>(&ss);
+    l->bound_.port = ntohs(sa->sa_family == AF_INET6
+                               ? reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port
+                               : reinterpret_cast<const sockaddr_in*>(sa)->sin_port);
+    l->bound_text_ = l->bound_.to_string();
+    std::lock_guard lock(l->mu_);
+    l->accept_locked();
+    return l;
+  }
   if (addr.transport == Transport::kUnix) {
     if (auto s = prepare_unix_path(addr.target); !s) return std::unexpected(s.error());
     ep = unix_endpoint(addr.target);

@@ -126,8 +126,11 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
 class SocketListener final : public ListenerBase,
                              public std::enable_shared_from_this<SocketListener> {
  public:
+  // `fd` >= 0: adopt that listening socket (inherited; addr names its host) instead of
+  // binding addr.
   [[nodiscard]] static Result<std::shared_ptr<SocketListener>> listen(std::shared_ptr<Core> core,
-                                                                      const Address& addr);
+                                                                      const Address& addr,
+                                                                      int fd = -1);
   const Address& bound() const { return bound_; }
   // Stops accepting and removes the socket file it bound (if still the same file).
   void close() override;

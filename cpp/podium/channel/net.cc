@@ -43,7 +43,7 @@ NetStats Net::stats() const {
                   get(c.setup_errors)};
 }
 
-Result<Address> Net::listen(const Address& addr) {
+Result<Address> Net::listen(const Address& addr, int fd) {
   const auto& core = impl_->core;
   auto stopped = [&] {
     return std::unexpected(
@@ -64,7 +64,7 @@ Result<Address> Net::listen(const Address& addr) {
     if (!l) return std::unexpected(l.error());
     listener = *l;
   } else {
-    auto l = internal::SocketListener::listen(core, addr);
+    auto l = internal::SocketListener::listen(core, addr, fd);
     if (!l) return std::unexpected(l.error());
     bound = (*l)->bound();
     listener = *l;

@@ -210,7 +210,9 @@ class Net {
 
   // Starts accepting on `addr`. Returns the bound address (a TCP port 0 becomes the chosen
   // port). A stale Unix socket file at the path is replaced. Thread-safe.
-  [[nodiscard]] Result<Address> listen(const Address& addr);
+  // `fd` >= 0: accept on that inherited listening TCP socket instead (addr names its host;
+  // the bound port is the socket's).
+  [[nodiscard]] Result<Address> listen(const Address& addr, int fd = -1);
 
   // Queues `env` for the proc listening at `to` (CH-1..CH-3, CH-6). Thread-safe.
   void send(const Address& to, wire::Envelope env);

@@ -1,6 +1,7 @@
 // The process-wide runtime and the entry points of runtime.h: init, init_controller,
 // serve_proc, serve_worker, shutdown (bootstrap.h states BT-1 and BT-2).
 #include "podium/mesh/bootstrap.h"
+#include "podium/mesh/launch.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -234,6 +235,10 @@ Status serve_proc() {
   }
   ::unsetenv(mesh::kBootEnv);  // BT-1: actors that start programs must not make them procs
   ::unsetenv(mesh::kSpawnEnv);
+  if (const char* bind = std::getenv(mesh::kBindEnv)) {  // LA-1: before any runtime thread
+    if (auto bound = mesh::apply_bind(bind); !bound) return std::unexpected(bound.error());
+    ::unsetenv(mesh::kBindEnv);
+  }
   {
     std::lock_guard lock(mesh::g_mu);
     if (mesh::g_runtime) {
@@ -341,8 +346,13 @@ Status serve_worker(WorkerOptions options) {
   auto bad = [](std::string why) {
     return std::unexpected(make_error(BaseErrc::kInvalidArgument, std::move(why)));
   };
-  if (options.listen.transport != channel::Transport::kTcp) {
-    return bad("a worker listens on TCP (tcp://HOST:PORT), not " + options.listen.to_string());
+  bool unix_socket = options.listen.transport == channel::Transport::kUnix;
+  if (options.listen.transport != channel::Transport::kTcp && !unix_socket) {
+    return bad("a worker listens on tcp://HOST:PORT or ipc://PATH, not " +
+               options.listen.to_string());
+  }
+  if (unix_socket && options.listen_fd >= 0) {
+    return bad("an inherited socket (fdN) is a TCP one; ipc:// binds its path");
   }
   // SE-2: a worker accepts controllers from other machines; it does so unauthenticated only
   // when told to.
@@ -360,6 +370,13 @@ Status serve_worker(WorkerOptions options) {
     if (mesh::g_runtime) return bad("the podium runtime already runs in this process");
     mesh::RuntimeConfig config;
     config.listen = options.listen;
+    config.advertise = options.advertise;
+    config.listen_fd = options.listen_fd;
+    if (unix_socket) {  // its procs listen on Unix sockets too, in a 0700 directory
+      auto dir = mesh::internal::make_socket_dir();
+      if (!dir) return std::unexpected(dir.error());
+      config.worker_sock_dir = *dir;
+    }
     config.worker = true;
     config.persistent = options.persistent;
     config.until_shutdown = options.until_shutdown;

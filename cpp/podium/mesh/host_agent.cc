@@ -37,7 +37,8 @@ HostAgent::HostAgent(actor::Proc& proc, ProcSpawner& spawner, OutputWriter& outp
       clock_(std::move(clock)),
       key_(proc.id().to_string()),
       out_(std::make_unique<Output>()),
-      timer_(std::make_unique<base::Timer>(proc.io(), clock_)) {}
+      timer_(std::make_unique<base::Timer>(proc.io(), clock_)),
+      exit_timer_(std::make_unique<base::Timer>(proc.io(), clock_)) {}
 
 HostAgent::~HostAgent() {
   stop();
@@ -80,6 +81,7 @@ void HostAgent::stop() {
     if (stopped_) return;
     stopped_ = true;
     timer_->cancel();
+    exit_timer_->cancel();
   }
   spawns_.stop();
 }
@@ -225,6 +227,12 @@ void HostAgent::spawn(proto::HostSpawn msg) {
     return refuse_spawn("asked for " + std::to_string(msg.count) + " procs; a worker starts 1 to " +
                         std::to_string(kMaxProcsPerSpawn) + " per request");
   }
+  std::vector<ProcLaunch> launches;  // LA-1: checked before any proc starts
+  for (const auto& bytes : msg.launches) {
+    auto launch = ProcLaunch::decode(bytes);
+    if (!launch) return refuse_spawn(launch.error().to_string());
+    launches.push_back(std::move(*launch));
+  }
   std::string controller_key = to.to_string();
   std::string advertise;
   uint64_t serial = 0;
@@ -265,24 +273,36 @@ void HostAgent::spawn(proto::HostSpawn msg) {
     refuse_spawn(why);
   };
   for (uint64_t r = msg.first; r < msg.first + msg.count; ++r) {
-    auto port = channel::PortReservation::make(advertise);
-    if (!port) return fail(port.error().to_string());
-    // A fresh incarnation: the port may have been a dead proc's (CH-12).
-    channel::Address listen{channel::Transport::kTcp, advertise, port->port(),
-                            channel::new_incarnation()};
+    std::optional<channel::PortReservation> port;
+    channel::Address listen;
+    if (!unix_dir_.empty()) {  // an ipc:// worker: its procs on Unix sockets (CH-16)
+      listen = channel::Address{channel::Transport::kUnix,
+                                unix_dir_ + "/s" + std::to_string(serial) + "-" +
+                                    std::to_string(r) + ".sock",
+                                0};
+    } else {
+      auto reserved = channel::PortReservation::make(advertise);
+      if (!reserved) return fail(reserved.error().to_string());
+      port.emplace(std::move(*reserved));
+      // A fresh incarnation: the port may have been a dead proc's (CH-12).
+      listen = channel::Address{channel::Transport::kTcp, advertise, port->port(),
+                                channel::new_incarnation()};
+    }
     std::string key = listen.to_string();
-    Boot boot{to, listen, msg.proc_mesh, r, true};
+    Boot boot{to, listen, msg.proc_mesh, r, port.has_value()};
     {
       // The exit callback looks the child and its mesh up: register both first.
       std::lock_guard lock(mu_);
-      children_.insert_or_assign(key, Child{-1, std::move(*port)});
+      children_.insert_or_assign(key, Child{-1, std::move(port)});
       if (auto* m = mesh_by_serial(serial)) {
         m->keys.push_back(key);
         m->pids.push_back(-1);
         m->exits.emplace_back();
       }
     }
-    auto pid = spawner_.spawn(ProcCommand{{{kBootEnv, boot.encode()}}},
+    ProcCommand cmd{{{kBootEnv, boot.encode()}},
+                    launches.empty() ? ProcLaunch{} : launches[r - msg.first]};
+    auto pid = spawner_.spawn(cmd,
                               [this, key](const host::ExitStatus& s) { child_exited(key, s); });
     if (!pid) {
       {
@@ -475,7 +495,15 @@ void HostAgent::on_detach(const actor::SystemHeader& h, const std::string& sende
   }
   release(m->stop ? "shut this host down" : "detached", m->stop);
   send(m->controller, proto::HostSpawned{m->request, "", {}}.encode());
-  if (m->stop && end_on_shutdown_) proc_.request_exit();  // serve_worker returns
+  if (m->stop && (end_on_shutdown_ || !persistent_)) {  // HA-16; until_shutdown: persistent too
+    std::lock_guard lock(mu_);
+    if (stopped_) return;
+    spdlog::info("podium worker: {} shut this host down; exiting", m->controller.to_string());
+    exit_timer_->expires_at(base::now_of(clock_) + kExitAfterShutdown);
+    exit_timer_->async_wait([this](std::error_code ec) {
+      if (!ec) proc_.request_exit();
+    });
+  }
 }
 
 // Heartbeats to the controller served every lost-after / 6, and HA-5's verdict, timed to

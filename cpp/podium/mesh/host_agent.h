@@ -62,6 +62,16 @@
 //        worker answered, or after PODIUM_ATTACH_TIMEOUT_MS (a warning names each that did
 //        not), each proc ends as expected, with the cause "its host h2 (tcp:...) was shut
 //        down"; other procs are told (ME-7), and supervision hears nothing.
+//   HA-16 A worker that is not persistent ends once a controller shut its host down (HA-8):
+//        after answering the host_detach (kExitAfterShutdown for the answer to leave), it
+//        asks its proc to exit, and serve_worker returns, having stopped its zygote and
+//        killed its procs (no process of the worker is left). A persistent worker serves the
+//        next controller instead (HA-7).
+//   HA-17 Attach fails fast where nothing listens. With each host_attach the controller
+//        dials the worker once (channel::probe): a refused connection, a missing socket file
+//        or an unreachable network fails that host at once ("cannot attach host 0 (tcp:...):
+//        attach failed: Connection refused ..."), not after the attach timeout; a slow or
+//        silent network is left to HA-3.
 //   HA-9 Values a peer supplies are bounded. The lost-after a controller asks for in
 //        host_attach is clamped to 100 ms .. 60 s (with a warning naming the controller), and
 //        a host_spawn for 0 or more than 4,096 procs is refused with the limit named. A
@@ -107,6 +117,8 @@ class HostAgent {
   static constexpr uint64_t kMinLostAfterMs = 100;
   static constexpr uint64_t kMaxLostAfterMs = 60 * 1000;
   static constexpr uint64_t kMaxProcsPerSpawn = 4096;
+  // HA-16: how long a shut-down worker lets its answer leave before it exits.
+  static constexpr std::chrono::milliseconds kExitAfterShutdown{200};
 
   // `proc` is this worker's root proc (listening on TCP), `spawner` starts its procs,
   // `output` writes their output while no controller is served. `clock` is what its
@@ -125,6 +137,9 @@ class HostAgent {
   // Registers the worker's system operations on the proc, opens the output pipes (and gives
   // them to the spawner), starts the heartbeat. Before the proc serves held system ops.
   [[nodiscard]] Status start();
+  // A worker on a Unix socket (ipc://PATH) starts its procs on Unix sockets in `dir` (0700),
+  // not on TCP ports. Before start().
+  void use_unix_sockets(std::string dir) { unix_dir_ = std::move(dir); }
   // No message is acted on after it returns, timers are cancelled and the spawn thread is
   // joined. Before the proc and the spawner stop.
   void stop();
@@ -139,7 +154,7 @@ class HostAgent {
  private:
   struct Child {
     pid_t pid = -1;
-    channel::PortReservation port;
+    std::optional<channel::PortReservation> port;  // none for a proc on a Unix socket
   };
   // A proc mesh spawned here (HA-7).
   struct Mesh {
@@ -206,6 +221,8 @@ class HostAgent {
   std::vector<Mesh> meshes_;                         // in spawn order (HA-7)
   uint64_t next_serial_ = 0;
   std::unique_ptr<base::Timer> timer_;
+  std::unique_ptr<base::Timer> exit_timer_;  // HA-16: a shut-down worker's exit
+  std::string unix_dir_;  // set before start(): procs listen on Unix sockets here
 };
 
 }  // namespace podium::mesh

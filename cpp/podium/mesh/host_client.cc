@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "podium/actor/message.h"
+#include "podium/channel/probe.h"
 #include "podium/mesh/host_protocol.h"
 #include "podium/mesh/job_config.h"
 #include "podium/mesh/runtime_impl.h"
@@ -404,17 +405,22 @@ Result<std::shared_ptr<HostMeshState>> Runtime::attach(std::vector<channel::Addr
   auto refuse = [](std::string why) {
     return std::unexpected(make_error(BaseErrc::kInvalidArgument, std::move(why)));
   };
-  if (impl.proc->id().addr.transport != channel::Transport::kTcp) {
+  if (workers.empty()) return refuse("attach: no workers given");
+  bool any_tcp = false;
+  for (const auto& w : workers) {
+    // A worker on a Unix socket (ipc://PATH) is on this host: its procs reach this process
+    // however it listens.
+    if (w.transport == channel::Transport::kUnix) continue;
+    if (w.transport != channel::Transport::kTcp || w.port == 0) {
+      return refuse("attach: worker address " + w.to_string() +
+                    " is not tcp://HOST:PORT with a port, nor ipc://PATH");
+    }
+    any_tcp = true;
+  }
+  if (any_tcp && impl.proc->id().addr.transport != channel::Transport::kTcp) {
     return refuse("attaching workers needs TCP between procs: call enable_transport(\"tcp\") "
                   "before anything starts podium in this process (this process listens on " +
                   impl.proc_key + ")");
-  }
-  if (workers.empty()) return refuse("attach: no workers given");
-  for (const auto& w : workers) {
-    if (w.transport != channel::Transport::kTcp || w.port == 0) {
-      return refuse("attach: worker address " + w.to_string() +
-                    " is not tcp://HOST:PORT with a port");
-    }
   }
   auto hm = std::make_shared<HostMeshState>();
   hm->initialized = hm->initialized_promise.future();
@@ -447,6 +453,20 @@ Result<std::shared_ptr<HostMeshState>> Runtime::attach(std::vector<channel::Addr
                  proto::HostAttach{impl.proc->id().addr, workers[i].target, hm->id, i,
                                    static_cast<uint64_t>(impl.host_lost_after.count())}
                      .encode());
+    // HA-17: a worker nothing listens at fails the attach at once, not at the timeout.
+    int bound_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        impl.attach_timeout).count());
+    channel::probe(impl.proc->io(), workers[i], bound_ms,
+                   [raw = &impl, hm, i, w = workers[i]](std::error_code ec) {
+                     spdlog::debug("podium: probe of worker {}: {}", w.to_string(),
+                                   ec ? ec.message() : std::string("accepted"));
+                     if (!channel::nothing_listens(ec)) return;
+                     raw->host_failed(hm, i, "attach failed: " + ec.message() +
+                                                 " (nothing accepts connections at " +
+                                                 w.to_string() + ")",
+                                      MeshErrc::kHostLost);
+                     raw->release_worker(w);  // HA-10
+                   });
   }
   return hm;
 }

@@ -89,9 +89,15 @@ class OpenRequests {
 
 Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
     const std::shared_ptr<HostMeshState>& hosts, const std::vector<size_t>& host_ranks,
-    const ndslice::Extent& extent, const std::string& name) {
+    const ndslice::Extent& extent, const std::string& name,
+    const std::vector<ProcLaunch>& launches) {
   auto& impl = *impl_;
   size_t n = extent.num_ranks();
+  if (!launches.empty() && launches.size() != n) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument,
+                                      "spawn_procs: " + std::to_string(launches.size()) +
+                                      " launches for " + std::to_string(n) + " procs"));
+  }
   if (host_ranks.empty() || n % host_ranks.size() != 0) {
     return std::unexpected(make_error(BaseErrc::kInvalidArgument,
                                       "spawn_procs: " + std::to_string(n) + " procs do not divide "
@@ -127,10 +133,12 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
       auto [req, answer] = impl.hosts.new_request();
       answers.push_back(std::move(answer));
       requests.push_back(req);
-      spawns.emplace_back(hosts->hosts[host_ranks[i]].worker,
-                          proto::HostSpawn{impl.proc->id().addr, name, extent, req, mesh->mesh_id,
-                                           i * per_host, per_host}
-                              .encode());
+      proto::HostSpawn spawn{impl.proc->id().addr, name, extent, req, mesh->mesh_id,
+                             i * per_host, per_host};
+      for (size_t j = 0; j < per_host && !launches.empty(); ++j) {
+        spawn.launches.push_back(launches[i * per_host + j].encode());
+      }
+      spawns.emplace_back(hosts->hosts[host_ranks[i]].worker, spawn.encode());
     }
   }
   // Requests still open when this returns (a timeout, a failure) are forgotten (HA-13).

@@ -108,12 +108,14 @@ Result<HostAttach> HostAttach::decode(const actor::SystemHeader& h) {
 }
 
 actor::SystemHeader HostSpawn::encode() const {
-  return {kOp,
-          {controller.to_string(), name, ndslice::encode(extent)},
-          {request, proc_mesh, first, count}};
+  actor::SystemHeader h{kOp,
+                        {controller.to_string(), name, ndslice::encode(extent)},
+                        {request, proc_mesh, first, count}};
+  h.args.insert(h.args.end(), launches.begin(), launches.end());
+  return h;
 }
 Result<HostSpawn> HostSpawn::decode(const actor::SystemHeader& h) {
-  Reader r(h, kOp, 3, 4);
+  Reader r(h, kOp, 3, 4, Reader::AtLeast{});
   HostSpawn m;
   m.controller = r.address("controller");
   m.name = r.text();
@@ -125,6 +127,16 @@ Result<HostSpawn> HostSpawn::decode(const actor::SystemHeader& h) {
   if (r.ok() && (m.first > m.extent.num_ranks() || m.count > m.extent.num_ranks() - m.first)) {
     r.fail("ranks [" + std::to_string(m.first) + ", +" + std::to_string(m.count) +
            ") are outside the extent " + m.extent.to_string());
+  }
+  if (r.ok() && h.numbers.size() != 4) {
+    r.fail("expected 4 numbers, got " + std::to_string(h.numbers.size()));
+  } else if (r.ok() && h.args.size() > 3) {
+    if (h.args.size() != 3 + m.count) {
+      r.fail("expected no launches or " + std::to_string(m.count) + ", got " +
+             std::to_string(h.args.size() - 3));
+    } else {
+      m.launches.assign(h.args.begin() + 3, h.args.end());
+    }
   }
   return r.done(std::move(m));
 }

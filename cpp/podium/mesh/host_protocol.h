@@ -54,6 +54,8 @@ struct HostSpawn {
   std::string name;        // "" if none (HA-7)
   ndslice::Extent extent;  // the whole mesh's
   uint64_t request = 0, proc_mesh = 0, first = 0, count = 0;
+  // None, or one encoded ProcLaunch (launch.h) per proc, rank first + i.
+  std::vector<std::string> launches;
   actor::SystemHeader encode() const;
   static Result<HostSpawn> decode(const actor::SystemHeader& h);
   bool operator==(const HostSpawn&) const = default;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "podium/mesh/errc.h"
+#include "podium/mesh/launch.h"
 #include "podium/ndslice/codec.h"
 
 namespace podium::mesh::proto {
@@ -37,6 +38,12 @@ TEST(HostProtocol, EveryMessageRoundTrips) {  // HP-1
   round_trip(HostAttach{ctl, "10.0.0.2", 3, 1, 3000});
   round_trip(HostSpawn{ctl, "trainers", extent(), 9, 4, 4, 4});
   round_trip(HostSpawn{ctl, "", extent(), 9, 4, 0, 8});
+  // LA-1: one launch per proc travels with the spawn.
+  ProcLaunch launch{"/bin/sh", {"sh", "-c", "exec \"$@\""}, {{"A", "1"}}, {"B"}, false,
+                    {{"cpus", "0-1"}, {"membind", "0"}}};
+  HostSpawn with_launches{ctl, "", extent(), 9, 4, 0, 2};
+  with_launches.launches = {launch.encode(), ProcLaunch{}.encode()};
+  round_trip(with_launches);
   round_trip(HostKill{"tcp:10.0.0.2:4000", 9});
   round_trip(HostDetach{ctl, 5, true});
   round_trip(HostDetach{ctl, 5, false});
@@ -65,7 +72,10 @@ TEST(HostProtocol, MalformedMessagesAreRefusedWithTheirReason) {  // HP-1
   // Wrong counts.
   refused<HostAttach>({"host_attach", {"tcp:10.0.0.1:7000"}, {1, 2, 3}},
                       "expected 2 texts and 3 numbers, got 1 and 3");
-  refused<HostSpawn>({"host_spawn", {"a", "b"}, {1, 2, 3, 4}}, "expected 3 texts");
+  refused<HostSpawn>({"host_spawn", {"a", "b"}, {1, 2, 3, 4}}, "expected at least 3 texts");
+  refused<HostSpawn>({"host_spawn", {"tcp:10.0.0.1:7000", "", ndslice::encode(extent()), "x"},
+                      {1, 2, 0, 2}},
+                     "expected no launches or 2, got 1");
   refused<HostKill>({"host_kill", {"k"}, {}}, "expected 1 texts and 1 numbers");
   refused<WorkerBeat>({"host_hb", {}, {1}}, "got 0 and 1");
   // The wrong op.

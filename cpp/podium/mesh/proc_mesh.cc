@@ -433,7 +433,8 @@ Result<ProcMesh> HostMesh::find_procs(const std::string& name) const {
 }
 
 Result<ProcMesh> HostMesh::spawn_procs(
-    const std::vector<std::pair<std::string, size_t>>& per_host, const std::string& name) const {
+    const std::vector<std::pair<std::string, size_t>>& per_host, const std::string& name,
+    const std::vector<mesh::ProcLaunch>& launches) const {
   std::vector<std::string> labels;
   std::vector<size_t> sizes;
   if (st_) {
@@ -446,26 +447,34 @@ Result<ProcMesh> HostMesh::spawn_procs(
   }
   auto extent = ndslice::Extent::make(std::move(labels), std::move(sizes));
   if (!extent) return std::unexpected(extent.error());
-  auto st = st_ ? mesh::Runtime::get().spawn_procs(st_, region_.base_ranks(), *extent, name)
-                : mesh::Runtime::get().spawn_procs(*extent);
+  if (!launches.empty() && launches.size() != extent->num_ranks()) {
+    return std::unexpected(make_error(BaseErrc::kInvalidArgument,
+                                      "spawn_procs: " + std::to_string(launches.size()) +
+                                      " launches for " + std::to_string(extent->num_ranks()) +
+                                      " procs"));
+  }
+  for (const auto& launch : launches) {  // LA-1: a launch the spawner would refuse fails here
+    if (auto checked = mesh::ProcLaunch::decode(launch.encode()); !checked) {
+      return std::unexpected(checked.error());
+    }
+  }
+  auto st = st_ ? mesh::Runtime::get().spawn_procs(st_, region_.base_ranks(), *extent, name,
+                                                   launches)
+                : mesh::Runtime::get().spawn_procs(*extent, launches);
   if (!st) return std::unexpected(st.error());
   return ProcMesh(std::move(*st), ndslice::Region(*extent));
 }
 
 Result<channel::Address> parse_worker_address(std::string_view text) {
-  std::string t(text);
-  if (t.starts_with("tcp://")) {
-    t = "tcp:" + t.substr(6);
-  } else if (!t.starts_with("tcp:")) {
-    t = "tcp:" + t;
-  }
-  auto a = channel::Address::parse(t);
-  if (!a) {
+  auto w = channel::parse_worker_address(text);  // CH-24
+  if (!w) return std::unexpected(make_error(BaseErrc::kInvalidArgument, w.error().message));
+  if (w->fd >= 0 && !w->alias) {
     return std::unexpected(make_error(BaseErrc::kInvalidArgument,
                                       "worker address '" + std::string(text) +
-                                          "': expected tcp://HOST:PORT (" + a.error().message + ")"));
+                                          "': a descriptor (fdN) is for serving; dial "
+                                          "tcp://HOST:PORT"));
   }
-  return a;
+  return w->dial;  // DIAL of DIAL@BIND: what a controller dials
 }
 
 Result<HostMesh> HostMesh::attach(const std::vector<std::string>& workers) {

@@ -212,7 +212,7 @@ class HostMesh {
   // are persistent (find_procs).
   [[nodiscard]] Result<ProcMesh> spawn_procs(
       const std::vector<std::pair<std::string, size_t>>& per_host,
-      const std::string& name = {}) const;
+      const std::string& name = {}, const std::vector<mesh::ProcLaunch>& launches = {}) const;
   // The proc mesh `name` that this mesh's persistent workers kept after the controller that
   // spawned it left (mesh::Runtime::find_procs); this process owns it from now on.
   [[nodiscard]] Result<ProcMesh> find_procs(const std::string& name) const;

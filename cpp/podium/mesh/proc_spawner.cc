@@ -124,6 +124,26 @@ std::shared_ptr<host::Zygote> ProcSpawner::zygote_for_spawn() {
   return zygote_;
 }
 
+// A launch's binding goes to the proc in PODIUM_PROC_BIND (LA-1), its variables after the
+// spawner's; its own program, and removed variables or an empty environment (through
+// env(1), which then sets every variable itself), replace the default command.
+void ProcSpawner::apply_launch(const ProcLaunch& launch, host::ChildSpec& spec) {
+  if (!launch.bind.empty()) spec.env.emplace_back(kBindEnv, encode_bind(launch.bind));
+  for (const auto& kv : launch.env) spec.env.push_back(kv);
+  if (launch.program.empty()) return;
+  spec.path = launch.program;
+  spec.argv = launch.argv;
+  if (launch.unset.empty() && launch.inherit_env) return;
+  std::vector<std::string> argv{"env"};
+  if (!launch.inherit_env) argv.push_back("-i");
+  for (const auto& name : launch.unset) argv.insert(argv.end(), {"-u", name});
+  for (const auto& [k, v] : spec.env) argv.push_back(k + "=" + v);
+  argv.push_back(spec.path);
+  argv.insert(argv.end(), spec.argv.begin() + (spec.argv.empty() ? 0 : 1), spec.argv.end());
+  spec.path = "/usr/bin/env";
+  spec.argv = std::move(argv);
+}
+
 Result<pid_t> ProcSpawner::spawn(const ProcCommand& cmd, host::OnExit on_exit) {
   host::ChildSpec spec;
   spec.path = proc_argv_[0];
@@ -131,7 +151,8 @@ Result<pid_t> ProcSpawner::spawn(const ProcCommand& cmd, host::OnExit on_exit) {
   spec.env = cmd.env;
   spec.env.emplace_back(kSpawnEnv, spawn_env_);  // BT-3: its own procs start as this one's
   add_output_fds(spec);
-  if (auto zygote = zygote_for_spawn()) {
+  apply_launch(cmd.launch, spec);
+  if (auto zygote = cmd.launch.program.empty() ? zygote_for_spawn() : nullptr) {
     std::error_code ec;
     std::string cwd = std::filesystem::current_path(ec).string();
     return zygote->spawn(host::ZygoteChild{spec.argv, host::current_environment(spec.env), cwd},

@@ -39,6 +39,7 @@
 #include "podium/host/child_watcher.h"
 #include "podium/host/spawn.h"
 #include "podium/mesh/errc.h"
+#include "podium/mesh/launch.h"
 
 namespace asio {
 class io_context;
@@ -138,6 +139,9 @@ Result<T> JobThread::run(std::function<Result<T>()> f, std::chrono::milliseconds
 // How a proc is started: its command, and what its environment says.
 struct ProcCommand {
   std::vector<std::pair<std::string, std::string>> env;  // e.g. PODIUM_BOOT
+  // Its own command, environment and binding (launch.h); empty: the default. A proc with a
+  // program of its own is exec'd, never forked from the zygote.
+  ProcLaunch launch;
 };
 
 class ProcSpawner {
@@ -168,6 +172,7 @@ class ProcSpawner {
  private:
   std::shared_ptr<host::Zygote> zygote_for_spawn();
   void add_output_fds(host::ChildSpec& spec) const;
+  static void apply_launch(const ProcLaunch& launch, host::ChildSpec& spec);
 
   asio::io_context& io_;
   host::ChildWatcher& watcher_;

@@ -354,7 +354,8 @@ bool Runtime::Impl::kill_any(const std::string& key, pid_t pid, int sig) {
   return spawner->kill_group(pid, sig);
 }
 
-Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Extent& extent) {
+Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
+    const ndslice::Extent& extent, const std::vector<ProcLaunch>& launches) {
   auto& impl = *impl_;
   // A job on TCP puts its local procs on TCP too: procs on other hosts must reach them.
   const auto& self = impl.proc->id().addr;
@@ -402,7 +403,8 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(const ndslice::Exten
   for (size_t r = 0; r < n; ++r) {
     std::string key = mesh->procs[r].id.to_string();
     Boot boot{impl.proc->id().addr, mesh->procs[r].id.addr, mesh->mesh_id, r, tcp};
-    auto pid = impl.spawner->spawn(ProcCommand{{{kBootEnv, boot.encode()}}},
+    ProcCommand cmd{{{kBootEnv, boot.encode()}}, r < launches.size() ? launches[r] : ProcLaunch{}};
+    auto pid = impl.spawner->spawn(cmd,
                                    [&impl, key](const host::ExitStatus& s) { impl.on_exit(key, s); });
     if (!pid) {
       Error e = make_error(MeshErrc::kSpawnFailed, "cannot start proc rank " + std::to_string(r) +

@@ -120,9 +120,10 @@ void Runtime::Impl::shutdown() {
     std::lock_guard lock(mu);
     dir = sock_dir;
   }
-  if (!dir.empty()) {
+  for (const auto* d : {&dir, &worker_sock_dir}) {
+    if (d->empty()) continue;
     std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
+    std::filesystem::remove_all(*d, ec);
   }
   {
     std::lock_guard lock(mu);
@@ -135,6 +136,7 @@ Result<std::unique_ptr<Runtime>> make_runtime(RuntimeConfig config) {
   base::init_logging();  // BL-1: log lines to stderr, the user's output alone on stdout
   auto impl = std::make_unique<Runtime::Impl>();
   impl->sock_dir = std::move(config.sock_dir);
+  impl->worker_sock_dir = std::move(config.worker_sock_dir);
   auto secret = internal::job_secret();
   if (!secret) return std::unexpected(secret.error());
   auto tls = internal::job_tls();
@@ -148,6 +150,8 @@ Result<std::unique_ptr<Runtime>> make_runtime(RuntimeConfig config) {
   impl->clock = config.clock ? std::move(config.clock) : config.spawn.clock;
   actor::ProcConfig proc_config{std::move(config.listen), std::move(net_config), true};
   proc_config.clock = impl->clock;  // the proc's timers and its Net's read the same time
+  proc_config.advertise = config.advertise;
+  proc_config.listen_fd = config.listen_fd;
   auto proc = actor::Proc::make(std::move(proc_config));
   if (!proc) return std::unexpected(proc.error());
   impl->proc = std::move(*proc);
@@ -189,6 +193,7 @@ Result<std::unique_ptr<Runtime>> make_runtime(RuntimeConfig config) {
     impl->agent = std::make_unique<HostAgent>(p, *impl->spawner, *impl->output,
                                                config.persistent, impl->clock);
     if (config.until_shutdown) impl->agent->end_on_shutdown();
+    if (!impl->worker_sock_dir.empty()) impl->agent->use_unix_sockets(impl->worker_sock_dir);
     if (auto st = impl->agent->start(); !st) return std::unexpected(st.error());
   } else {
     // The controller side of attached hosts.

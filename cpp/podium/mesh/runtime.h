@@ -56,6 +56,7 @@
 #include "podium/actor/mesh_failure.h"
 #include "podium/actor/proc.h"
 #include "podium/base/clock.h"
+#include "podium/mesh/launch.h"
 #include "podium/ndslice/extent.h"
 
 namespace podium {
@@ -91,7 +92,11 @@ std::string default_host_address();
 // A host agent (python -m podium worker): serves one controller at a time, spawning procs for
 // it on this host, reporting their exits, and exchanging heartbeats (docs/host_agent.md).
 struct WorkerOptions {
-  channel::Address listen;  // TCP; port 0 picks one
+  channel::Address listen;  // TCP (port 0 picks one) or a Unix socket (ipc://PATH)
+  // DIAL of DIAL@BIND: the address controllers dial, and this worker's identity, while it
+  // listens on `listen` (channel/address.h, CH-24); unset: `listen` itself.
+  std::optional<channel::Address> advertise;
+  int listen_fd = -1;  // >= 0: accept on this inherited listening socket (tcp://HOST:fdN)
   InitOptions procs;        // how procs are started (proc_argv, zygote_argv)
   // Keep procs (and their actors) when the controller leaves or goes silent, for a later
   // controller to take over by name (Runtime::find_procs; docs/host_agent.md HA-7).
@@ -183,7 +188,9 @@ class Runtime {
   const std::string& proc_key() const;
 
   // Spawns one proc per rank of `extent` on this host; returns at once.
-  [[nodiscard]] Result<std::shared_ptr<ProcMeshState>> spawn_procs(const ndslice::Extent& extent);
+  // `launches`: empty, or one per rank (launch.h: its command, environment, binding).
+  [[nodiscard]] Result<std::shared_ptr<ProcMeshState>> spawn_procs(
+      const ndslice::Extent& extent, const std::vector<ProcLaunch>& launches = {});
   // Attaches the workers (host agents) at `workers`; returns at once. `initialized` resolves
   // once every worker accepted this controller, or fails naming the first that refused or did
   // not answer within the attach timeout (PODIUM_ATTACH_TIMEOUT_MS, default 10000). From
@@ -198,7 +205,8 @@ class Runtime {
   // A `name` (may be empty) is how a later controller finds the procs on a persistent worker.
   [[nodiscard]] Result<std::shared_ptr<ProcMeshState>> spawn_procs(
       const std::shared_ptr<HostMeshState>& hosts, const std::vector<size_t>& host_ranks,
-      const ndslice::Extent& extent, const std::string& name = {});
+      const ndslice::Extent& extent, const std::string& name = {},
+      const std::vector<ProcLaunch>& launches = {});
   // Takes over the proc mesh `name` that the workers of `hosts` named by `host_ranks` keep
   // (a persistent worker keeps its procs after their controller left; docs/host_agent.md
   // HA-7): their parts must fit one extent, and from now on this process watches those procs

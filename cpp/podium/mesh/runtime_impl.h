@@ -47,6 +47,9 @@ namespace podium::mesh {
 // What make_runtime() builds a runtime from.
 struct RuntimeConfig {
   channel::Address listen;
+  std::optional<channel::Address> advertise;  // a worker's DIAL of DIAL@BIND (ProcConfig)
+  int listen_fd = -1;                         // a worker's inherited socket (tcp://HOST:fdN)
+  std::string worker_sock_dir;            // a Unix-socket worker's procs' socket directory
   std::string sock_dir;                   // a controller's socket directory; empty: none
   std::optional<channel::Address> parent;  // in a proc: its controller
   bool reuse_port = false;                 // in a proc on a reserved port (HA-2)
@@ -73,6 +76,7 @@ struct Runtime::Impl : ProcRegistry {
   std::unique_ptr<Supervisor> supervisor;
   std::unique_ptr<Relay> relay;
   std::unique_ptr<HostAgent> agent;  // in a worker only
+  std::string worker_sock_dir;  // a Unix-socket worker's procs' sockets; removed at shutdown
   std::string proc_key;  // proc->id().to_string()
   std::shared_ptr<base::Clock> clock;  // null: the real clock (CK-4)
   std::chrono::milliseconds host_lost_after{3000};   // PODIUM_HOST_LOST_MS

@@ -26,6 +26,11 @@ class CoreFuture:
 
     def notify(self, notifier: Notifier, token: int) -> None: ...
 
+def all_of(futures: Sequence[CoreFuture]) -> CoreFuture:
+    """
+    A future that completes once every one of `futures` is ready (read them then).
+    """
+
 def serve_faults() -> None:
     """
     Failures of meshes this process's root owns queue for next_fault() (instead of ending the process).
@@ -61,7 +66,7 @@ def default_host_address() -> str:
 
 def serve_worker(listen: str, proc_argv: Sequence[str], zygote_argv: Sequence[str], persistent: bool = False, on_listening: object | None = None, insecure: bool = False, until_shutdown: bool = False) -> None:
     """
-    Runs this process as a host agent listening on `listen` (tcp://HOST:PORT) until it is killed (with `until_shutdown`: until a controller shuts this host down, then returns); `on_listening(address)` runs once it listens. Without a secret in the environment it refuses to start unless `insecure` (SE-2).
+    Runs this process as a host agent listening on `listen` (tcp://HOST:PORT, ipc://PATH, tcp://HOST:fdN or DIAL@BIND) until it is killed (with `until_shutdown`: until a controller shuts this host down, then returns); `on_listening(address)` runs once it listens. Without a secret in the environment it refuses to start unless `insecure` (SE-2).
     """
 
 def secret_file() -> str:
@@ -141,7 +146,10 @@ class HostMesh:
         Ends this controller's use of these hosts: their procs are killed, as stopped.
         """
 
-    def spawn_procs(self, per_host: Sequence[tuple[str, int]], name: str = '') -> ProcMesh: ...
+    def spawn_procs(self, per_host: Sequence[tuple[str, int]], name: str = '', launches: Sequence[tuple[str, Sequence[str], Sequence[tuple[str, str]], Sequence[str], bool, Sequence[tuple[str, str]]]] = []) -> ProcMesh:
+        """
+        `launches`: none, or one per proc: (program, argv, env, unset, inherit_env, bind) (mesh/launch.h).
+        """
 
     def find_procs(self, name: str) -> ProcMesh:
         """
@@ -153,7 +161,7 @@ class HostMesh:
 
 class ProcMesh:
     @staticmethod
-    def spawn_procs(per_host: Sequence[tuple[str, int]]) -> ProcMesh: ...
+    def spawn_procs(per_host: Sequence[tuple[str, int]], launches: Sequence[tuple[str, Sequence[str], Sequence[tuple[str, str]], Sequence[str], bool, Sequence[tuple[str, str]]]] = []) -> ProcMesh: ...
 
     @staticmethod
     def this_proc() -> ProcMesh: ...

@@ -10,6 +10,14 @@ ProcMesh, for context().actor_instance.proc_mesh), ``registry`` (the controller'
 get_or_spawn_controller registry, an ActorMesh, or None) and ``bootstrap`` (None, "run": this
 actor runs the procs' bootstrap function, or "wait": wait for it before __init__) — then the
 cloudpickled ``(Class, args, kwargs)``.
+
+Invariants:
+  HM-1 ``HostMesh.stop()`` stops exactly the ProcMeshes spawned through that HostMesh object
+       and its slices (never those another HostMesh spawned on the same hosts) and keeps the
+       hosts for the next spawn_procs; ``shutdown()`` also ends this controller's use of
+       attached hosts. A HostMesh unpickled in another process is a reference: it spawns
+       (through the attaching controller's registry actor, which owns those procs), but its
+       ``stop()`` and ``shutdown()`` raise RuntimeError naming why.
 """
 
 from __future__ import annotations
@@ -20,11 +28,13 @@ import logging
 import pickle
 import sys
 import threading
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
 from podium._src import context, logs, pickling, runtime, server, supervision, tls
+from podium._src.bootstrap_cmd import _launches, _prod, _python_command
 from podium._src.actor_mesh import ActorMesh, _decode_bootstrap, _decode_none
 from podium._src.context import actor_context
 from podium._src.endpoint import Actor, check_actor_class, check_call, endpoint
@@ -50,8 +60,11 @@ def attach_to_workers(*, workers: Any, name: Optional[str] = None,
     HostMesh of extent ``{"hosts": N}``, at once; ``.initialized`` resolves once every worker
     accepted this controller, or raises naming the first that refused (a wrong secret, a
     certificate it does not trust) or did not answer in time (``PODIUM_ATTACH_TIMEOUT_MS``,
-    default 10 s). Workers are ``tcp://HOST:PORT`` strings, or Futures of them. Starts podium
-    on TCP if nothing started it yet (``enable_transport("tcp")``).
+    default 10 s; at once, "attach failed" and why, where nothing listens: HA-17). Workers
+    are strings, or Futures of them: ``tcp://HOST:PORT``, ``ipc://PATH`` (a worker on this
+    host's Unix socket), or ``DIAL@BIND`` as the worker was started (this dials DIAL). Starts
+    podium on TCP if nothing started it yet and a worker is on TCP
+    (``enable_transport("tcp")``).
 
     TLS: ``ca`` (PEM bytes or a path: the CA bundle every process's certificate chains to)
     and ``private_key`` (PEM bytes or a path: one PEM with this controller's private key and
@@ -66,11 +79,16 @@ def attach_to_workers(*, workers: Any, name: Optional[str] = None,
         if isinstance(w, Future):
             w = w.get()
         if not isinstance(w, str):
-            raise TypeError(f"attach_to_workers: a worker is 'tcp://HOST:PORT', not {w!r}")
+            raise TypeError(f"attach_to_workers: a worker is 'tcp://HOST:PORT' or "
+                            f"'ipc://PATH', not {w!r}")
         addrs.append(w)
     if not addrs:
         raise ValueError("attach_to_workers: no workers given")
-    if not runtime.running() and runtime.listen_address() is None and not _mesh.is_proc():
+    # Workers on Unix sockets are on this host: their procs reach this process however it
+    # listens; a TCP worker needs TCP.
+    local_only = all(a.startswith("ipc://") for a in addrs)
+    if (not local_only and not runtime.running() and runtime.listen_address() is None
+            and not _mesh.is_proc()):
         enable_transport("tcp")
     ensure_runtime()
     hm = HostMesh(None, _mesh.HostMesh.attach(addrs))
@@ -95,51 +113,133 @@ def _check_spawn(Class: Any, args: tuple, kwargs: dict) -> None:
 # --- HostMesh -------------------------------------------------------------------------------
 
 
+class _HostShared:
+    """What one HostMesh and its slices share in this process: the ProcMeshes spawned through
+    them (HostMesh.stop() stops those, and no other mesh's procs on the same hosts), the
+    command procs start with (with_python_executable), and whether it was shut down."""
+
+    def __init__(self, command: Any = None, reference: Optional[str] = None) -> None:
+        self.lock = threading.Lock()  # guards proc_meshes, shut_down
+        self.proc_meshes: List["ProcMesh"] = []
+        self.shut_down = False
+        self.command = command  # a BootstrapCommand, or None: podium's default
+        # Why this HostMesh cannot be stopped or shut down from here (an unpickled copy).
+        self.reference = reference
+        self.ref: Optional[tuple] = None  # a reference's (controller, key)
+        self.core: Any = None  # the C++ HostMesh, once pickled (_host_mesh_ref)
+
+
 class HostMesh(MeshShape):
     """This host, as a mesh (no dimensions for this_host(); reshaping gives it dimensions of
-    size 1, which spawn_procs keeps in front of ``per_host``)."""
+    size 1, which spawn_procs keeps in front of ``per_host``), or the hosts of workers
+    attached with attach_to_workers (``{"hosts": N}``). Its lifecycle: HM-1 (module doc)."""
 
-    def __init__(self, region: Optional["_nd.Region"] = None, core: Any = None) -> None:
+    def __init__(self, region: Optional["_nd.Region"] = None, core: Any = None,
+                 shared: Optional[_HostShared] = None) -> None:
         # core: the C++ HostMesh of attached workers (attach_to_workers); None: this host.
         self._core = core
         self._name: Optional[str] = None
         if region is None:
             region = core.region if core is not None else _nd.Region(_nd.Extent([], []))
         self._r = region
+        self._host = shared if shared is not None else _HostShared()
 
     @property
     def _region(self) -> "_nd.Region":
         return self._r
 
     def _reshaped(self, op: Callable[[Any], Any]) -> "HostMesh":
-        return HostMesh(op(self._r), self._core)
+        return HostMesh(op(self._r), self._core, self._host)
 
     def slice(self, **kwargs: Any) -> "HostMesh":
-        return HostMesh(select(_RegionView(self._r), kwargs).region, self._core)
+        return HostMesh(select(_RegionView(self._r), kwargs).region, self._core, self._host)
 
     @property
-    def initialized(self) -> "Future[None]":
-        """Resolves when every worker of this mesh accepted this controller (at once for
-        this_host()); raises SupervisionError naming a worker that refused or is unreachable."""
-        core = self._core if self._core is not None else _mesh.HostMesh()
-        return Future(core.initialized(), _decode_none)
+    def is_fake_in_process(self) -> bool:
+        """False: podium's hosts are real hosts whose procs are processes of their own."""
+        return False
+
+    @property
+    def initialized(self) -> "Future[bool]":
+        """Resolves to True when every worker of this mesh accepted this controller (at once
+        for this_host()); raises SupervisionError naming a worker that refused or is
+        unreachable."""
+        core = self._core
+        if core is None or isinstance(core, _RemoteHosts):  # a reference: its controller's
+            core = _mesh.HostMesh()  # resolved at once
+        return Future(core.initialized(), _decode_true)
+
+    def with_python_executable(self, python_executable: str) -> "HostMesh":
+        """A HostMesh of the same hosts whose spawn_procs starts procs with the interpreter
+        ``python_executable`` (a path on the hosts) running podium's proc entry point."""
+        if not isinstance(python_executable, str) or not python_executable:
+            raise TypeError("with_python_executable: the interpreter is a path, not "
+                            f"{python_executable!r}")
+        shared = _HostShared(_python_command(python_executable), self._host.reference)
+        shared.ref = self._host.ref  # a reference stays one (its spawns go to its controller)
+        hm = HostMesh(self._r, self._core, shared)
+        hm._name = self._name
+        return hm
+
+    def _check_owned(self, what: str) -> None:
+        if self._host.reference is not None:
+            raise RuntimeError(f"HostMesh.{what}() on {self!r}: {self._host.reference}; only "
+                               f"the controller that attached these hosts can {what} them")
+
+    def _take_proc_meshes(self) -> List["ProcMesh"]:
+        with self._host.lock:
+            meshes, self._host.proc_meshes = self._host.proc_meshes, []
+        return meshes
+
+    def stop(self) -> "Future[None]":
+        """Stops the ProcMeshes spawned through this HostMesh (and its slices): their actors
+        stop, their procs exit. The hosts stay: spawn_procs on this mesh works afterwards
+        (HM-1). Raises RuntimeError for a HostMesh received from another process."""
+        self._check_owned("stop")
+        return _stop_all(self._take_proc_meshes(), None)
 
     def shutdown(self) -> "Future[None]":
-        """Ends this controller's use of the hosts of this attached mesh (or of this slice of
-        it): each worker kills the procs it runs for this controller, persistent or not, and
-        is free for the next controller to attach. Those procs count as stopped: their ends
-        raise no supervision event, calls to their actors raise SupervisionError naming the
-        shutdown, and spawn_procs on these hosts raises. Resolves once every worker answered,
-        or after ``PODIUM_ATTACH_TIMEOUT_MS`` (a warning names each worker that did not).
-        ValueError for this_host(): stop its ProcMeshes instead."""
-        core = self._core if self._core is not None else _mesh.HostMesh()
-        return Future(core.with_region(self._r).shutdown(), _decode_none)
+        """Stops the ProcMeshes spawned through this HostMesh, then ends this controller's use
+        of the hosts of this attached mesh (or of this slice of it): each worker kills the
+        procs it runs for this controller, persistent or not; a worker that is not
+        ``--persistent`` then exits (with its zygote), a persistent one is free for the next
+        controller to attach. Those procs count as stopped: their ends raise no supervision
+        event, calls to their actors raise SupervisionError naming the shutdown, and
+        spawn_procs on these hosts raises. Resolves once every worker answered, or after
+        ``PODIUM_ATTACH_TIMEOUT_MS`` (a warning names each worker that did not). For
+        this_host() it stops the ProcMeshes spawned through it. Raises RuntimeError for a
+        HostMesh received from another process."""
+        self._check_owned("shutdown")
+        with self._host.lock:
+            self._host.shut_down = True
+        meshes = self._take_proc_meshes()
+        if self._core is None:
+            return _stop_all(meshes, None)
+        return _stop_all(meshes, lambda: self._core.with_region(self._r).shutdown())
+
+    def __enter__(self) -> "HostMesh":
+        if self._host.shut_down:
+            raise RuntimeError(f"HostMesh has already been shut down ({self!r})")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self._host.shut_down:
+            self.shutdown().get()
+
+    async def __aenter__(self) -> "HostMesh":
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if not self._host.shut_down:
+            await self.shutdown()
 
     def hosts(self) -> List[Dict[str, Any]]:
         """Per worker of an attached mesh: its address, host name, whether it attached, and
         why it failed (None while it serves)."""
         if self._core is None:
             return []
+        if isinstance(self._core, _RemoteHosts):
+            raise RuntimeError(f"hosts() of {self!r}: {_REFERENCE}; ask the controller")
         return [{"worker": w, "hostname": h, "attached": a, "failure": f}
                 for (w, h, a, f) in self._core.hosts()]
 
@@ -148,13 +248,22 @@ class HostMesh(MeshShape):
         per_host: Optional[Dict[str, int]] = None,
         bootstrap: Optional[Callable[[], Any]] = None,
         name: Optional[str] = None,
+        proc_bind: Optional[List[Dict[str, str]]] = None,
+        bootstrap_command: Any = None,
     ) -> "ProcMesh":
         """Starts one process per point of ``per_host`` (e.g. ``{"gpus": 8}``) on this host
         and returns their ProcMesh at once; ``.initialized`` resolves when all are up (and have
         run ``bootstrap``, when given: a function, sync or async, that runs in every proc
         before any actor, e.g. to set environment variables). On attached workers, ``name``
         is how a later controller finds these procs again (``proc_mesh``) when the workers
-        are persistent; one name per live mesh per worker."""
+        are persistent; one name per live mesh per worker.
+
+        ``proc_bind``: one dict per proc of a host (``len == prod(per_host.values())``, else
+        ValueError), binding that proc's CPUs and NUMA memory before it runs any code
+        (``{"cpus": "0-3"}``, ``{"physcpubind": "4"}``, ``{"cpunodebind": "0", "membind":
+        "0"}``; LA-1). ``bootstrap_command``: a BootstrapCommand that starts every proc, or a
+        function of a proc's Point (host and per_host coordinates) returning one
+        (``default_bootstrap_cmd()`` is podium's own)."""
         ensure_runtime()
         per_host = dict(per_host or {})
         for label, size in per_host.items():
@@ -164,18 +273,42 @@ class HostMesh(MeshShape):
             raise TypeError(f"bootstrap must be a function, not {type(bootstrap).__name__}")
         if name is not None and not isinstance(name, str):
             raise TypeError(f"spawn_procs: name must be a str, not {name!r}")
+        if self._host.shut_down and self._core is None:  # attached hosts: C++ says why
+            raise RuntimeError(f"HostMesh has already been shut down ({self!r})")
+        if isinstance(self._core, _RemoteHosts):
+            registry = server.registry()
+            if registry is None:
+                raise RuntimeError(f"spawn_procs on {self!r}: this process does not know the "
+                                   "controller that attached these hosts")
+            return registry.spawn_procs_for.call_one(
+                self._host.ref, self._r, per_host, bootstrap, name, proc_bind,
+                bootstrap_command if bootstrap_command is not None else self._host.command,
+            ).get()
+        host = self._r.extent
+        labels = list(host.labels) + list(per_host)
+        sizes = list(host.sizes) + list(per_host.values())
+        launches = _launches(labels, sizes, _prod(per_host.values()), proc_bind,
+                             bootstrap_command if bootstrap_command is not None
+                             else self._host.command)
         if self._core is not None:
             pm = ProcMesh(self._core.with_region(self._r).spawn_procs(list(per_host.items()),
-                                                                     name or ""),
+                                                                     name or "", launches),
                           _ProcShared(True))
         else:
-            host = self._r.extent
-            dims = list(zip(host.labels, host.sizes)) + list(per_host.items())
-            pm = ProcMesh(_mesh.ProcMesh.spawn_procs(dims), _ProcShared(True))
+            pm = ProcMesh(_mesh.ProcMesh.spawn_procs(list(zip(labels, sizes)), launches),
+                          _ProcShared(True))
         if bootstrap is not None:
             pm._shared.bootstrap = True
             pm._shared.bootstrap_mesh = pm._spawn(BOOTSTRAP_NAME, _Bootstrap, (bootstrap,), {},
                                                   "run")
+        owner = self._host
+        if owner.ref is not None:  # a reference in the controller: the original stops it
+            with _attached_lock:
+                owner = _attached.get(owner.ref[1])
+        if owner is not None:
+            with owner.lock:  # the stopped ones need no stop: not kept
+                owner.proc_meshes = [p for p in owner.proc_meshes if not p._shared.stopped]
+                owner.proc_meshes.append(pm)
         return pm
 
     def proc_mesh(self, name: str) -> "ProcMesh":
@@ -190,17 +323,101 @@ class HostMesh(MeshShape):
         if self._core is None:
             raise ValueError(f"proc_mesh({name!r}): proc meshes are found by name on workers "
                              f"attached with attach_to_workers(), not on this host")
+        if isinstance(self._core, _RemoteHosts):
+            raise RuntimeError(f"proc_mesh({name!r}) on {self!r}: {_REFERENCE}")
         ensure_runtime()
         return ProcMesh(self._core.with_region(self._r).find_procs(name), _ProcShared(True))
 
     def __reduce__(self):
         if self._core is not None:
-            raise TypeError("an attached HostMesh stays in the controller that attached it; "
-                            "send the ProcMesh it spawned instead")
-        return (HostMesh, (self._r,))
+            return (_rebuild_host_mesh, (_host_mesh_ref(self), self._r, self._name,
+                                         self._host.command))
+        return (_rebuild_this_host, (self._r, self._host.command))
 
     def __repr__(self) -> str:
         return f"<HostMesh {self.extent}>"
+
+
+# The attached HostMeshes of this controller by id, for the procs that received one pickled
+# (_rebuild_host_mesh): their spawn_procs runs here, through the registry actor.
+_attached: "weakref.WeakValueDictionary[int, _HostShared]" = weakref.WeakValueDictionary()
+_attached_lock = threading.Lock()
+_REFERENCE = ("it is a reference to hosts attached by another process (a HostMesh received "
+              "pickled)")
+
+
+def _host_mesh_ref(hm: "HostMesh") -> tuple:
+    """What a pickled attached HostMesh carries: the attaching controller's key for it."""
+    if hm._host.ref is not None:  # already a reference: pass the same key on
+        return hm._host.ref
+    key = id(hm._host)
+    with _attached_lock:
+        hm._host.core = hm._core
+        _attached[key] = hm._host
+    return (runtime_id(), key)
+
+
+def runtime_id() -> str:
+    """This process's podium address: which controller a HostMesh reference points to."""
+    return str(_mesh.this_proc_id())
+
+
+def _rebuild_host_mesh(ref: tuple, region: "_nd.Region", name: Optional[str],
+                       command: Any) -> "HostMesh":
+    ensure_runtime()
+    owner, key = ref
+    core = None
+    if owner == runtime_id():
+        with _attached_lock:
+            original = _attached.get(key)
+        core = original.core if original is not None else None
+    shared = _HostShared(command, _REFERENCE)
+    shared.ref = ref
+    hm = HostMesh(region, core if core is not None else _RemoteHosts(region), shared)
+    hm._name = name
+    return hm
+
+
+class _RemoteHosts:
+    """The hosts of a HostMesh reference in a process other than the controller that
+    attached them: spawn_procs asks that controller (its registry actor) to spawn."""
+
+    def __init__(self, region: "_nd.Region") -> None:
+        self.region = region
+
+
+def _rebuild_this_host(region: "_nd.Region", command: Any) -> "HostMesh":
+    return HostMesh(region, None, _HostShared(command))
+
+
+def _decode_bootstrap_true(value: Any) -> bool:
+    _decode_bootstrap(value)
+    return True
+
+
+def _decode_true(value: Any) -> bool:
+    _decode_none(value)
+    return True
+
+
+def _stop_all(meshes: List["ProcMesh"], then: Optional[Callable[[], Any]]) -> "Future[None]":
+    """Stops `meshes` in parallel (HostMesh.stop), or, with `then` (HostMesh.shutdown of
+    attached hosts, which kills their procs as stopped), marks them stopped and runs `then`.
+    Resolves when all is done; raises the first failure."""
+    if then is not None:
+        for pm in meshes:
+            with pm._shared.lock:
+                pm._shared.stopped = True
+                pm._shared.actor_meshes = []
+        cores = [then()]
+    else:
+        cores = [pm.stop()._core for pm in meshes if not pm._shared.stopped]
+    return Future(_mesh.all_of(cores), _decode_all, cores)
+
+
+def _decode_all(_: Any, cores: List[Any]) -> None:
+    for c in cores:
+        _decode_none(c)
 
 
 # --- ProcMesh -------------------------------------------------------------------------------
@@ -231,12 +448,13 @@ class ProcMesh(MeshShape):
         return self._core.region
 
     @property
-    def initialized(self) -> "Future[None]":
-        """Resolves when every proc is up (and has run its bootstrap); raises
-        SupervisionError if one exited first."""
-        if self._shared.bootstrap_mesh is not None:  # a failed bootstrap: ActorError (MW-2)
-            return Future(self._shared.bootstrap_mesh._core.initialized(), _decode_bootstrap)
-        return Future(self._core.initialized(), _decode_none)
+    def initialized(self) -> "Future[bool]":
+        """Resolves to True when every proc is up (and has run its bootstrap), as Monarch's;
+        raises SupervisionError if one exited first, and ActorError if the bootstrap
+        function raised (MW-2)."""
+        if self._shared.bootstrap_mesh is not None:
+            return Future(self._shared.bootstrap_mesh._core.initialized(), _decode_bootstrap_true)
+        return Future(self._core.initialized(), _decode_true)
 
     def spawn(self, name: str, Class: Type[T], *args: Any, **kwargs: Any) -> ActorMesh[T]:
         """Creates one ``Class(*args, **kwargs)`` per proc, named ``name``; returns the
@@ -407,6 +625,20 @@ class _ControllerController(Actor):
 
     def __init__(self) -> None:
         self._controllers: Dict[str, ActorMesh[Any]] = {}
+
+    @endpoint
+    def spawn_procs_for(self, ref: tuple, region: Any, per_host: Dict[str, int],
+                        bootstrap: Any, name: Optional[str], proc_bind: Any,
+                        command: Any) -> "ProcMesh":
+        """spawn_procs on a HostMesh reference (HM-1), run by the controller that attached
+        the hosts; the procs are the controller's, and stop with its HostMesh."""
+        with _attached_lock:
+            original = _attached.get(ref[1])
+        if ref[0] != runtime_id() or original is None or original.core is None:
+            raise RuntimeError("spawn_procs on a HostMesh reference: its controller no longer "
+                               "holds those hosts")
+        return HostMesh(region, original.core, original).spawn_procs(
+            per_host, bootstrap, name, proc_bind, command)
 
     @endpoint
     def get_or_spawn(self, name: str, Class: type, args: tuple, kwargs: dict) -> ActorMesh[Any]:

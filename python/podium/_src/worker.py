@@ -24,8 +24,16 @@ READY_LINE = "podium worker listening on "
 
 
 def _announce(address: str) -> None:
-    # "tcp:0.0.0.0:7000" -> "tcp://0.0.0.0:7000": the form attach_to_workers takes.
-    url = "tcp://" + address[4:] if address.startswith("tcp:") else address
+    # "tcp:0.0.0.0:7000" -> "tcp://0.0.0.0:7000", "unix:/tmp/w.sock" -> "ipc:///tmp/w.sock":
+    # the form attach_to_workers takes (for DIAL@BIND, the DIAL side).
+    if address.startswith("tcp:"):
+        url = "tcp://" + address[4:]
+    elif address.startswith("unix:@"):
+        url = "ipc://" + address[6:]
+    elif address.startswith("unix:"):
+        url = "ipc://" + address[5:]
+    else:
+        url = address
     print(READY_LINE + url, flush=True)  # for people, and SLURM jobs' output files
     # A worker started by a LocalJob (cpp/podium/host/launcher.h) hands the address to its
     # launcher through PODIUM_READY_FD; a worker started by hand has no such variable.
@@ -52,7 +60,8 @@ def run_worker_loop_forever(*, address: str, ca: Any = "trust_all_connections",
     environment (``PODIUM_TLS_CERT``, ``PODIUM_TLS_KEY``, ``PODIUM_TLS_CA``), which is off
     when those are unset. The procs this worker starts use the same settings."""
     if not isinstance(address, str):
-        raise TypeError(f"run_worker_loop_forever: address is 'tcp://HOST:PORT', not {address!r}")
+        raise TypeError(f"run_worker_loop_forever: address is 'tcp://HOST:PORT' (or ipc://PATH, "
+                        f"tcp://HOST:fdN, DIAL@BIND), not {address!r}")
     tls.configure(ca, private_key, "run_worker_loop_forever", running=_mesh.is_proc())
     # until_shutdown: return once a controller shuts this host down
     # (run_worker_loop_until_shutdown).
@@ -63,7 +72,9 @@ def run_worker_loop_forever(*, address: str, ca: Any = "trust_all_connections",
 def add_arguments(p: Any) -> None:
     """The worker's command-line options, on an argparse parser (`podium worker`)."""
     p.add_argument("--listen", required=True, metavar="tcp://HOST:PORT",
-                   help="where to accept a controller (port 0 picks a free one)")
+                   help="where to accept a controller: tcp://HOST:PORT (port 0 picks a free "
+                        "one), ipc://PATH (a Unix socket), tcp://HOST:fdN (an inherited "
+                        "listening socket) or DIAL@BIND (listen on BIND, controllers dial DIAL)")
     p.add_argument("--persistent", action="store_true",
                    help="keep procs and their actors when the controller goes away, for the "
                         "next controller to take over by name")
