@@ -12,6 +12,12 @@
 namespace podium::channel::internal {
 namespace {
 
+// The port of a bound IPv4 or IPv6 socket address, in host order.
+uint16_t port_of(const sockaddr* sa) {
+  return ntohs(sa->sa_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port
+                                         : reinterpret_cast<const sockaddr_in*>(sa)->sin_port);
+}
+
 using R = Core::Refusal;
 
 // CH-15: which counter a frame decoder's error bumps.
@@ -481,10 +487,7 @@ Result<std::shared_ptr<SocketListener>> SocketListener::listen(std::shared_ptr<C
         return fail("listen", ec);
       }
     }
-    const auto* sa = reinterpret_cast<const sockaddr*>(&ss);
-    l->bound_.port = ntohs(sa->sa_family == AF_INET6
-                               ? reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port
-                               : reinterpret_cast<const sockaddr_in*>(sa)->sin_port);
+    l->bound_.port = port_of(reinterpret_cast<const sockaddr*>(&ss));
     l->bound_text_ = l->bound_.to_string();
     std::lock_guard lock(l->mu_);
     l->accept_locked();
@@ -535,10 +538,7 @@ Result<std::shared_ptr<SocketListener>> SocketListener::listen(std::shared_ptr<C
   if (addr.transport == Transport::kTcp) {
     Endpoint local = l->acceptor_.local_endpoint(ec);
     if (ec) return fail("getsockname", ec);
-    const auto* sa = static_cast<const sockaddr*>(local.data());
-    l->bound_.port = ntohs(sa->sa_family == AF_INET6
-                               ? reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port
-                               : reinterpret_cast<const sockaddr_in*>(sa)->sin_port);
+    l->bound_.port = port_of(static_cast<const sockaddr*>(local.data()));
   }
   l->bound_text_ = l->bound_.to_string();
   std::lock_guard lock(l->mu_);
