@@ -66,20 +66,25 @@ ProcsState procs_state(const mesh::ProcMeshRef& ref) {
 }
 
 mesh::ProcMeshRef procs_ref(std::vector<std::string> labels, std::vector<size_t> sizes,
-                            const ProcsState& procs, const RegionState& region) {
-  mesh::ProcMeshRef ref{std::move(labels), std::move(sizes), {}, region_from_state(region)};
+                            const ProcsState& procs, const RegionState& region,
+                            std::string spawner) {
+  mesh::ProcMeshRef ref{std::move(labels), std::move(sizes), {}, region_from_state(region),
+                        std::move(spawner)};
   for (const auto& [id, pid, host] : procs) ref.procs.push_back(mesh::ProcRef{id, pid, host});
   return ref;
 }
 
 nb::tuple proc_mesh_state(const ProcMesh& p) {
   auto ref = p.ref();
-  return nb::make_tuple(ref.labels, ref.sizes, procs_state(ref), region_state(ref.region));
+  return nb::make_tuple(ref.labels, ref.sizes, procs_state(ref), region_state(ref.region),
+                        ref.spawner);
 }
 
 ProcMesh proc_mesh_from_state(std::vector<std::string> labels, std::vector<size_t> sizes,
-                              const ProcsState& procs, const RegionState& region) {
-  return unwrap(ProcMesh::from_ref(procs_ref(std::move(labels), std::move(sizes), procs, region)));
+                              const ProcsState& procs, const RegionState& region,
+                              std::string spawner) {
+  return unwrap(ProcMesh::from_ref(
+      procs_ref(std::move(labels), std::move(sizes), procs, region, std::move(spawner))));
 }
 
 nb::tuple actor_mesh_state(const ActorMeshBase& a) {
@@ -93,16 +98,16 @@ nb::tuple actor_mesh_state(const ActorMeshBase& a) {
     }
   }
   return nb::make_tuple(ref.name, ref.procs.labels, ref.procs.sizes, procs_state(ref.procs),
-                        targets, region_state(ref.procs.region));
+                        targets, region_state(ref.procs.region), ref.procs.spawner);
 }
 
 ActorMeshBase actor_mesh_from_state(const std::string& name, std::vector<std::string> labels,
                                     std::vector<size_t> sizes, const ProcsState& procs,
                                     const std::vector<TargetState>& targets,
-                                    const RegionState& region) {
+                                    const RegionState& region, std::string spawner) {
   mesh::ActorMeshRef ref;
   ref.name = name;
-  ref.procs = procs_ref(std::move(labels), std::move(sizes), procs, region);
+  ref.procs = procs_ref(std::move(labels), std::move(sizes), procs, region, std::move(spawner));
   for (const auto& t : targets) {
     if (t) {
       const auto& [addr, dest, actor, key] = *t;
@@ -244,10 +249,21 @@ void bind_proc_mesh(nb::module_& m) {
       .def("pid", &ProcMesh::pid)
       .def("exit_status", &ProcMesh::exit_status)
       .def("state", &proc_mesh_state,
-           "(root labels, root sizes, [(proc id, pid, host)], region state), for pickling.")
+           "(root labels, root sizes, [(proc id, pid, host)], region state, spawner), for "
+           "pickling.")
       .def_static("from_state", &proc_mesh_from_state, nb::arg("labels"), nb::arg("sizes"),
-                  nb::arg("procs"), nb::arg("region"),
+                  nb::arg("procs"), nb::arg("region"), nb::arg("spawner") = std::string(),
                   "A handle on procs that another process spawned (see state()).")
+      .def("spawned_for", &ProcMesh::spawned_for, nb::arg("owner_key"),
+           "ME-15: these procs (spawned here on attached hosts) belong to the proc "
+           "`owner_key`: they stop when it stops and are killed when it fails.")
+      .def(
+          "ended",
+          [](const ProcMesh& p) {
+            nb::gil_scoped_release unlocked;
+            return from_void(p.ended());
+          },
+          "Resolves once every proc of the mesh is known here to have ended.")
       .def(
           "stop_after",
           [](const ProcMesh& p, std::vector<const CoreFuture*> first, int64_t wait_ms,
@@ -326,9 +342,11 @@ void bind_actor_mesh(nb::module_& m) {
           "Sends to every actor of the region (or to rank `only`), answers going to "
           "`reply_port` (empty: one-way).")
       .def("state", &actor_mesh_state,
-           "(name, root labels, root sizes, [(proc id, pid, host)], [target], region state).")
+           "(name, root labels, root sizes, [(proc id, pid, host)], [target], region state, "
+           "spawner).")
       .def_static("from_state", &actor_mesh_from_state, nb::arg("name"), nb::arg("labels"),
                   nb::arg("sizes"), nb::arg("procs"), nb::arg("targets"), nb::arg("region"),
+                  nb::arg("spawner") = std::string(),
                   "A handle on actors that another process spawned (see state()).")
       .def(
           "stop",

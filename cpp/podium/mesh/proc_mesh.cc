@@ -371,6 +371,12 @@ int ProcMesh::pid(size_t rank) const {
   return st_->procs[*b].pid;
 }
 
+void ProcMesh::spawned_for(const std::string& owner_key) const {
+  mesh::Runtime::get().spawned_for(st_, owner_key);
+}
+
+actor::Future<void> ProcMesh::ended() const { return mesh::Runtime::get().procs_ended(st_); }
+
 actor::Future<void> ProcMesh::stop(std::chrono::milliseconds grace) const {
   return mesh::Runtime::get().stop_procs(st_, grace);
 }

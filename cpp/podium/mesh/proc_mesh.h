@@ -177,6 +177,14 @@ class ProcMesh {
   std::optional<std::string> exit_status(size_t rank) const;
   int pid(size_t rank) const;
 
+  // ME-15 (runtime.h): these procs, spawned by this process on attached hosts, belong to the
+  // proc `owner_key` (an actor there asked for them): handles on them name it as their
+  // spawner, and this process stops them when it stops and kills them when it fails.
+  void spawned_for(const std::string& owner_key) const;
+  // Resolves once every proc of the whole mesh is known here to have ended (seen, or told
+  // by another process: ME-7); a handle rebuilt here waits for the ends it hears of.
+  actor::Future<void> ended() const;
+
   // Asks every proc of the whole mesh to exit; kills the ones still alive after `grace`.
   actor::Future<void> stop(std::chrono::milliseconds grace = std::chrono::seconds(5)) const;
   // stop(grace) once every future in `first` is ready, whatever its outcome, or once `wait`

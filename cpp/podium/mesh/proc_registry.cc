@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 
 namespace podium::mesh {
 
@@ -23,6 +24,7 @@ bool ProcRegistry::note_dead(const std::string& key, Error why, Clock::time_poin
 void ProcRegistry::add_view(const std::shared_ptr<ProcMeshState>& mesh) {
   for (const auto& p : mesh->procs) views_[p.id.to_string()].push_back(mesh);
   view_count_ += mesh->procs.size();
+  if (!mesh->spawner.empty()) by_spawner_[mesh->spawner].push_back(mesh);
   // Amortised O(1) per view: a process that is handed meshes again and again (a mesh passed
   // as an argument of every call) keeps only those still alive.
   if (view_count_ >= 2 * views_after_compact_ + 64) compact_views();
@@ -40,6 +42,21 @@ void ProcRegistry::compact_views() {
     }
   }
   views_after_compact_ = view_count_;
+  for (auto it = by_spawner_.begin(); it != by_spawner_.end();) {
+    std::erase_if(it->second, [](const auto& w) { return w.expired(); });
+    it = it->second.empty() ? by_spawner_.erase(it) : std::next(it);
+  }
+}
+
+std::vector<std::shared_ptr<ProcMeshState>> ProcRegistry::views_spawned_by(
+    const std::string& key) const {
+  std::vector<std::shared_ptr<ProcMeshState>> out;
+  if (auto it = by_spawner_.find(key); it != by_spawner_.end()) {
+    for (const auto& w : it->second) {
+      if (auto m = w.lock()) out.push_back(std::move(m));
+    }
+  }
+  return out;
 }
 
 bool ProcRegistry::addressed(const std::string& key) const {

@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "podium/actor/message.h"
 #include "podium/mesh/bootstrap.h"
 #include "podium/mesh/grace_timer.h"
@@ -23,6 +25,22 @@ std::string exit_cause(const host::ExitStatus& status) {
 
 Error proc_exited(std::string msg) {
   return make_error(actor::ActorErrc::kProcExited, std::move(msg));
+}
+
+// ME-15: why the proc (pid `pid`) that `spawner` (pid `spawner_pid`) spawned counts as ended:
+// "its proc (pid 7) ended with the proc that spawned it (pid 5, unix:...), which was killed
+// by signal SIGKILL (9)". `spawner_cause` is the spawner's own ("its proc (pid 5) was ...").
+std::string orphan_cause(int64_t pid, const std::string& spawner, int64_t spawner_pid,
+                         const std::string& spawner_cause) {
+  std::string how = spawner_cause;
+  std::string prefix = "its proc (pid " + std::to_string(spawner_pid) + ") ";
+  if (how.starts_with(prefix)) {
+    how.erase(0, prefix.size());
+  } else {
+    how = "ended: " + how;
+  }
+  return "its proc (pid " + std::to_string(pid) + ") ended with the proc that spawned it (pid " +
+         std::to_string(spawner_pid) + ", " + spawner + "), which " + how;
 }
 
 }  // namespace
@@ -181,6 +199,7 @@ std::vector<channel::Address> Runtime::Impl::exit_listeners(const std::string& k
 bool Runtime::Impl::proc_gone(const std::string& key, int64_t pid, int32_t sig, int32_t code,
                               const std::string& cause, bool expected) {
   std::vector<std::shared_ptr<Collector>> waiting;
+  std::vector<std::shared_ptr<ProcMeshState>> views, tied;
   Error why = proc_exited(cause);
   {
     std::lock_guard lock(mu);
@@ -189,6 +208,13 @@ bool Runtime::Impl::proc_gone(const std::string& key, int64_t pid, int32_t sig, 
     arm_sweep();
     for (auto& w : collectors) {
       if (auto c = w.lock()) waiting.push_back(std::move(c));
+    }
+    if (!shut_down) {  // ME-15
+      views = views_spawned_by(key);
+      if (auto it = spawned_for.find(key); it != spawned_for.end()) {
+        tied = std::move(it->second);
+        spawned_for.erase(it);
+      }
     }
   }
   // The owner hears first: a caller that sees its call fail and ends the program finds the
@@ -201,7 +227,61 @@ bool Runtime::Impl::proc_gone(const std::string& key, int64_t pid, int32_t sig, 
   if (auto addr = channel::Address::parse(key)) {
     proc->forget_peer(*addr, "the proc at " + key + " has ended");
   }
+  if (!views.empty() || !tied.empty()) {
+    end_descendants(key, pid, cause, expected, std::move(views), std::move(tied));
+  }
   return true;
+}
+
+// ME-15: the proc `key` ended. The procs of the views spawned by it (or for it) end with
+// it: each counts as ended here at once (PR_SET_PDEATHSIG kills a local spawner's procs; a
+// controller kills those it spawned for it), unless this process watches it itself (it
+// sees that end) or it is this process. Then the meshes this controller spawned for it.
+void Runtime::Impl::end_descendants(const std::string& key, int64_t pid, const std::string& cause,
+                                    bool expected,
+                                    std::vector<std::shared_ptr<ProcMeshState>> views,
+                                    std::vector<std::shared_ptr<ProcMeshState>> tied) {
+  std::vector<std::pair<std::string, int64_t>> ended;
+  for (const auto& v : views) {
+    std::lock_guard lock(v->mu);
+    for (const auto& p : v->procs) ended.emplace_back(p.id.to_string(), p.pid);
+  }
+  for (const auto& [k, child_pid] : ended) {
+    {
+      std::lock_guard lock(mu);
+      if (k == proc_key || by_key.contains(k) || dead.contains(k)) continue;
+    }
+    proc_gone(k, child_pid, SIGKILL, -1, orphan_cause(child_pid, key, pid, cause), expected);
+  }
+  if (!tied.empty()) end_spawned_for(key, std::move(tied), expected);
+}
+
+// ME-15: the proc `key`, for which this controller spawned the meshes `tied` on attached
+// hosts, ended: stopped, they stop ("exit", SIGKILL after a grace period); failed, they are
+// killed at once, as PR_SET_PDEATHSIG kills a local spawner's procs. Either way their ends
+// are expected (no warning each; their holders heard of `key`'s end already).
+void Runtime::Impl::end_spawned_for(const std::string& key,
+                                    std::vector<std::shared_ptr<ProcMeshState>> tied,
+                                    bool expected) {
+  constexpr std::chrono::milliseconds kGrace{5000};  // as ProcMesh.stop()'s (Python)
+  for (auto& mesh : tied) {
+    if (expected) {
+      (void)runtime->stop_procs(mesh, kGrace);
+      continue;
+    }
+    std::vector<std::pair<std::string, int>> alive;
+    {
+      std::lock_guard lock(mesh->mu);
+      mesh->stopping = true;
+      for (const auto& p : mesh->procs) {
+        if (!p.exit && p.pid > 0) alive.emplace_back(p.id.to_string(), p.pid);
+      }
+    }
+    if (alive.empty()) continue;
+    spdlog::warn("podium: proc {} failed; killing the {} procs spawned for it", key,
+                 alive.size());
+    for (const auto& [k, p] : alive) (void)kill_any(k, p, SIGKILL);
+  }
 }
 
 // ME-11: the sweep runs when the oldest dead record's grace is over (at most four times a
@@ -368,6 +448,7 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
   }
   auto mesh = std::make_shared<ProcMeshState>();
   mesh->extent = extent;
+  mesh->spawner = impl.proc_key;  // ME-15: they die with this process (PR_SET_PDEATHSIG)
   mesh->initialized = mesh->initialized_promise.future();
   size_t n = extent.num_ranks();
   mesh->procs.resize(n);
@@ -541,6 +622,51 @@ std::optional<Error> Runtime::proc_dead(const std::string& proc_key) {
 }
 
 void Runtime::kill_proc(const std::string& proc_key) { impl_->kill(proc_key); }
+
+void Runtime::spawned_for(const std::shared_ptr<ProcMeshState>& mesh,
+                          const std::string& owner_key) {
+  bool gone = false;
+  {
+    std::lock_guard lock(impl_->mu);
+    mesh->spawner = owner_key;
+    gone = impl_->dead.contains(owner_key);
+    if (!gone) {
+      auto& list = impl_->spawned_for[owner_key];
+      // Meshes whose procs have all ended need no end: a proc that spawns and stops
+      // meshes again and again keeps only its live ones here.
+      std::erase_if(list, [](const auto& m) {
+        std::lock_guard mlock(m->mu);
+        return std::all_of(m->procs.begin(), m->procs.end(),
+                           [](const ProcInfo& p) { return p.exit.has_value(); });
+      });
+      list.push_back(mesh);
+    }
+  }
+  if (gone) impl_->end_spawned_for(owner_key, {mesh}, false);
+}
+
+actor::Future<void> Runtime::procs_ended(const std::shared_ptr<ProcMeshState>& mesh) {
+  std::vector<std::string> keys;
+  {
+    std::lock_guard lock(mesh->mu);
+    for (const auto& p : mesh->procs) keys.push_back(p.id.to_string());
+  }
+  auto done = std::make_shared<actor::Promise<void>>();
+  auto out = done->future();
+  if (keys.empty()) {
+    done->set({});
+    return out;
+  }
+  // The exit watcher fails every rank of a tracked collector when its proc is gone, so a
+  // collector over the procs completes exactly when the last one is.
+  auto exits = std::make_shared<Collector>(keys);
+  exits->future().on_ready([done, exits](const Result<Replies>&) mutable {
+    done->set({});
+    exits.reset();
+  });
+  track(exits, keys);
+  return out;
+}
 
 void Runtime::watch(const std::shared_ptr<ProcMeshState>& mesh) {
   std::lock_guard lock(impl_->mu);

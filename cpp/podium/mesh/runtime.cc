@@ -39,7 +39,9 @@ std::chrono::milliseconds env_ms(const char* name, std::chrono::milliseconds fal
 
 }  // namespace
 
-Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  impl_->runtime = this;
+}
 Runtime::~Runtime() { shutdown(); }
 
 actor::Proc& Runtime::proc() { return *impl_->proc; }

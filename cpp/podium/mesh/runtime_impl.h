@@ -27,7 +27,9 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "podium/actor/proc.h"
 #include "podium/base/clock_timer.h"
@@ -76,6 +78,7 @@ struct Runtime::Impl : ProcRegistry {
   std::unique_ptr<Supervisor> supervisor;
   std::unique_ptr<Relay> relay;
   std::unique_ptr<HostAgent> agent;  // in a worker only
+  Runtime* runtime = nullptr;  // the Runtime that owns this Impl (set by its constructor)
   std::string worker_sock_dir;  // a Unix-socket worker's procs' sockets; removed at shutdown
   std::string proc_key;  // proc->id().to_string()
   std::shared_ptr<base::Clock> clock;  // null: the real clock (CK-4)
@@ -103,6 +106,9 @@ struct Runtime::Impl : ProcRegistry {
   std::list<std::weak_ptr<Collector>> collectors;
   size_t tracks_since_prune = 0;
   std::shared_ptr<ProcMeshState> local_mesh;
+  // ME-15: the meshes this controller spawned on attached hosts for another proc
+  // (Runtime::spawned_for), by that proc's key; ended with it (end_spawned_for).
+  std::unordered_map<std::string, std::vector<std::shared_ptr<ProcMeshState>>> spawned_for;
   // Where local procs' Unix sockets live: a controller's, made before it starts; in a proc,
   // made at its first local spawn (ME-14); removed at shutdown. Empty: none yet.
   std::string sock_dir;
@@ -130,6 +136,13 @@ struct Runtime::Impl : ProcRegistry {
   std::vector<channel::Address> exit_listeners(const std::string& key,
                                                const channel::Address* from);  // mu held
   void arm_sweep();  // mu held
+  // ME-15: the proc `key` (pid `pid`) ended with `cause`: the procs of the views spawned by
+  // it end too (recursively), and the meshes spawned for it are stopped or killed.
+  void end_descendants(const std::string& key, int64_t pid, const std::string& cause,
+                       bool expected, std::vector<std::shared_ptr<ProcMeshState>> views,
+                       std::vector<std::shared_ptr<ProcMeshState>> tied);
+  void end_spawned_for(const std::string& key, std::vector<std::shared_ptr<ProcMeshState>> tied,
+                       bool expected);
   void sweep_dead();
   void on_proc_exit(const actor::SystemHeader& h, const std::string& sender);
   void on_actor_failed(const actor::SystemHeader& h, wire::Envelope&& env);
