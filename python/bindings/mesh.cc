@@ -67,9 +67,9 @@ ProcsState procs_state(const mesh::ProcMeshRef& ref) {
 
 mesh::ProcMeshRef procs_ref(std::vector<std::string> labels, std::vector<size_t> sizes,
                             const ProcsState& procs, const RegionState& region,
-                            std::string spawner) {
+                            std::vector<std::string> spawners) {
   mesh::ProcMeshRef ref{std::move(labels), std::move(sizes), {}, region_from_state(region),
-                        std::move(spawner)};
+                        std::move(spawners)};
   for (const auto& [id, pid, host] : procs) ref.procs.push_back(mesh::ProcRef{id, pid, host});
   return ref;
 }
@@ -77,14 +77,14 @@ mesh::ProcMeshRef procs_ref(std::vector<std::string> labels, std::vector<size_t>
 nb::tuple proc_mesh_state(const ProcMesh& p) {
   auto ref = p.ref();
   return nb::make_tuple(ref.labels, ref.sizes, procs_state(ref), region_state(ref.region),
-                        ref.spawner);
+                        ref.spawners);
 }
 
 ProcMesh proc_mesh_from_state(std::vector<std::string> labels, std::vector<size_t> sizes,
                               const ProcsState& procs, const RegionState& region,
-                              std::string spawner) {
+                              std::vector<std::string> spawners) {
   return unwrap(ProcMesh::from_ref(
-      procs_ref(std::move(labels), std::move(sizes), procs, region, std::move(spawner))));
+      procs_ref(std::move(labels), std::move(sizes), procs, region, std::move(spawners))));
 }
 
 nb::tuple actor_mesh_state(const ActorMeshBase& a) {
@@ -98,16 +98,18 @@ nb::tuple actor_mesh_state(const ActorMeshBase& a) {
     }
   }
   return nb::make_tuple(ref.name, ref.procs.labels, ref.procs.sizes, procs_state(ref.procs),
-                        targets, region_state(ref.procs.region), ref.procs.spawner);
+                        targets, region_state(ref.procs.region), ref.procs.spawners);
 }
 
 ActorMeshBase actor_mesh_from_state(const std::string& name, std::vector<std::string> labels,
                                     std::vector<size_t> sizes, const ProcsState& procs,
                                     const std::vector<TargetState>& targets,
-                                    const RegionState& region, std::string spawner) {
+                                    const RegionState& region,
+                                    std::vector<std::string> spawners) {
   mesh::ActorMeshRef ref;
   ref.name = name;
-  ref.procs = procs_ref(std::move(labels), std::move(sizes), procs, region, std::move(spawner));
+  ref.procs =
+      procs_ref(std::move(labels), std::move(sizes), procs, region, std::move(spawners));
   for (const auto& t : targets) {
     if (t) {
       const auto& [addr, dest, actor, key] = *t;
@@ -249,14 +251,16 @@ void bind_proc_mesh(nb::module_& m) {
       .def("pid", &ProcMesh::pid)
       .def("exit_status", &ProcMesh::exit_status)
       .def("state", &proc_mesh_state,
-           "(root labels, root sizes, [(proc id, pid, host)], region state, spawner), for "
+           "(root labels, root sizes, [(proc id, pid, host)], region state, spawners), for "
            "pickling.")
       .def_static("from_state", &proc_mesh_from_state, nb::arg("labels"), nb::arg("sizes"),
-                  nb::arg("procs"), nb::arg("region"), nb::arg("spawner") = std::string(),
+                  nb::arg("procs"), nb::arg("region"),
+                  nb::arg("spawners") = std::vector<std::string>{},
                   "A handle on procs that another process spawned (see state()).")
-      .def("spawned_for", &ProcMesh::spawned_for, nb::arg("owner_key"),
+      .def("spawned_for", &ProcMesh::spawned_for, nb::arg("lineage"),
            "ME-15: these procs (spawned here on attached hosts) belong to the proc "
-           "`owner_key`: they stop when it stops and are killed when it fails.")
+           "lineage[0] (then the procs it descends from): they stop when one of those "
+           "stops and are killed when one fails.")
       .def(
           "ended",
           [](const ProcMesh& p) {
@@ -343,10 +347,10 @@ void bind_actor_mesh(nb::module_& m) {
           "`reply_port` (empty: one-way).")
       .def("state", &actor_mesh_state,
            "(name, root labels, root sizes, [(proc id, pid, host)], [target], region state, "
-           "spawner).")
+           "spawners).")
       .def_static("from_state", &actor_mesh_from_state, nb::arg("name"), nb::arg("labels"),
                   nb::arg("sizes"), nb::arg("procs"), nb::arg("targets"), nb::arg("region"),
-                  nb::arg("spawner") = std::string(),
+                  nb::arg("spawners") = std::vector<std::string>{},
                   "A handle on actors that another process spawned (see state()).")
       .def(
           "stop",

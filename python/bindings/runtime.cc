@@ -122,6 +122,8 @@ void bind_runtime(nb::module_& m) {
 
   m.def("this_proc_id", [] { return mesh::Runtime::get().proc().id().to_string(); },
         "The ProcId (channel address) of this process's root proc.");
+  m.def("lineage", [] { return mesh::Runtime::get().lineage(); },
+        "This process's proc key, then those of the procs it descends from (ME-15).");
   m.def("cast_fanout", &mesh::cast_fanout,
         "Fan-out of the cast tree for casts from this process (0: always a star).");
   m.def("set_cast_fanout", &mesh::set_cast_fanout, nb::arg("k"),

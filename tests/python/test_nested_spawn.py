@@ -106,13 +106,14 @@ class Environment(Actor):
 
 
 def test_the_boot_and_spawn_variables_stay_out_of_actors_and_their_programs():  # BT-1, BT-3
-    pm = this_host().spawn_procs(per_host={"p": 1})
+    pm = this_host().spawn_procs(per_host={"p": 1})  # BT-5
     try:
         mine, childs = pm.spawn("env", Environment).podium_vars.call_one().get(timeout=T)
     finally:
         pm.stop().get(timeout=T)
     for seen in (mine, childs):
-        assert "PODIUM_BOOT" not in seen and "PODIUM_SPAWN" not in seen, seen
+        for var in ("PODIUM_BOOT", "PODIUM_SPAWN", "PODIUM_LINEAGE"):
+            assert var not in seen, seen
 
 
 class SpawnsInSyncEndpoint(Actor):

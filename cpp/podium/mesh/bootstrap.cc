@@ -153,6 +153,35 @@ Result<SpawnCommands> SpawnCommands::decode(std::string_view text) {
   return c;
 }
 
+std::string encode_lineage(const std::vector<std::string>& keys) {
+  std::string out;
+  for (const auto& k : keys) out += std::to_string(k.size()) + ":" + k;
+  return out;
+}
+
+Result<std::vector<std::string>> decode_lineage(std::string_view text) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t colon = text.find(':', at);
+    size_t len = 0;
+    bool ok = colon != std::string_view::npos && colon > at && colon - at <= 9;
+    for (size_t i = at; ok && i < colon; ++i) {
+      ok = text[i] >= '0' && text[i] <= '9';
+      if (ok) len = len * 10 + static_cast<size_t>(text[i] - '0');
+    }
+    if (!ok || len == 0 || len > text.size() - colon - 1) {
+      return std::unexpected(make_error(
+          BaseErrc::kInvalidArgument, "bad " + std::string(kLineageEnv) + "='" +
+                                          std::string(text) + "': expected '<length>:<key>' at " +
+                                          std::to_string(at)));
+    }
+    out.emplace_back(text.substr(colon + 1, len));
+    at = colon + 1 + len;
+  }
+  return out;
+}
+
 std::chrono::milliseconds proc_exit_grace() {
   const char* v = std::getenv("PODIUM_PROC_EXIT_GRACE_MS");
   if (!v || !*v) return kProcExitGrace;
@@ -233,8 +262,15 @@ Status serve_proc() {
     if (!c) return std::unexpected(c.error());
     commands = std::move(*c);
   }
+  std::vector<std::string> lineage;  // BT-5
+  if (const char* l = std::getenv(mesh::kLineageEnv)) {
+    auto keys = mesh::decode_lineage(l);
+    if (!keys) return std::unexpected(keys.error());
+    lineage = std::move(*keys);
+  }
   ::unsetenv(mesh::kBootEnv);  // BT-1: actors that start programs must not make them procs
   ::unsetenv(mesh::kSpawnEnv);
+  ::unsetenv(mesh::kLineageEnv);
   if (const char* bind = std::getenv(mesh::kBindEnv)) {  // LA-1: before any runtime thread
     if (auto bound = mesh::apply_bind(bind); !bound) return std::unexpected(bound.error());
     ::unsetenv(mesh::kBindEnv);
@@ -248,6 +284,7 @@ Status serve_proc() {
     config.listen = boot->listen;
     config.parent = boot->parent;
     config.reuse_port = boot->reuse_port;
+    config.lineage = std::move(lineage);
     if (commands) {
       config.spawn.proc_argv = std::move(commands->proc_argv);
       config.spawn.zygote_argv = std::move(commands->zygote_argv);

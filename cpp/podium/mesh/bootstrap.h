@@ -20,6 +20,11 @@
 //        starts (SpawnCommands encodes them; decode(encode(c)) == c, and anything else is
 //        refused naming the variable), and serve_proc() builds the proc's spawner from it,
 //        then unsets it with PODIUM_BOOT. A proc without one spawns with this binary.
+//   BT-5 A proc knows the procs it descends from (runtime ME-15): a proc that spawns procs on
+//        its host puts its own key, then its own lineage, in their PODIUM_LINEAGE
+//        (encode_lineage: each key as "<length>:<bytes>"; decode(encode(l)) == l, and
+//        anything else is refused naming the variable); serve_proc() reads it and unsets it
+//        with PODIUM_BOOT. A proc without one (a worker's, a controller's) descends from none.
 //   BT-4 A proc told to exit ends as a program does, within a deadline: serve_proc() arms
 //        a watchdog (PODIUM_PROC_EXIT_GRACE_MS, default kProcExitGrace, shorter than the
 //        controller's kill grace), asks the procs it spawned to exit (ME-14), stops its
@@ -67,6 +72,11 @@ struct SpawnCommands {
   [[nodiscard]] static Result<SpawnCommands> decode(std::string_view text);
   bool operator==(const SpawnCommands&) const = default;
 };
+
+// BT-5: the procs a proc descends from, nearest first.
+inline constexpr const char* kLineageEnv = "PODIUM_LINEAGE";
+std::string encode_lineage(const std::vector<std::string>& keys);
+[[nodiscard]] Result<std::vector<std::string>> decode_lineage(std::string_view text);
 
 // BT-4: how long a proc told to exit has to finish (PODIUM_PROC_EXIT_GRACE_MS), and how much
 // of it the procs it spawned get to exit before they are killed.

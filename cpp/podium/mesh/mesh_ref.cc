@@ -41,8 +41,8 @@ struct ProcMeshWire {
   std::vector<uint64_t> sizes;
   std::vector<ProcWire> procs;
   RegionWire region;
-  std::string spawner;
-  MSGPACK_DEFINE(labels, sizes, procs, region, spawner);
+  std::vector<std::string> spawners;
+  MSGPACK_DEFINE(labels, sizes, procs, region, spawners);
 };
 
 struct ActorWire {
@@ -67,7 +67,7 @@ ProcMeshWire to_wire(const mesh::ProcMeshRef& r) {
   for (const auto& p : r.procs) w.procs.push_back(ProcWire{p.id, p.pid, p.host});
   const auto& s = r.region.slice();
   w.region = RegionWire{r.region.labels(), s.offset(), to_u64(s.sizes()), to_u64(s.strides())};
-  w.spawner = r.spawner;
+  w.spawners = r.spawners;
   return w;
 }
 
@@ -84,7 +84,7 @@ Result<mesh::ProcMeshRef> from_wire(ProcMeshWire&& w) {
   auto region = ndslice::Region::make(std::move(w.region.labels), std::move(*slice));
   if (!region) return std::unexpected(region.error());
   r.region = std::move(*region);
-  r.spawner = std::move(w.spawner);
+  r.spawners = std::move(w.spawners);
   return r;
 }
 
@@ -118,7 +118,7 @@ mesh::ProcMeshRef procs_ref(mesh::ProcMeshState& st, const ndslice::Region& regi
   out.labels = st.extent.labels();
   out.sizes = st.extent.sizes();
   out.region = region;
-  out.spawner = st.spawner;
+  out.spawners = st.spawners;
   std::lock_guard lock(st.mu);
   for (const auto& p : st.procs) {
     out.procs.push_back(mesh::ProcRef{p.id.to_string(), p.pid, spelled_host(p.host)});
@@ -146,7 +146,7 @@ Result<std::shared_ptr<mesh::ProcMeshState>> procs_from_ref(const mesh::ProcMesh
   }
   auto st = std::make_shared<mesh::ProcMeshState>();
   st->extent = std::move(*extent);
-  st->spawner = ref.spawner;  // ME-15: watch() indexes the view by it
+  st->spawners = ref.spawners;  // ME-15: watch() indexes the view by them
   for (const auto& p : ref.procs) {
     auto addr = channel::Address::parse(p.id);
     if (!addr) return std::unexpected(addr.error());

@@ -45,7 +45,7 @@ struct ProcMeshRef {
   std::vector<size_t> sizes;
   std::vector<ProcRef> procs;       // by base rank of the root mesh
   ndslice::Region region;           // the handle's region of the root mesh
-  std::string spawner;              // the proc they end with (runtime ME-15); empty: none
+  std::vector<std::string> spawners;  // the procs they end with, nearest first (runtime ME-15)
   bool operator==(const ProcMeshRef&) const = default;
 };
 

@@ -40,6 +40,7 @@ mesh::ProcMeshRef two_procs() {
              {"unix:/tmp/podium-no-such-b.sock", 42, "beta"}};
   r.region = ok(podium::ndslice::Region(ok(podium::ndslice::Extent::make(r.labels, r.sizes)))
                     .select("gpus", 1));
+  r.spawners = {"unix:/tmp/podium-no-such-mid.sock", "unix:/tmp/podium-no-such-top.sock"};
   return r;
 }
 

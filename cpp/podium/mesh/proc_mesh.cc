@@ -371,8 +371,8 @@ int ProcMesh::pid(size_t rank) const {
   return st_->procs[*b].pid;
 }
 
-void ProcMesh::spawned_for(const std::string& owner_key) const {
-  mesh::Runtime::get().spawned_for(st_, owner_key);
+void ProcMesh::spawned_for(const std::vector<std::string>& lineage) const {
+  mesh::Runtime::get().spawned_for(st_, lineage);
 }
 
 actor::Future<void> ProcMesh::ended() const { return mesh::Runtime::get().procs_ended(st_); }

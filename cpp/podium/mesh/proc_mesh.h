@@ -178,9 +178,10 @@ class ProcMesh {
   int pid(size_t rank) const;
 
   // ME-15 (runtime.h): these procs, spawned by this process on attached hosts, belong to the
-  // proc `owner_key` (an actor there asked for them): handles on them name it as their
-  // spawner, and this process stops them when it stops and kills them when it fails.
-  void spawned_for(const std::string& owner_key) const;
+  // proc lineage[0] (an actor there asked for them; its Runtime::lineage()): handles on
+  // them name those procs as their spawners, and this process stops them when one of those
+  // stops and kills them when one fails.
+  void spawned_for(const std::vector<std::string>& lineage) const;
   // Resolves once every proc of the whole mesh is known here to have ended (seen, or told
   // by another process: ME-7); a handle rebuilt here waits for the ends it hears of.
   actor::Future<void> ended() const;

@@ -24,7 +24,7 @@ bool ProcRegistry::note_dead(const std::string& key, Error why, Clock::time_poin
 void ProcRegistry::add_view(const std::shared_ptr<ProcMeshState>& mesh) {
   for (const auto& p : mesh->procs) views_[p.id.to_string()].push_back(mesh);
   view_count_ += mesh->procs.size();
-  if (!mesh->spawner.empty()) by_spawner_[mesh->spawner].push_back(mesh);
+  for (const auto& s : mesh->spawners) by_spawner_[s].push_back(mesh);
   // Amortised O(1) per view: a process that is handed meshes again and again (a mesh passed
   // as an argument of every call) keeps only those still alive.
   if (view_count_ >= 2 * views_after_compact_ + 64) compact_views();

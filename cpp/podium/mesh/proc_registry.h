@@ -67,7 +67,7 @@ struct ProcRegistry {
   bool note_dead(const std::string& key, Error why, Clock::time_point now);
   // A handle rebuilt here from another process's state addresses the procs of `mesh` (ME-11).
   void add_view(const std::shared_ptr<ProcMeshState>& mesh);
-  // ME-15: the live views (add_view) of procs spawned by or for the proc `key`.
+  // ME-15: the live views (add_view) of procs that descend from the proc `key`.
   std::vector<std::shared_ptr<ProcMeshState>> views_spawned_by(const std::string& key) const;
   // Whether a live ProcMeshState of this process holds the proc `key`.
   bool addressed(const std::string& key) const;
@@ -84,7 +84,8 @@ struct ProcRegistry {
 
   std::deque<std::pair<Clock::time_point, std::string>> dying_;  // dead keys, oldest first
   std::unordered_map<std::string, std::vector<std::weak_ptr<ProcMeshState>>> views_;
-  // The views by their spawner (ProcMeshState::spawner; ME-15), compacted with views_.
+  // The views by each of their spawners (ProcMeshState::spawners; ME-15), compacted with
+  // views_.
   std::unordered_map<std::string, std::vector<std::weak_ptr<ProcMeshState>>> by_spawner_;
   size_t view_count_ = 0;          // weak pointers in views_
   size_t views_after_compact_ = 0;

@@ -27,11 +27,12 @@ Error proc_exited(std::string msg) {
   return make_error(actor::ActorErrc::kProcExited, std::move(msg));
 }
 
-// ME-15: why the proc (pid `pid`) that `spawner` (pid `spawner_pid`) spawned counts as ended:
-// "its proc (pid 7) ended with the proc that spawned it (pid 5, unix:...), which was killed
-// by signal SIGKILL (9)". `spawner_cause` is the spawner's own ("its proc (pid 5) was ...").
-std::string orphan_cause(int64_t pid, const std::string& spawner, int64_t spawner_pid,
-                         const std::string& spawner_cause) {
+// ME-15: why the proc (pid `pid`) that descends from `spawner` (pid `spawner_pid`; `direct`:
+// spawned by it) counts as ended: "its proc (pid 7) ended with the proc that spawned it (pid
+// 5, unix:...), which was killed by signal SIGKILL (9)". `spawner_cause` is the spawner's
+// own ("its proc (pid 5) was ...").
+std::string orphan_cause(int64_t pid, bool direct, const std::string& spawner,
+                         int64_t spawner_pid, const std::string& spawner_cause) {
   std::string how = spawner_cause;
   std::string prefix = "its proc (pid " + std::to_string(spawner_pid) + ") ";
   if (how.starts_with(prefix)) {
@@ -39,7 +40,8 @@ std::string orphan_cause(int64_t pid, const std::string& spawner, int64_t spawne
   } else {
     how = "ended: " + how;
   }
-  return "its proc (pid " + std::to_string(pid) + ") ended with the proc that spawned it (pid " +
+  return "its proc (pid " + std::to_string(pid) + ") ended with " +
+         (direct ? "the proc that spawned it" : "a proc it descends from") + " (pid " +
          std::to_string(spawner_pid) + ", " + spawner + "), which " + how;
 }
 
@@ -241,17 +243,24 @@ void Runtime::Impl::end_descendants(const std::string& key, int64_t pid, const s
                                     bool expected,
                                     std::vector<std::shared_ptr<ProcMeshState>> views,
                                     std::vector<std::shared_ptr<ProcMeshState>> tied) {
-  std::vector<std::pair<std::string, int64_t>> ended;
+  struct Ended {
+    std::string key;
+    int64_t pid;
+    bool direct;
+  };
+  std::vector<Ended> ended;
   for (const auto& v : views) {
+    bool direct = !v->spawners.empty() && v->spawners.front() == key;
     std::lock_guard lock(v->mu);
-    for (const auto& p : v->procs) ended.emplace_back(p.id.to_string(), p.pid);
+    for (const auto& p : v->procs) ended.push_back(Ended{p.id.to_string(), p.pid, direct});
   }
-  for (const auto& [k, child_pid] : ended) {
+  for (const auto& e : ended) {
     {
       std::lock_guard lock(mu);
-      if (k == proc_key || by_key.contains(k) || dead.contains(k)) continue;
+      if (e.key == proc_key || by_key.contains(e.key) || dead.contains(e.key)) continue;
     }
-    proc_gone(k, child_pid, SIGKILL, -1, orphan_cause(child_pid, key, pid, cause), expected);
+    proc_gone(e.key, e.pid, SIGKILL, -1, orphan_cause(e.pid, e.direct, key, pid, cause),
+              expected);
   }
   if (!tied.empty()) end_spawned_for(key, std::move(tied), expected);
 }
@@ -265,6 +274,11 @@ void Runtime::Impl::end_spawned_for(const std::string& key,
                                     bool expected) {
   constexpr std::chrono::milliseconds kGrace{5000};  // as ProcMesh.stop()'s (Python)
   for (auto& mesh : tied) {
+    {
+      // Tied to several procs of one line (spawned_for): the first end ends it.
+      std::lock_guard lock(mesh->mu);
+      if (mesh->stopping) continue;
+    }
     if (expected) {
       (void)runtime->stop_procs(mesh, kGrace);
       continue;
@@ -448,7 +462,8 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
   }
   auto mesh = std::make_shared<ProcMeshState>();
   mesh->extent = extent;
-  mesh->spawner = impl.proc_key;  // ME-15: they die with this process (PR_SET_PDEATHSIG)
+  mesh->spawners = lineage();  // ME-15: they die with this process (PR_SET_PDEATHSIG)
+  const std::string child_lineage = encode_lineage(mesh->spawners);  // BT-5
   mesh->initialized = mesh->initialized_promise.future();
   size_t n = extent.num_ranks();
   mesh->procs.resize(n);
@@ -484,7 +499,8 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
   for (size_t r = 0; r < n; ++r) {
     std::string key = mesh->procs[r].id.to_string();
     Boot boot{impl.proc->id().addr, mesh->procs[r].id.addr, mesh->mesh_id, r, tcp};
-    ProcCommand cmd{{{kBootEnv, boot.encode()}}, r < launches.size() ? launches[r] : ProcLaunch{}};
+    ProcCommand cmd{{{kBootEnv, boot.encode()}, {kLineageEnv, child_lineage}},
+                    r < launches.size() ? launches[r] : ProcLaunch{}};
     auto pid = impl.spawner->spawn(cmd,
                                    [&impl, key](const host::ExitStatus& s) { impl.on_exit(key, s); });
     if (!pid) {
@@ -624,14 +640,19 @@ std::optional<Error> Runtime::proc_dead(const std::string& proc_key) {
 void Runtime::kill_proc(const std::string& proc_key) { impl_->kill(proc_key); }
 
 void Runtime::spawned_for(const std::shared_ptr<ProcMeshState>& mesh,
-                          const std::string& owner_key) {
-  bool gone = false;
+                          const std::vector<std::string>& lineage) {
+  std::optional<std::string> gone;
   {
     std::lock_guard lock(impl_->mu);
-    mesh->spawner = owner_key;
-    gone = impl_->dead.contains(owner_key);
-    if (!gone) {
-      auto& list = impl_->spawned_for[owner_key];
+    mesh->spawners = lineage;
+    for (const auto& key : lineage) {
+      if (impl_->dead.contains(key)) {
+        gone = key;
+        break;
+      }
+    }
+    for (const auto& key : gone ? std::vector<std::string>{} : lineage) {
+      auto& list = impl_->spawned_for[key];
       // Meshes whose procs have all ended need no end: a proc that spawns and stops
       // meshes again and again keeps only its live ones here.
       std::erase_if(list, [](const auto& m) {
@@ -642,7 +663,13 @@ void Runtime::spawned_for(const std::shared_ptr<ProcMeshState>& mesh,
       list.push_back(mesh);
     }
   }
-  if (gone) impl_->end_spawned_for(owner_key, {mesh}, false);
+  if (gone) impl_->end_spawned_for(*gone, {mesh}, false);
+}
+
+std::vector<std::string> Runtime::lineage() const {
+  std::vector<std::string> out{impl_->proc_key};
+  out.insert(out.end(), impl_->ancestors.begin(), impl_->ancestors.end());
+  return out;
 }
 
 actor::Future<void> Runtime::procs_ended(const std::shared_ptr<ProcMeshState>& mesh) {

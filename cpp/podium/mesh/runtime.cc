@@ -172,6 +172,7 @@ Result<std::unique_ptr<Runtime>> make_runtime(RuntimeConfig config) {
                                                           : default_root_handler(*impl));
   impl->relay = std::make_unique<Relay>();
   impl->parent = std::move(config.parent);
+  impl->ancestors = std::move(config.lineage);
 
   auto* raw = impl.get();
   auto& p = *impl->proc;

@@ -37,17 +37,19 @@
 //        proc of another level fails at once. A proc told to exit first
 //        stops the procs it spawned (stop_spawned: "exit", then SIGKILL after half its exit
 //        grace, BT-4), so stopping a mesh stops its procs' procs, recursively.
-//   ME-15 The procs of a mesh end with the proc they belong to (ProcMeshState::spawner), and
-//        every process that holds a handle on them learns of it at once: when a process
-//        learns that a proc ended (seen, or told: ME-7, ME-14), every handle it holds on
-//        procs spawned by or for that proc (a view, watch()) counts those procs as ended
-//        too, recursively, with the cause "ended with the proc that spawned it (...), which
-//        <how that one ended>" (SIGKILL, as PR_SET_PDEATHSIG ends them), so calls in flight
-//        and later calls to them fail at once, not at their delivery timeout, and the
-//        meshes owned there with actors on them raise the failure (SV-2). Procs that a
-//        controller spawned on attached hosts for another proc (spawned_for) are stopped by
-//        the controller when that proc stops ("exit", then SIGKILL after a grace period)
-//        and killed when it fails, as a local spawner's procs are.
+//   ME-15 The procs of a mesh end with the procs they descend from (ProcMeshState::spawners:
+//        their spawner, its spawner, ...), and every process that holds a handle on them
+//        learns of it at once: when a process learns that a proc ended (seen, or told: ME-7,
+//        ME-14), every handle it holds on procs descending from it (a view, watch()) counts
+//        those procs as ended too, with the cause "ended with the proc that spawned it
+//        (pid, key), which <how that one ended>" (or "with a proc it descends from"), as
+//        SIGKILL (PR_SET_PDEATHSIG ends them so), so calls in flight and later calls to them
+//        fail at once, not at their delivery timeout, and the meshes owned there with actors
+//        on them raise the failure (SV-2). This process's own procs and itself are left to
+//        their own ends. Procs that a controller spawned on attached hosts for another proc
+//        (spawned_for) are stopped by the controller when that proc (or one it descends
+//        from) stops ("exit", then SIGKILL after a grace period) and killed when it fails,
+//        as a local spawner's procs are.
 //   ME-11 (see proc_registry.h) a dead proc's records are kept while this process can
 //        address it and dropped after a grace period (30 s, PODIUM_DEAD_RECORD_GRACE_MS).
 #pragma once
@@ -168,12 +170,13 @@ struct ProcMeshState {
   actor::Promise<void> initialized_promise;
   actor::Future<void> initialized;
   bool local = false;                // the root proc itself (this_proc())
-  // ME-15: the key of the proc these procs end with, where they do: the process that spawned
-  // them on its host (PR_SET_PDEATHSIG), or the proc they were spawned for on attached hosts
-  // (Runtime::spawned_for: the controller ends them when that proc ends). Empty: none (a
-  // persistent worker's procs outlive their controller). Set before the state is published;
-  // a handle rebuilt elsewhere carries it (ProcMeshRef::spawner).
-  std::string spawner;
+  // ME-15: the keys of the procs these procs end with, nearest first: the process that
+  // spawned them on its host (PR_SET_PDEATHSIG), or the proc they were spawned for on
+  // attached hosts (Runtime::spawned_for: the controller ends them when that proc ends),
+  // then that one's own spawners (its PODIUM_LINEAGE). Empty: none (a persistent worker's
+  // procs outlive their controller). Set before the state is published; a handle rebuilt
+  // elsewhere carries them (ProcMeshRef::spawners).
+  std::vector<std::string> spawners;
 };
 
 // One worker of an attached HostMesh (docs/host_agent.md).
@@ -235,10 +238,15 @@ class Runtime {
   // The root proc as a mesh with no dimensions.
   std::shared_ptr<ProcMeshState> this_proc();
   // ME-15: the procs of `mesh` (spawned here, on attached hosts) belong to the proc
-  // `owner_key` (an actor there asked for them): their handles name it as their spawner,
-  // and this process stops them when that proc stops and kills them when it fails (at once
-  // if it has ended already). Call before any handle of `mesh` leaves this process.
-  void spawned_for(const std::shared_ptr<ProcMeshState>& mesh, const std::string& owner_key);
+  // lineage[0] (an actor there asked for them; then the procs it descends from, its
+  // lineage()): their handles name them as their spawners, and this process stops them when
+  // one of those stops and kills them when one fails (at once if one has ended already).
+  // Call before any handle of `mesh` leaves this process.
+  void spawned_for(const std::shared_ptr<ProcMeshState>& mesh,
+                   const std::vector<std::string>& lineage);
+  // ME-15: this process's key, then the keys of the procs it descends from (its spawner,
+  // that one's, ...: PODIUM_LINEAGE); just its key in a controller or worker.
+  std::vector<std::string> lineage() const;
   // Resolves once every proc of `mesh` is known here to have ended (seen, or told: ME-7).
   actor::Future<void> procs_ended(const std::shared_ptr<ProcMeshState>& mesh);
   // Ends this controller's use of the hosts of `hosts` named by `host_ranks`

@@ -54,6 +54,7 @@ struct RuntimeConfig {
   std::string worker_sock_dir;            // a Unix-socket worker's procs' socket directory
   std::string sock_dir;                   // a controller's socket directory; empty: none
   std::optional<channel::Address> parent;  // in a proc: its controller
+  std::vector<std::string> lineage;        // in a proc: the procs it descends from (ME-15)
   bool reuse_port = false;                 // in a proc on a reserved port (HA-2)
   bool worker = false;                     // a host agent
   bool persistent = false;                 // a persistent host agent (HA-7)
@@ -81,6 +82,8 @@ struct Runtime::Impl : ProcRegistry {
   Runtime* runtime = nullptr;  // the Runtime that owns this Impl (set by its constructor)
   std::string worker_sock_dir;  // a Unix-socket worker's procs' sockets; removed at shutdown
   std::string proc_key;  // proc->id().to_string()
+  // ME-15: the keys of the procs this one descends from, nearest first (PODIUM_LINEAGE).
+  std::vector<std::string> ancestors;
   std::shared_ptr<base::Clock> clock;  // null: the real clock (CK-4)
   std::chrono::milliseconds host_lost_after{3000};   // PODIUM_HOST_LOST_MS
   std::chrono::milliseconds attach_timeout{10000};   // PODIUM_ATTACH_TIMEOUT_MS

@@ -53,6 +53,22 @@ TEST(SpawnCommands, RoundTripAndRefuseWhatIsNotTheirEncoding) {  // BT-3
   }
 }
 
+TEST(Lineage, RoundTripAndRefuseWhatIsNotItsEncoding) {  // BT-5
+  using Keys = std::vector<std::string>;
+  for (const Keys& keys : {Keys{}, Keys{"unix:/tmp/podium-0/1-ab/m1-0.sock"},
+                           Keys{"tcp:127.0.0.1:4000/1a2b", "unix:/a:b;c\n/x.sock"}}) {
+    auto back = decode_lineage(encode_lineage(keys));
+    ASSERT_TRUE(back) << back.error().to_string();
+    EXPECT_EQ(*back, keys);
+  }
+  for (const char* bad : {"x", "3:ab", "0:", "1:a2", ":a", "1a:b", "-1:a", "1234567890:a"}) {
+    auto got = decode_lineage(bad);
+    ASSERT_FALSE(got) << bad;
+    EXPECT_NE(got.error().message.find("PODIUM_LINEAGE"), std::string::npos)
+        << got.error().message;
+  }
+}
+
 TEST(JobThread, RunsJobsInOrderAndRunsInlineFromItself) {
   JobThread t("test");
   t.start();

@@ -23,10 +23,11 @@ def main() -> int:
     # Output reaches the controller's terminal line by line, each line in one write(2) and,
     # when an actor wrote it, prefixed with the actor's name and rank (see output.py).
     output.install()
-    # serve_proc() reads PODIUM_BOOT and PODIUM_SPAWN from the C environment and unsets them
-    # (BT-1, BT-3); os.environ, read at start, must not keep them either, or a program an
-    # actor starts with a copy of it (env={**os.environ, ...}) would think it is a proc.
-    for key in ("PODIUM_BOOT", "PODIUM_SPAWN"):
+    # serve_proc() reads PODIUM_BOOT, PODIUM_SPAWN and PODIUM_LINEAGE from the C environment
+    # and unsets them (BT-1, BT-3, BT-5); os.environ, read at start, must not keep them either,
+    # or a program an actor starts with a copy of it (env={**os.environ, ...}) would think it
+    # is a proc.
+    for key in ("PODIUM_BOOT", "PODIUM_SPAWN", "PODIUM_LINEAGE"):
         value = os.environ.pop(key, None)
         if value is not None:
             os.putenv(key, value)  # the C environment only, for serve_proc

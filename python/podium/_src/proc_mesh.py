@@ -15,19 +15,31 @@ Invariants:
   HM-1 ``HostMesh.stop()`` stops exactly the ProcMeshes spawned through that HostMesh object
        and its slices (never those another HostMesh spawned on the same hosts) and keeps the
        hosts for the next spawn_procs; ``shutdown()`` also ends this controller's use of
-       attached hosts. A HostMesh unpickled in another process is a reference: it spawns
-       (through the attaching controller's registry actor, which owns those procs), but its
-       ``stop()`` and ``shutdown()`` raise RuntimeError naming why.
+       attached hosts. A HostMesh unpickled in another process is a reference: its
+       ``stop()`` and ``shutdown()`` raise RuntimeError naming why, and it spawns through
+       the attaching controller's registry actor (only the controller talks to its workers),
+       but the procs belong to the process that asked (HM-2).
+  HM-2 Procs that an actor spawns through a HostMesh reference are that actor's, as if it had
+       spawned them on its own host: their failures reach its ``__supervise__`` (and fail it
+       when unhandled), its ProcMesh stops them (``stop()`` asks the controller, then waits
+       until their ends reach this process), and they end with its proc (the controller
+       stops them when that proc stops and kills them when it fails; runtime ME-15), so
+       stopping the actor's mesh stops them, recursively. The controller's ``stop()`` of
+       the original HostMesh stops them too (they were spawned through it), and its exit
+       ends them (HA-5).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import inspect
 import logging
 import pickle
 import sys
 import threading
+import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 
@@ -39,7 +51,7 @@ from podium._src.actor_mesh import ActorMesh, _decode_bootstrap, _decode_none
 from podium._src.context import actor_context
 from podium._src.endpoint import Actor, check_actor_class, check_call, endpoint
 from podium._src.errors import PROC_MESH_IS_STOPPED, SupervisionError
-from podium._src.future import Future
+from podium._src.future import CoroFuture, Future
 from podium._src.runtime import enable_transport, ensure_runtime
 from podium._src.shape import _RegionView, MeshShape, select
 
@@ -280,10 +292,14 @@ class HostMesh(MeshShape):
             if registry is None:
                 raise RuntimeError(f"spawn_procs on {self!r}: this process does not know the "
                                    "controller that attached these hosts")
-            return registry.spawn_procs_for.call_one(
+            pm, token = registry.spawn_procs_for.call_one(
                 self._host.ref, self._r, per_host, bootstrap, name, proc_bind,
                 bootstrap_command if bootstrap_command is not None else self._host.command,
+                list(_mesh.lineage()),
             ).get()
+            pm._shared.owned = True  # HM-2: this process's, stopped through the registry
+            pm._shared.remote = (registry, token)
+            return pm
         host = self._r.extent
         labels = list(host.labels) + list(per_host)
         sizes = list(host.sizes) + list(per_host.values())
@@ -433,6 +449,9 @@ class _ProcShared:
         self.lock = threading.Lock()  # guards actor_meshes, stopped
         self.actor_meshes: List[Any] = []  # C++ ActorMesh handles spawned from here
         self.stopped = False
+        # HM-2: procs a controller spawned for this process on attached hosts: (its registry,
+        # the token it keeps them by); stop() asks it to stop them.
+        self.remote: Optional[tuple] = None
 
 
 class ProcMesh(MeshShape):
@@ -552,6 +571,8 @@ class ProcMesh(MeshShape):
             self._shared.stopped = True
             cores, self._shared.actor_meshes = self._shared.actor_meshes, []
         first = [c.stop() for c in cores]
+        if self._shared.remote is not None:
+            return _stop_through_registry(self._core, first, *self._shared.remote)
         return Future(self._core.stop_after(first, STOP_ACTORS_MS, STOP_GRACE_MS), _decode_none)
 
     def logging_option(self, stream_to_client: bool = False,
@@ -575,6 +596,41 @@ class ProcMesh(MeshShape):
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self.extent}>"
+
+
+# How long a stop through the registry (HM-2) waits for the procs' ends to reach this process
+# once the controller began stopping them: its grace, then the kill and the notices.
+_REMOTE_END_S = (STOP_GRACE_MS + 10000) / 1000
+
+
+def _stop_through_registry(core: Any, first: List[Any], registry: Any, token: int
+                           ) -> "Future[None]":
+    """HM-2: stops procs a controller spawned for this process: once the actor meshes' stops
+    (`first`) are done (or after STOP_ACTORS_MS), asks the controller to stop the procs, then
+    waits until every proc's end reached this process. Starts at once, on a thread of its
+    own (the steps wait on other processes); the Future resolves when it is done."""
+    done: "concurrent.futures.Future[None]" = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            deadline = time.monotonic() + STOP_ACTORS_MS / 1000
+            for f in first:  # whatever their outcome, as ProcMesh::stop_after (ME-12)
+                f.wait(max(0.0, deadline - time.monotonic()))
+            registry.stop_procs_for.call_one(token).get()
+            if not core.ended().wait(_REMOTE_END_S):
+                raise RuntimeError(f"the procs of {core.extent} did not end within "
+                                   f"{_REMOTE_END_S:.0f} s of their controller's stop")
+            done.set_result(None)
+        except BaseException as e:  # the caller's Future raises it
+            done.set_exception(e)
+
+    threading.Thread(target=contextvars.copy_context().run, args=(run,), daemon=True,
+                     name="podium-remote-stop").start()
+
+    async def wait() -> None:
+        await asyncio.wrap_future(done)
+
+    return CoroFuture(wait())
 
 
 def _rebuild_proc_mesh(state: tuple, bootstrap: bool) -> ProcMesh:
@@ -629,16 +685,34 @@ class _ControllerController(Actor):
     @endpoint
     def spawn_procs_for(self, ref: tuple, region: Any, per_host: Dict[str, int],
                         bootstrap: Any, name: Optional[str], proc_bind: Any,
-                        command: Any) -> "ProcMesh":
+                        command: Any, lineage: List[str]) -> tuple:
         """spawn_procs on a HostMesh reference (HM-1), run by the controller that attached
-        the hosts; the procs are the controller's, and stop with its HostMesh."""
+        the hosts, for the proc lineage[0] (HM-2): the procs end with it, or with a proc it
+        descends from (the rest of `lineage`; runtime ME-15).
+        Returns the ProcMesh and the token that stop_procs_for takes."""
         with _attached_lock:
             original = _attached.get(ref[1])
         if ref[0] != runtime_id() or original is None or original.core is None:
             raise RuntimeError("spawn_procs on a HostMesh reference: its controller no longer "
                                "holds those hosts")
-        return HostMesh(region, original.core, original).spawn_procs(
+        pm = HostMesh(region, original.core, original).spawn_procs(
             per_host, bootstrap, name, proc_bind, command)
+        pm._core.spawned_for(lineage)  # before the ProcMesh is pickled: its state names them
+        with _spawned_for_lock:
+            global _next_token
+            _next_token += 1
+            token = _next_token
+            _spawned_for[token] = pm
+        return pm, token
+
+    @endpoint
+    def stop_procs_for(self, token: int) -> None:
+        """Begins the stop of the procs spawn_procs_for returned with `token` (HM-2); the
+        process they belong to waits for their ends itself (this actor does not block)."""
+        with _spawned_for_lock:
+            pm = _spawned_for.pop(token, None)
+        if pm is not None and not pm._shared.stopped:
+            pm.stop()
 
     @endpoint
     def get_or_spawn(self, name: str, Class: type, args: tuple, kwargs: dict) -> ActorMesh[Any]:
@@ -651,6 +725,11 @@ class _ControllerController(Actor):
 
 _registry: Optional[ActorMesh[Any]] = None
 _registry_lock = threading.Lock()
+# HM-2: the ProcMeshes spawn_procs_for spawned for other procs, by token, while the original
+# HostMesh keeps them (weak: HostMesh.stop() drops them).
+_spawned_for: "weakref.WeakValueDictionary[int, ProcMesh]" = weakref.WeakValueDictionary()
+_spawned_for_lock = threading.Lock()
+_next_token = 0
 
 
 def _registry_for_spawn(Class: type) -> Optional[ActorMesh[Any]]:
