@@ -19,6 +19,9 @@ from conftest import CHILD_TIMEOUT_S, Worker, gone_within, pid_alive
 from podium.actor import Actor, MeshFailure, SupervisionError, endpoint, this_host
 
 T = 30  # bound on each wait
+# Bound on learning that procs ended with the proc above them (ME-15): well below the 30 s
+# after which an undelivered message fails on its own, so passing it shows the end was told.
+ORPHAN_T = 10
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,6 +62,10 @@ class Leaf(Actor):
     @endpoint
     def boom(self) -> None:
         raise RuntimeError("leaf boom")
+
+    @endpoint
+    def nap(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 class SpawnsInInit(Actor):
@@ -298,6 +305,60 @@ def test_a_grandchild_end_reaches_a_controller_that_holds_its_mesh(faults):  # M
         pm.stop().get(timeout=T)
 
 
+class HandsOutAll(HandsOutLeaves):
+    @endpoint
+    def handles(self) -> tuple:
+        self.leaves.initialized.get(timeout=T)
+        return os.getpid(), self.procs, self.leaves
+
+
+def _faults_of(faults, names: set) -> dict:
+    """Polls until this controller's fault hook got a failure for each mesh of `names`."""
+    deadline = time.monotonic() + T
+    while True:
+        got = {f.mesh_name: f for f in faults()}
+        if names <= set(got) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.02)
+
+
+def test_a_killed_middle_procs_children_end_with_it_and_every_holder_knows_at_once(faults):
+    # ME-15: the controller holds the grandchildren's meshes (handed back pickled) and has
+    # actors of its own on them; the middle proc is SIGKILLed, so nobody is left to report
+    # the grandchildren. They die with it, and this controller learns of it from the middle
+    # proc's end: the call in flight, later calls and its own actors' owner all hear at once.
+    pm = this_host().spawn_procs(per_host={"owner": 1})
+    leaf_pids = []
+    try:
+        owner = pm.spawn("owner", HandsOutAll, True)
+        mid_pid, procs, leaves = owner.handles.call_one().get(timeout=T)
+        leaf_pids = sorted(leaves.pid.call().get(timeout=T).values())
+        mine = procs.spawn("mine", Leaf, "mine")
+        assert list(mine.echo.call(1).get(timeout=T).values()) == [("mine", 1)] * 2
+        napping = leaves.slice(leaves=0).nap.call_one(120)  # in flight when the end comes
+        os.kill(mid_pid, signal.SIGKILL)
+        assert _wait_gone(leaf_pids) == [], "the grandchildren outlived their spawner"
+        with pytest.raises(SupervisionError) as info:
+            napping.get(timeout=ORPHAN_T)
+        msg = str(info.value)
+        assert "actor leaf[0] of mesh 'leaf'" in msg and f"pid {leaf_pids[0]}" in msg, msg
+        assert "host " in msg, msg
+        assert f"ended with the proc that spawned it (pid {mid_pid}, " in msg, msg
+        assert "which was killed by signal SIGKILL (9)" in msg, msg
+        with pytest.raises(SupervisionError, match="ended with the proc that spawned it"):
+            leaves.slice(leaves=1).echo.call_one(0).get(timeout=ORPHAN_T)
+        with pytest.raises(SupervisionError, match="ended with the proc that spawned it"):
+            mine.echo.call(2).get(timeout=ORPHAN_T)
+        got = _faults_of(faults, {"owner", "mine"})
+        assert {"owner", "mine"} <= set(got), got
+        assert "ended with the proc that spawned it" in got["mine"].report()
+    finally:
+        pm.stop().get(timeout=T)
+        for p in leaf_pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
 class Level(Actor):
     """One level of a tree of procs: spawns `depth` more levels below itself."""
 
@@ -314,6 +375,40 @@ class Level(Actor):
             for sub in self.below.pids.call().get(timeout=T).values():
                 mine.extend(sub)
         return mine
+
+    @endpoint
+    def bottom(self):
+        """The actors of the lowest level under this one's first branch (None at the lowest)."""
+        if self.below is None:
+            return None
+        below = self.below.slice(n=0).bottom.call_one().get(timeout=T)
+        return self.below if below is None else below
+
+
+def test_a_holder_of_deeper_procs_knows_at_once_when_a_proc_above_them_is_killed(faults):
+    # ME-15, BT-5: this controller holds only the lowest level (great-grandchildren); the top
+    # proc is SIGKILLed, and every level under it dies. Nobody reports the levels between,
+    # but the lowest level's state names every proc it descends from.
+    pm = this_host().spawn_procs(per_host={"top": 1})
+    pids = []
+    try:
+        top = pm.spawn("top", Level, 2)
+        pids = top.pids.call_one().get(timeout=T)
+        bottom = top.bottom.call_one().get(timeout=T)
+        assert len(bottom.pids.call().get(timeout=T)) == 2
+        os.kill(pids[0], signal.SIGKILL)
+        assert _wait_gone(pids) == [], "procs outlived the proc above them"
+        with pytest.raises(SupervisionError) as info:
+            bottom.pids.call().get(timeout=ORPHAN_T)
+        msg = str(info.value)
+        assert f"ended with a proc it descends from (pid {pids[0]}, " in msg, msg
+        assert "which was killed by signal SIGKILL (9)" in msg, msg
+        assert "top" in _faults_of(faults, {"top"})
+    finally:
+        pm.stop().get(timeout=T)
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
 
 
 def test_stopping_the_owners_mesh_stops_its_procs_and_theirs_recursively():  # ME-14, ME-3

@@ -131,17 +131,22 @@ void Runtime::Impl::on_exit(const std::string& key, const host::ExitStatus& stat
 // The proc `key` is gone: it exited (`how`: "exited with status 3") or its host was lost.
 // `cause` is what callers see ("its proc (pid 42) was killed by signal SIGKILL (9)").
 void Runtime::Impl::proc_ended(const std::string& key, int64_t pid, int32_t sig, int32_t code,
-                               const std::string& how, const std::string& cause) {
+                               const std::string& how, const std::string& cause_seen) {
   std::shared_ptr<ProcMeshState> mesh;
   size_t rank = 0;
   std::string who;
   std::vector<channel::Address> others;
   bool down = false;
   bool was_released = false;
+  std::string cause = cause_seen;
   {
     std::lock_guard lock(mu);
     down = shut_down;
     was_released = released.erase(key) > 0;
+    if (auto it = end_reasons.find(key); it != end_reasons.end()) {  // ME-15
+      cause = std::move(it->second);
+      end_reasons.erase(it);
+    }
     auto it = by_key.find(key);
     if (it != by_key.end()) {
       mesh = it->second.mesh.lock();
@@ -262,22 +267,34 @@ void Runtime::Impl::end_descendants(const std::string& key, int64_t pid, const s
     proc_gone(e.key, e.pid, SIGKILL, -1, orphan_cause(e.pid, e.direct, key, pid, cause),
               expected);
   }
-  if (!tied.empty()) end_spawned_for(key, std::move(tied), expected);
+  if (!tied.empty()) end_spawned_for(key, pid, cause, std::move(tied), expected);
 }
 
 // ME-15: the proc `key`, for which this controller spawned the meshes `tied` on attached
 // hosts, ended: stopped, they stop ("exit", SIGKILL after a grace period); failed, they are
 // killed at once, as PR_SET_PDEATHSIG kills a local spawner's procs. Either way their ends
-// are expected (no warning each; their holders heard of `key`'s end already).
-void Runtime::Impl::end_spawned_for(const std::string& key,
+// are expected (no warning each; their holders heard of `key`'s end already), and their
+// cause names `key` (end_reasons), as a view's would (end_descendants).
+void Runtime::Impl::end_spawned_for(const std::string& key, int64_t pid, const std::string& cause,
                                     std::vector<std::shared_ptr<ProcMeshState>> tied,
                                     bool expected) {
   constexpr std::chrono::milliseconds kGrace{5000};  // as ProcMesh.stop()'s (Python)
   for (auto& mesh : tied) {
+    std::vector<std::pair<std::string, std::string>> reasons;
     {
       // Tied to several procs of one line (spawned_for): the first end ends it.
       std::lock_guard lock(mesh->mu);
       if (mesh->stopping) continue;
+      bool direct = !mesh->spawners.empty() && mesh->spawners.front() == key;
+      for (const auto& p : mesh->procs) {
+        if (!p.exit) {
+          reasons.emplace_back(p.id.to_string(), orphan_cause(p.pid, direct, key, pid, cause));
+        }
+      }
+    }
+    {
+      std::lock_guard lock(mu);
+      for (auto& [k, why] : reasons) end_reasons[k] = std::move(why);
     }
     if (expected) {
       (void)runtime->stop_procs(mesh, kGrace);
@@ -663,7 +680,10 @@ void Runtime::spawned_for(const std::shared_ptr<ProcMeshState>& mesh,
       list.push_back(mesh);
     }
   }
-  if (gone) impl_->end_spawned_for(*gone, {mesh}, false);
+  if (gone) {
+    auto why = proc_dead(*gone);
+    impl_->end_spawned_for(*gone, -1, why ? why->message : "ended", {mesh}, false);
+  }
 }
 
 std::vector<std::string> Runtime::lineage() const {

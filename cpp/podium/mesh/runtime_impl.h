@@ -112,6 +112,8 @@ struct Runtime::Impl : ProcRegistry {
   // ME-15: the meshes this controller spawned on attached hosts for another proc
   // (Runtime::spawned_for), by that proc's key; ended with it (end_spawned_for).
   std::unordered_map<std::string, std::vector<std::shared_ptr<ProcMeshState>>> spawned_for;
+  // ME-15: why procs that end_spawned_for ended will have ended, by key; taken by proc_ended.
+  std::unordered_map<std::string, std::string> end_reasons;
   // Where local procs' Unix sockets live: a controller's, made before it starts; in a proc,
   // made at its first local spawn (ME-14); removed at shutdown. Empty: none yet.
   std::string sock_dir;
@@ -144,8 +146,8 @@ struct Runtime::Impl : ProcRegistry {
   void end_descendants(const std::string& key, int64_t pid, const std::string& cause,
                        bool expected, std::vector<std::shared_ptr<ProcMeshState>> views,
                        std::vector<std::shared_ptr<ProcMeshState>> tied);
-  void end_spawned_for(const std::string& key, std::vector<std::shared_ptr<ProcMeshState>> tied,
-                       bool expected);
+  void end_spawned_for(const std::string& key, int64_t pid, const std::string& cause,
+                       std::vector<std::shared_ptr<ProcMeshState>> tied, bool expected);
   void sweep_dead();
   void on_proc_exit(const actor::SystemHeader& h, const std::string& sender);
   void on_actor_failed(const actor::SystemHeader& h, wire::Envelope&& env);
