@@ -88,6 +88,11 @@ def shutdown() -> None:
 def this_proc_id() -> str:
     """The ProcId (channel address) of this process's root proc."""
 
+def lineage() -> list[str]:
+    """
+    This process's proc key, then those of the procs it descends from (ME-15).
+    """
+
 def cast_fanout() -> int:
     """
     Fan-out of the cast tree for casts from this process (0: always a star).
@@ -207,12 +212,20 @@ class ProcMesh:
 
     def state(self) -> tuple:
         """
-        (root labels, root sizes, [(proc id, pid, host)], region state), for pickling.
+        (root labels, root sizes, [(proc id, pid, host)], region state, spawners), for pickling.
         """
 
     @staticmethod
-    def from_state(labels: Sequence[str], sizes: Sequence[int], procs: Sequence[tuple[str, int, str]], region: tuple[Sequence[str], int, Sequence[int], Sequence[int]]) -> ProcMesh:
+    def from_state(labels: Sequence[str], sizes: Sequence[int], procs: Sequence[tuple[str, int, str]], region: tuple[Sequence[str], int, Sequence[int], Sequence[int]], spawners: Sequence[str] = []) -> ProcMesh:
         """A handle on procs that another process spawned (see state())."""
+
+    def spawned_for(self, lineage: Sequence[str]) -> None:
+        """
+        ME-15: these procs (spawned here on attached hosts) belong to the proc lineage[0] (then the procs it descends from): they stop when one of those stops and are killed when one fails.
+        """
+
+    def ended(self) -> CoreFuture:
+        """Resolves once every proc of the mesh is known here to have ended."""
 
     def stop_after(self, first: Sequence[CoreFuture], wait_ms: int, grace_ms: int) -> CoreFuture:
         """
@@ -264,11 +277,11 @@ class ActorMesh:
 
     def state(self) -> tuple:
         """
-        (name, root labels, root sizes, [(proc id, pid, host)], [target], region state).
+        (name, root labels, root sizes, [(proc id, pid, host)], [target], region state, spawners).
         """
 
     @staticmethod
-    def from_state(name: str, labels: Sequence[str], sizes: Sequence[int], procs: Sequence[tuple[str, int, str]], targets: Sequence[tuple[str, str, str, str] | None], region: tuple[Sequence[str], int, Sequence[int], Sequence[int]]) -> ActorMesh:
+    def from_state(name: str, labels: Sequence[str], sizes: Sequence[int], procs: Sequence[tuple[str, int, str]], targets: Sequence[tuple[str, str, str, str] | None], region: tuple[Sequence[str], int, Sequence[int], Sequence[int]], spawners: Sequence[str] = []) -> ActorMesh:
         """A handle on actors that another process spawned (see state())."""
 
     def stop(self, grace_ms: int = 10000) -> CoreFuture:
