@@ -35,7 +35,7 @@ PRELUDE = textwrap.dedent("""
             pm = hosts.spawn_procs(per_host={"gpus": 2})
             who = pm.spawn("who", Who)
             pids = sorted(who.pid.call().get(timeout=60).values())
-            who.stop().get(timeout=60)  # the procs are the controller's; the actors are ours
+            who.stop().get(timeout=60)  # the procs stay: the controller's stop() ends them
             try:
                 hosts.shutdown()
                 shut = "shut down?!"
@@ -184,8 +184,9 @@ def test_context_manager_shuts_the_host_mesh_down(tmp_path, form):
         w.kill()
 
 
-# An attached HostMesh pickles: an actor that receives it spawns procs on those hosts, but
-# cannot shut them down; the controller's stop() ends what the actor spawned.
+# An attached HostMesh pickles: an actor that receives it spawns procs on those hosts (its
+# own: HM-2, test_nested_attached.py), but cannot shut them down; the controller's stop() of
+# the original ends what the actor spawned through it.
 def test_an_attached_host_mesh_sent_to_an_actor_spawns_there(tmp_path):
     w = Worker()
     try:
