@@ -255,8 +255,8 @@ void Runtime::Impl::end_descendants(const std::string& key, int64_t pid, const s
   };
   std::vector<Ended> ended;
   for (const auto& v : views) {
-    bool direct = !v->spawners.empty() && v->spawners.front() == key;
     std::lock_guard lock(v->mu);
+    bool direct = !v->spawners.empty() && v->spawners.front() == key;
     for (const auto& p : v->procs) ended.push_back(Ended{p.id.to_string(), p.pid, direct});
   }
   for (const auto& e : ended) {
@@ -661,7 +661,10 @@ void Runtime::spawned_for(const std::shared_ptr<ProcMeshState>& mesh,
   std::optional<std::string> gone;
   {
     std::lock_guard lock(impl_->mu);
-    mesh->spawners = lineage;
+    {
+      std::lock_guard mlock(mesh->mu);  // ref() reads it under mesh->mu
+      mesh->spawners = lineage;
+    }
     for (const auto& key : lineage) {
       if (impl_->dead.contains(key)) {
         gone = key;

@@ -174,8 +174,9 @@ struct ProcMeshState {
   // spawned them on its host (PR_SET_PDEATHSIG), or the proc they were spawned for on
   // attached hosts (Runtime::spawned_for: the controller ends them when that proc ends),
   // then that one's own spawners (its PODIUM_LINEAGE). Empty: none (a persistent worker's
-  // procs outlive their controller). Set before the state is published; a handle rebuilt
-  // elsewhere carries them (ProcMeshRef::spawners).
+  // procs outlive their controller). Set before the state is published, or by
+  // Runtime::spawned_for under `mu`; a handle rebuilt elsewhere carries them
+  // (ProcMeshRef::spawners).
   std::vector<std::string> spawners;
 };
 
