@@ -122,6 +122,33 @@ TEST(ProcRegistry, ViewsOfDroppedHandlesDoNotPileUp) {  // ME-11
   EXPECT_LT(reg.view_count(), 200u);
 }
 
+TEST(ProcRegistry, ViewsAreFoundByEveryProcTheyDescendFromWhileTheyLive) {  // ME-15
+  ProcRegistry reg;
+  auto view = std::make_shared<ProcMeshState>();
+  view->procs.resize(2);
+  for (size_t r = 0; r < 2; ++r) {
+    view->procs[r].id = actor::ProcId{
+        *channel::Address::parse("unix:/run/leaf-" + std::to_string(r) + ".sock")};
+  }
+  view->spawners = {"unix:/run/mid.sock", "unix:/run/top.sock"};
+  auto unrelated = std::make_shared<ProcMeshState>();
+  unrelated->procs.resize(1);
+  unrelated->procs[0].id = actor::ProcId{*channel::Address::parse("unix:/run/other.sock")};
+  reg.add_view(view);
+  reg.add_view(unrelated);  // no spawners: found by none
+  for (const char* key : {"unix:/run/mid.sock", "unix:/run/top.sock"}) {
+    auto found = reg.views_spawned_by(key);
+    ASSERT_EQ(found.size(), 1u) << key;
+    EXPECT_EQ(found[0], view);
+  }
+  EXPECT_TRUE(reg.views_spawned_by("unix:/run/leaf-0.sock").empty());
+  EXPECT_TRUE(reg.views_spawned_by("unix:/run/other.sock").empty());
+  view.reset();  // a dropped handle is found no more
+  EXPECT_TRUE(reg.views_spawned_by("unix:/run/mid.sock").empty());
+  (void)reg.sweep(Clock::time_point{}, kGrace);
+  EXPECT_EQ(reg.view_count(), 1u);
+}
+
 TEST(ProcRegistry, ZeroGraceDropsAtTheNextSweepAndDoesNotSpin) {  // ME-11
   ProcRegistry reg;
   Clock::time_point t0{};

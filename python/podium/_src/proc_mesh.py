@@ -561,7 +561,9 @@ class ProcMesh(MeshShape):
         """Stops the actor meshes spawned on these procs from this process (each drains its
         queued messages, stops the meshes its actors spawned, runs ``__cleanup__``), then asks
         every proc to exit, killing those still there after a grace period. Resolves when all
-        are gone. Later spawns and calls raise SupervisionError."""
+        are gone. Later spawns and calls raise SupervisionError. Procs a controller spawned
+        for this process on attached hosts (HM-2) are stopped by that controller, asked
+        through its registry; this resolves once their ends reached this process."""
         if not self._shared.owned:
             raise RuntimeError(
                 f"the proc mesh {self.extent} was spawned by another process; only that "
