@@ -60,6 +60,11 @@ PRELUDE = textwrap.dedent("""
         def pids(self):
             return [os.getpid()] + sorted(self.leaves.pid.call().get(timeout=T).values())
 
+        @endpoint
+        def below(self):
+            self.leaves.initialized.get(timeout=T)
+            return self.leaves
+
     class Owner(Actor):
         '''Spawns procs through the attached HostMesh it was given, and actors on them.'''
         def __init__(self, hosts, handle, cls=Leaf, *args):
@@ -249,6 +254,41 @@ def test_the_actors_proc_killed_kills_them_and_their_holders_know_at_once(tmp_pa
         assert "which was killed by signal SIGKILL (9)" in call, out
         assert "FAULT owner" in r.stdout, out
         assert no_process_left(pids) == [], "procs outlived the proc they were spawned for"
+    finally:
+        w.kill()
+
+
+def test_a_killed_proc_on_an_attached_host_ends_its_own_procs_for_their_holders(tmp_path):
+    # ME-15 on a worker's host: a proc there spawned procs of its own (ME-14) and is killed;
+    # the worker reports its end, and the controller, which holds its procs' mesh, counts
+    # them as ended at once.
+    w = Worker()
+    pids = []
+    try:
+        r = controller(tmp_path, """
+            procs = hosts.spawn_procs(per_host={"m": 1})
+            mid = procs.spawn("mid", Spawns, 2)
+            tree = mid.pids.call_one().get(timeout=T)
+            below = mid.below.call_one().get(timeout=T)
+            print("TREE", *tree, flush=True)
+            os.kill(tree[0], signal.SIGKILL)
+
+            def failed():  # each call bounded well below the 30 s delivery timeout
+                try:
+                    below.pid.call().get(timeout=10)
+                except SupervisionError as e:
+                    return str(e).replace(chr(10), " ")
+
+            print("CALL", poll(failed, "failed call"), flush=True)
+            """, w)
+        out = r.stdout + r.stderr
+        pids = numbers(r.stdout, "TREE")
+        assert r.returncode == 0, out
+        call = re.search(r"^CALL (.*)$", r.stdout, re.M).group(1)
+        assert "of mesh 'below'" in call, out
+        assert f"ended with the proc that spawned it (pid {pids[0]}, tcp:" in call, out
+        assert "which was killed by signal SIGKILL (9)" in call, out
+        assert no_process_left(pids) == [], "procs outlived the proc that spawned them"
     finally:
         w.kill()
 
