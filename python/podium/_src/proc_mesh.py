@@ -29,7 +29,7 @@ import pickle
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
@@ -406,18 +406,31 @@ def _stop_all(meshes: List["ProcMesh"], then: Optional[Callable[[], Any]]) -> "F
     Resolves when all is done; raises the first failure."""
     if then is not None:
         for pm in meshes:
+            logs.before_kill(pm._shared)  # what they stream is printed before they die
             with pm._shared.lock:
                 pm._shared.stopped = True
                 pm._shared.actor_meshes = []
         cores = [then()]
     else:
         cores = [pm.stop()._core for pm in meshes if not pm._shared.stopped]
-    return Future(_mesh.all_of(cores), _decode_all, cores)
+    return Future(_mesh.all_of(cores), _decode_all, (cores, meshes))
 
 
-def _decode_all(_: Any, cores: List[Any]) -> None:
-    for c in cores:
-        _decode_none(c)
+def _decode_all(_: Any, arg: Tuple[List[Any], List["ProcMesh"]]) -> None:
+    cores, meshes = arg
+    try:
+        for c in cores:
+            _decode_none(c)
+    finally:
+        for pm in meshes:
+            logs.after_stop(pm._shared)
+
+
+def _decode_stopped(core: Any, shared: "_ProcShared") -> None:
+    try:
+        _decode_none(core)
+    finally:  # the lines its actors sent as they stopped are printed (LG-7)
+        logs.after_stop(shared)
 
 
 # --- ProcMesh -------------------------------------------------------------------------------
@@ -433,6 +446,7 @@ class _ProcShared:
         self.lock = threading.Lock()  # guards actor_meshes, stopped
         self.actor_meshes: List[Any] = []  # C++ ActorMesh handles spawned from here
         self.stopped = False
+        self.log: Any = None  # logs._MeshLogging, once logging_option was called (logs.py)
 
 
 class ProcMesh(MeshShape):
@@ -490,12 +504,14 @@ class ProcMesh(MeshShape):
         # The owner (supervision): the actor spawning it, else this process's root; podium's
         # bootstrap actors have none (a failed bootstrap fails `initialized`).
         # The singletons of get_or_spawn_controller belong to the controller, not its registry.
-        owner = None if bootstrap == "run" else (
+        # podium's internal actors (logs._LogControl) have none either: they end with the procs.
+        internal = getattr(Class, "_podium_internal", False)
+        owner = None if bootstrap == "run" or internal else (
             str(ctx.actor_instance.actor_id)
             if ctx is not None and ctx.actor_instance.name != REGISTRY_NAME else "")
         core = self._core.spawn("python", name, [meta, *parts], owner)
         mesh = ActorMesh(Class, core, self)
-        if bootstrap == "run" or Class is _ControllerController:
+        if bootstrap == "run" or internal or Class is _ControllerController:
             return mesh  # podium's own actors: no owner stops them
         supervision.register_mesh(mesh)
         if ctx is not None:
@@ -552,13 +568,16 @@ class ProcMesh(MeshShape):
             self._shared.stopped = True
             cores, self._shared.actor_meshes = self._shared.actor_meshes, []
         first = [c.stop() for c in cores]
-        return Future(self._core.stop_after(first, STOP_ACTORS_MS, STOP_GRACE_MS), _decode_none)
+        return Future(self._core.stop_after(first, STOP_ACTORS_MS, STOP_GRACE_MS),
+                      _decode_stopped, self._shared)
 
     def logging_option(self, stream_to_client: bool = False,
                        aggregate_window_sec: Optional[int] = None,
                        level: int = logging.INFO) -> "Future[None]":
         """As Monarch's: the procs' log level and whether their output streams to the client
-        (or to a file per proc); a Future to await. See logs.py (LG-3)."""
+        (aggregated over ``aggregate_window_sec`` seconds when given: similar lines of a
+        window print once with their count) or goes to a file per proc; a Future to await.
+        See logs.py (LG-3, LG-7)."""
         return logs.logging_option(self, stream_to_client, aggregate_window_sec, level)
 
     async def __aenter__(self) -> "ProcMesh":
