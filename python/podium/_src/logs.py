@@ -107,6 +107,7 @@ class _MeshLogging:
         self.log_id = log_id
         self.controls: Dict[Tuple[int, ...], Any] = {}  # by the base ranks they run on
         self.streamed = False  # some logging_option streamed to the client
+        self.streaming = False  # the last one applied did
         self.stopped = False
 
 
@@ -181,8 +182,8 @@ def logging_option(procs: Any, stream_to_client: bool = False,
     port = None
     if stream:
         sink.register(state.log_id)
-        # The windows open so far print now; what arrives from here is under the new window.
-        sink.settle(state.log_id, {}, 0.0, aggregate_window_sec)
+        if not state.streaming:  # no line of the old setting to come: the new one applies now
+            sink.settle(state.log_id, {}, 0.0, aggregate_window_sec)
         port = sink.port
         with _lock:
             state.streamed = True
@@ -191,9 +192,14 @@ def logging_option(procs: Any, stream_to_client: bool = False,
 
     async def apply() -> None:
         marks = await control.set_option.call(stream, level, port, state.log_id)
+        state.streaming = stream
         if sink is not None:
+            # The lines the procs wrote before the change arrive, and print under the old
+            # window; then the new one applies.
             expected = _expected(marks.values())
-            await asyncio.get_running_loop().run_in_executor(None, _settle, state, expected)
+            window = aggregate_window_sec if stream else None
+            await asyncio.get_running_loop().run_in_executor(
+                None, _settle, state, expected, window)
 
     return CoroFuture(apply())
 
