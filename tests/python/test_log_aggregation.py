@@ -268,3 +268,37 @@ def test_procs_on_an_attached_host_stream_to_the_controller(tmp_path):
         assert not w.saw("from the attached host")  # streamed, not the worker's pipes
     finally:
         w.kill()
+
+
+def test_the_end_of_a_notebook_cell_prints_the_open_windows(tmp_path):  # LG-7
+    # IPython's post_run_cell event, as a notebook fires it after each cell (a stand-in
+    # IPython module: the hook is what is tested, not Jupyter).
+    r = controller(tmp_path, """
+        import types
+
+        class Events:
+            def __init__(self):
+                self.callbacks = []
+
+            def register(self, name, fn):
+                assert name == "post_run_cell"
+                self.callbacks.append(fn)
+
+        shell = types.SimpleNamespace(events=Events())
+        sys.modules["IPython"] = types.SimpleNamespace(get_ipython=lambda: shell)
+
+        pm = this_host().spawn_procs(per_host={"gpus": 4})
+        p = pm.spawn("printer", Printer)
+        for cell in range(2):
+            pm.logging_option(stream_to_client=True, aggregate_window_sec=1000).get(timeout=30)
+            p.say.call(f"cell {cell} output").get(timeout=30)
+            for fn in shell.events.callbacks:
+                fn(None)
+            print(f"END OF CELL {cell}", flush=True)
+        print("REGISTERED", len(shell.events.callbacks), flush=True)
+        pm.stop().get(timeout=30)
+        """)
+    cell0, cell1, rest = re.split(r"END OF CELL \d", r.stdout)
+    assert [n for n, _ in groups(cell0, "cell 0 output")] == [4], r.stdout
+    assert [n for n, _ in groups(cell1, "cell 1 output")] == [4], r.stdout
+    assert "similar log lines" not in rest and "REGISTERED 1" in rest  # registered once

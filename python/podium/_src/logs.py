@@ -21,8 +21,9 @@ line with its ``[<mesh> <rank>]`` prefix, output.py):
   a ValueError, as in Monarch.
 
 Nothing streamed is lost: a change of logging_option, the mesh's stop (``ProcMesh.stop``,
-``HostMesh.stop`` / ``shutdown``) and the controller's exit print every line the procs wrote
-before it, windows included. An actor's stop sends its lines before it is acknowledged, and
+``HostMesh.stop`` / ``shutdown``), the end of a notebook cell (IPython's ``post_run_cell``, as
+Monarch's) and the controller's exit print every line the procs wrote before it, windows
+included. An actor's stop sends its lines before it is acknowledged, and
 ``stop()``'s Future resolves after the sink filed them and printed the mesh's windows.
 
   LG-3 logging_option(level=L, stream_to_client=S) applies to every proc of the mesh before
@@ -56,6 +57,7 @@ _lock = threading.Lock()  # guards _count, _live, every _MeshLogging.controls
 _handler: Optional[logging.Handler] = None
 _live: List["_MeshLogging"] = []  # meshes that stream, not stopped: flushed at exit
 _exit_registered = False
+_cell_flush_registered = False
 
 
 def log_dir() -> str:
@@ -189,6 +191,7 @@ def logging_option(procs: Any, stream_to_client: bool = False,
             state.streamed = True
             if state not in _live:
                 _live.append(state)
+        _register_cell_flush()
 
     async def apply() -> None:
         marks = await control.set_option.call(stream, level, port, state.log_id)
@@ -202,6 +205,37 @@ def logging_option(procs: Any, stream_to_client: bool = False,
                 None, _settle, state, expected, window)
 
     return CoroFuture(apply())
+
+
+def _register_cell_flush() -> None:
+    """In IPython (a notebook), prints what the streaming meshes hold at the end of each
+    cell, as Monarch does: a cell's output shows under it, not a window later."""
+    global _cell_flush_registered
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return
+    try:
+        shell = ipython.get_ipython()
+    except Exception:
+        return
+    if shell is None:
+        return
+    with _lock:
+        if _cell_flush_registered:
+            return
+        _cell_flush_registered = True
+    shell.events.register("post_run_cell", _flush_after_cell)
+
+
+def _flush_after_cell(*_: Any) -> None:
+    with _lock:
+        live = list(_live)
+    for state in live:
+        try:
+            _flush_procs(state)
+        except Exception as e:  # a notebook's cell must not fail for it
+            print(f"podium: flushing streamed output after the cell failed: {e}",
+                  file=sys.stderr, flush=True)
 
 
 def before_kill(shared: Any) -> None:
