@@ -34,7 +34,10 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from podium._core import mesh as _mesh
+from podium._src.errors import CoreError
 from podium._src.log_aggregate import MAX_GROUPS, Aggregator
+from podium._src.ports import Channel
 
 _BARRIER = "podium-log-barrier"  # a marker the sink sends itself (barrier())
 
@@ -51,9 +54,7 @@ class _MeshLog:
 
 class Sink:
     def __init__(self) -> None:
-        from podium._src.ports import Channel  # starts the runtime: only once one is needed
-
-        self.port, self._receiver = Channel.open()
+        self.port, self._receiver = Channel.open()  # starts the runtime if need be
         self._cv = threading.Condition(threading.Lock())
         self._meshes: Dict[str, _MeshLog] = {}
         self._closed = False
@@ -134,9 +135,6 @@ class Sink:
     # --- the threads ------------------------------------------------------------------------
 
     def _read(self) -> None:
-        from podium._core import mesh as _mesh
-        from podium._src.errors import CoreError
-
         # The receive's completion writes an eventfd; this thread waits in select(), never
         # inside the runtime, so that no thread of ours is in it when it shuts down.
         notifier = _mesh.Notifier()

@@ -45,7 +45,8 @@ import tempfile
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-from podium._src import log_sink, output
+from podium._core import mesh as _mesh
+from podium._src import log_sink, output, server
 from podium._src.endpoint import Actor, endpoint
 from podium._src.future import CoroFuture, Future
 
@@ -77,8 +78,6 @@ class _LogControl(Actor):
     def set_option(self, stream_to_client: bool, level: int, port: Any,
                    log_id: str) -> Tuple[str, int, Optional[str]]:
         global _handler
-        from podium._core import mesh as _mesh
-
         root = logging.getLogger()
         root.setLevel(level)
         if not root.handlers and _handler is None:
@@ -280,8 +279,6 @@ def _flush_procs(state: _MeshLogging) -> None:
 def _at_exit() -> None:
     """The controller exits: the procs of meshes still streaming send what waits, and every
     window prints. Registered after the runtime's exit handler, so it runs before it."""
-    from podium._src import server
-
     sink = log_sink.existing()
     if sink is None:
         return
