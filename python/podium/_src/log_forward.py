@@ -7,6 +7,11 @@ proc's Forwarder instead of writing it to the file descriptor. The forwarder's t
 through the runtime: a burst waits up to ``LINGER_S`` for more lines, and a batch holds at
 most ``MAX_BATCH_BYTES``, so a chatty actor sends a few messages a second, not one per line.
 
+A flush of ``sys.stdout`` / ``sys.stderr`` (``print(..., flush=True)``, a logging handler)
+makes the thread send without waiting (``hurry``), and the end of each endpoint call sends
+what is pending before the call's answer (server.py), so a caller that got its answer finds
+the call's lines on their way, and a proc that then dies hard loses none of them.
+
 ``flush()`` sends what is pending at once, on the calling thread, and returns the number of
 the last batch sent: the controller then waits until the sink has filed that batch (LG-5),
 which is how a mesh's stop, a change of logging_option and the controller's exit lose no
@@ -43,6 +48,7 @@ class Forwarder:
         self._lines: List[Tuple[int, str, str]] = []
         self._bytes = 0
         self._closed = False
+        self._hurry = False  # an explicit flush(): send without waiting for more
         self._send_lock = threading.Lock()  # one batch at a time; guards _seq
         self._seq = 0  # the last batch sent
         self._thread = threading.Thread(target=self._main, name="podium-log-forward",
@@ -73,10 +79,19 @@ class Forwarder:
                     self._cv.wait()
                 if self._closed:
                     return
-                # A burst: let it gather, unless the batch is full already.
-                self._cv.wait_for(lambda: self._bytes >= MAX_BATCH_BYTES or self._closed,
-                                  LINGER_S)
+                # A burst: let it gather, unless the batch is full already or the writer
+                # flushed its stream.
+                self._cv.wait_for(lambda: (self._bytes >= MAX_BATCH_BYTES or self._closed
+                                           or self._hurry), LINGER_S)
+                self._hurry = False
             self.flush()
+
+    def hurry(self) -> None:
+        """A writer flushed its stream: what is pending goes without waiting for more."""
+        with self._cv:
+            if self._lines and not self._hurry:
+                self._hurry = True
+                self._cv.notify()
 
     def flush(self) -> int:
         """Sends what is pending now; returns the number of the last batch sent."""

@@ -179,14 +179,17 @@ class PrefixedStream(io.TextIOBase):
 
     def flush(self) -> None:
         pending = self._pending()
+        fwd = _forward
         if pending:
             self._local.pending = ""
-            fwd = _forward
             if fwd is not None:
                 fwd.add(self._fd, _prefix() or "", pending)
             else:
                 with self._lock:
                     (_diverted or self._base).write(f"{_prefix() or ''}{pending}\n")
+        if fwd is not None:
+            fwd.hurry()
+            return
         with self._lock:
             (_diverted or self._base).flush()
 

@@ -667,6 +667,7 @@ class _Call:
     def returned(self, result: Any) -> None:
         """Answers with ``result``. Pickling it may run user code (``__reduce__``): an
         Exception there fails the call, a BaseException fails the actor (EP-1)."""
+        output.forward_flush()  # what the call printed streams ahead of its answer
         if self.answered:  # the actor failed while it ran (EP-3): its caller knows already
             return
         self.answered = True
@@ -701,6 +702,7 @@ class _Call:
         endpoint answers through an explicit response port (EP-7); a BaseException
         (SystemExit, KeyboardInterrupt, ...) fails the actor, and the caller gets
         SupervisionError. Never raises."""
+        output.forward_flush()  # what the call printed streams ahead of its answer
         if self.answered:  # the actor failed while it ran (EP-3): its caller knows already
             return
         self.answered = True
