@@ -102,6 +102,8 @@ class Sink:
         marker to the sink's own port, behind them, and waits for it (False: not in
         ``timeout``)."""
         with self._cv:
+            if self._closed:
+                return False
             self._barrier_sent += 1
             token = self._barrier_sent
         self.port.send((_BARRIER, token))
