@@ -59,6 +59,10 @@ class Forwarder:
     def log_id(self) -> str:
         return self._log_id
 
+    @property
+    def port_id(self) -> str:
+        return self._port._port_id
+
     def add(self, fd: int, prefix: str, text: str) -> None:
         with self._cv:
             if self._closed:

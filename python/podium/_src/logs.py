@@ -43,6 +43,7 @@ import os
 import sys
 import tempfile
 import threading
+import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
 from podium._core import mesh as _mesh
@@ -118,7 +119,8 @@ def _state(procs: Any) -> _MeshLogging:
     with _lock:
         if shared.log is None:
             _count += 1
-            shared.log = _MeshLogging(f"{os.getpid()}-{_count}")
+            # Unique across the job: procs keep their forwarder while the log_id is theirs.
+            shared.log = _MeshLogging(f"{os.getpid()}-{_count}-{uuid.uuid4().hex[:8]}")
         return shared.log
 
 

@@ -60,7 +60,7 @@ def forward(port: Any, log_id: str, proc: str, pid: int) -> Tuple[str, int]:
     global _diverted, _forward
     with _divert_lock:
         fwd = _forward
-        if fwd is not None and fwd.log_id == log_id:  # one sink per log_id
+        if fwd is not None and fwd.log_id == log_id and fwd.port_id == port._port_id:
             fwd.flush()
             return fwd.mark()
         old, _diverted = _diverted, None
