@@ -2,7 +2,9 @@
 // and the hook through which podium._src.errors (the one translation table) turns a C++ Error
 // into a Python exception. See common.h for the rules.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 
 #include <mutex>
 #include <string>
@@ -12,6 +14,7 @@
 
 #include "common.h"
 #include "podium/actor/ids.h"
+#include "podium/base/edit_distance.h"
 #include "podium/channel/net.h"
 #include "podium/host/error.h"
 #include "podium/mesh/errc.h"
@@ -257,6 +260,14 @@ void bind_base(nb::module_& m) {
       [](nb::handle obj) { return part_to_python(buffer_from_python(obj)); },
       "The message part podium would send for the buffer `obj` (copied when small, shared "
       "when large).");
+  m.def(
+      "edit_distance_below",
+      [](std::string_view a, std::string_view b, size_t limit) {
+        return base::edit_distance_below(a, b, limit);
+      },
+      nb::arg("a"), nb::arg("b"), nb::arg("limit"),
+      "The Levenshtein distance of a and b, in code points, if it is below limit; else None "
+      "(ED-1). The log aggregator's similarity test (podium._src.log_aggregate).");
   m.def("release_deferred", &release_deferred,
         "Releases the Python buffers of message parts that the core no longer needs.");
   m.def("deferred_count", [] {

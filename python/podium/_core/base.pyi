@@ -175,6 +175,11 @@ def as_part(arg: object, /) -> object:
     The message part podium would send for the buffer `obj` (copied when small, shared when large).
     """
 
+def edit_distance_below(a: str, b: str, limit: int) -> int | None:
+    """
+    The Levenshtein distance of a and b, in code points, if it is below limit; else None (ED-1). The log aggregator's similarity test (podium._src.log_aggregate).
+    """
+
 def release_deferred() -> None:
     """
     Releases the Python buffers of message parts that the core no longer needs.

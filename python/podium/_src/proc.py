@@ -39,6 +39,7 @@ def main() -> int:
     except BaseException as e:  # a bad PODIUM_BOOT, a failed listen, Ctrl-C
         print(f"podium proc {os.getpid()}: {e}", file=sys.stderr)
         rc = 2
+    output.stop_streaming()  # the runtime is gone: pending streamed lines go to our fds
     server.stop()
     return rc
 

@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
@@ -422,18 +422,31 @@ def _stop_all(meshes: List["ProcMesh"], then: Optional[Callable[[], Any]]) -> "F
     Resolves when all is done; raises the first failure."""
     if then is not None:
         for pm in meshes:
+            logs.before_kill(pm._shared)  # what they stream is printed before they die
             with pm._shared.lock:
                 pm._shared.stopped = True
                 pm._shared.actor_meshes = []
         cores = [then()]
     else:
         cores = [pm.stop()._core for pm in meshes if not pm._shared.stopped]
-    return Future(_mesh.all_of(cores), _decode_all, cores)
+    return Future(_mesh.all_of(cores), _decode_all, (cores, meshes))
 
 
-def _decode_all(_: Any, cores: List[Any]) -> None:
-    for c in cores:
-        _decode_none(c)
+def _decode_all(_: Any, arg: Tuple[List[Any], List["ProcMesh"]]) -> None:
+    cores, meshes = arg
+    try:
+        for c in cores:
+            _decode_none(c)
+    finally:
+        for pm in meshes:
+            logs.after_stop(pm._shared)
+
+
+def _decode_stopped(core: Any, shared: "_ProcShared") -> None:
+    try:
+        _decode_none(core)
+    finally:  # the lines its actors sent as they stopped are printed (LG-7)
+        logs.after_stop(shared)
 
 
 # --- ProcMesh -------------------------------------------------------------------------------
@@ -452,6 +465,7 @@ class _ProcShared:
         # HM-2: procs a controller spawned for this process on attached hosts: (its registry,
         # the token it keeps them by); stop() asks it to stop them.
         self.remote: Optional[tuple] = None
+        self.log: Any = None  # logs._MeshLogging, once logging_option was called (logs.py)
 
 
 class ProcMesh(MeshShape):
@@ -509,12 +523,14 @@ class ProcMesh(MeshShape):
         # The owner (supervision): the actor spawning it, else this process's root; podium's
         # bootstrap actors have none (a failed bootstrap fails `initialized`).
         # The singletons of get_or_spawn_controller belong to the controller, not its registry.
-        owner = None if bootstrap == "run" else (
+        # podium's internal actors (logs._LogControl) have none either: they end with the procs.
+        internal = getattr(Class, "_podium_internal", False)
+        owner = None if bootstrap == "run" or internal else (
             str(ctx.actor_instance.actor_id)
             if ctx is not None and ctx.actor_instance.name != REGISTRY_NAME else "")
         core = self._core.spawn("python", name, [meta, *parts], owner)
         mesh = ActorMesh(Class, core, self)
-        if bootstrap == "run" or Class is _ControllerController:
+        if bootstrap == "run" or internal or Class is _ControllerController:
             return mesh  # podium's own actors: no owner stops them
         supervision.register_mesh(mesh)
         if ctx is not None:
@@ -574,14 +590,17 @@ class ProcMesh(MeshShape):
             cores, self._shared.actor_meshes = self._shared.actor_meshes, []
         first = [c.stop() for c in cores]
         if self._shared.remote is not None:
-            return _stop_through_registry(self._core, first, *self._shared.remote)
-        return Future(self._core.stop_after(first, STOP_ACTORS_MS, STOP_GRACE_MS), _decode_none)
+            return _stop_through_registry(self._core, first, self._shared, *self._shared.remote)
+        return Future(self._core.stop_after(first, STOP_ACTORS_MS, STOP_GRACE_MS),
+                      _decode_stopped, self._shared)
 
     def logging_option(self, stream_to_client: bool = False,
                        aggregate_window_sec: Optional[int] = None,
                        level: int = logging.INFO) -> "Future[None]":
         """As Monarch's: the procs' log level and whether their output streams to the client
-        (or to a file per proc); a Future to await. See logs.py (LG-3)."""
+        (aggregated over ``aggregate_window_sec`` seconds when given: similar lines of a
+        window print once with their count) or goes to a file per proc; a Future to await.
+        See logs.py (LG-3, LG-7)."""
         return logs.logging_option(self, stream_to_client, aggregate_window_sec, level)
 
     async def __aenter__(self) -> "ProcMesh":
@@ -605,8 +624,8 @@ class ProcMesh(MeshShape):
 _REMOTE_END_S = (STOP_GRACE_MS + 10000) / 1000
 
 
-def _stop_through_registry(core: Any, first: List[Any], registry: Any, token: int
-                           ) -> "Future[None]":
+def _stop_through_registry(core: Any, first: List[Any], shared: "_ProcShared",
+                           registry: Any, token: int) -> "Future[None]":
     """HM-2: stops procs a controller spawned for this process: once the actor meshes' stops
     (`first`) are done (or after STOP_ACTORS_MS), asks the controller to stop the procs, then
     waits until every proc's end reached this process. Starts at once, on a thread of its
@@ -622,9 +641,17 @@ def _stop_through_registry(core: Any, first: List[Any], registry: Any, token: in
             if not core.ended().wait(_REMOTE_END_S):
                 raise RuntimeError(f"the procs of {core.extent} did not end within "
                                    f"{_REMOTE_END_S:.0f} s of their controller's stop")
-            done.set_result(None)
         except BaseException as e:  # the caller's Future raises it
-            done.set_exception(e)
+            failed: Optional[BaseException] = e
+        else:
+            failed = None
+        try:  # the lines its actors sent as they stopped are printed (LG-7)
+            logs.after_stop(shared)
+        finally:
+            if failed is None:
+                done.set_result(None)
+            else:
+                done.set_exception(failed)
 
     threading.Thread(target=contextvars.copy_context().run, args=(run,), daemon=True,
                      name="podium-remote-stop").start()

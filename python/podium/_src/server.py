@@ -41,7 +41,7 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 from podium._core import actor as _actor
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
-from podium._src import future, pickling, ratelimit, supervision
+from podium._src import future, output, pickling, ratelimit, supervision
 from podium._src.errors import describe, SupervisionError, utf8
 from podium._src.context import ActorInstance, Context, reset_context, set_context
 from podium._src.endpoint import check_actor_class, endpoints_of
@@ -344,6 +344,7 @@ class _ActorServer(supervision.OwnerSupervision):
                     self._stop_children()
                     self._cleanup_sync()
                 finally:  # acknowledged whatever happened, or it is escalated to a kill
+                    output.forward_flush()  # what it printed streams before the stop is done
                     item.stopped()
                 return
             elif kind == "supervise":
@@ -379,6 +380,7 @@ class _ActorServer(supervision.OwnerSupervision):
                         await self._stop_supervision()
                         await self._stop_async(tasks)
                     finally:  # acknowledged whatever happened, or it is escalated to a kill
+                        output.forward_flush()  # its lines stream before the stop is done
                         item.stopped()
                     return
                 if item.kind == "supervise":
@@ -665,6 +667,7 @@ class _Call:
     def returned(self, result: Any) -> None:
         """Answers with ``result``. Pickling it may run user code (``__reduce__``): an
         Exception there fails the call, a BaseException fails the actor (EP-1)."""
+        output.forward_flush()  # what the call printed streams ahead of its answer
         if self.answered:  # the actor failed while it ran (EP-3): its caller knows already
             return
         self.answered = True
@@ -699,6 +702,7 @@ class _Call:
         endpoint answers through an explicit response port (EP-7); a BaseException
         (SystemExit, KeyboardInterrupt, ...) fails the actor, and the caller gets
         SupervisionError. Never raises."""
+        output.forward_flush()  # what the call printed streams ahead of its answer
         if self.answered:  # the actor failed while it ran (EP-3): its caller knows already
             return
         self.answered = True
