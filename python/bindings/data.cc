@@ -280,7 +280,8 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
                     out->finish(std::unexpected(tagged(op, e)));
                     return;
                   }
-                  if (!run) return;
+                  // DA-5: a transfer whose caller was told it timed out never starts.
+                  if (!run || out->finished.load()) return;
                   auto left = deadline - Clock::now();
                   if (left <= Clock::duration::zero()) left = Clock::duration::zero();
                   eng.submit(std::move(*ops), left).on_ready([out](const Result<void>& r) {

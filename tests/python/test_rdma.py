@@ -294,13 +294,18 @@ def test_a_timeout_cancels_the_transfer(spawn, new_procs):  # RD-2, DA-5
     owner = spawn(Owner, on=pm)
     buf = owner.make.call_one("s", 4096, 0).get(timeout=T)
     pid = owner.pid.call_one().get(timeout=T)
+    before = _data.stats()["transfers"] if _data.available()[0] else 0
     os.kill(pid, signal.SIGSTOP)  # its owner cannot answer the check
     try:
         with pytest.raises(TimeoutError, match="did not finish within 300 ms"):
-            buf.read_into(memoryview(bytearray(4096)), timeout=0.3).get(timeout=T)
+            buf.write_from(memoryview(bytearray(b"x" * 4096)), timeout=0.3).get(timeout=T)
     finally:
         os.kill(pid, signal.SIGCONT)
+    # The owner answers the late check before this read's (one link, in order); the write
+    # that timed out never starts: one transfer ran, and the owner's bytes are unchanged.
     assert _read(buf) == bytes(pattern(4096, 0))
+    assert _data.stats()["transfers"] == before + 1
+    assert owner.contents.call_one("s").get(timeout=T) == bytes(pattern(4096, 0))
 
 
 def test_torch_tensors():
@@ -318,3 +323,27 @@ def test_torch_tensors():
     with pytest.raises(ValueError):
         RDMABuffer(torch.zeros(10)[::2])
     buf.drop().get(timeout=T)
+
+
+def test_read_only_memory_can_be_read_but_not_written(pair):  # DA-7
+    owner, peer = pair
+    buf = RDMABuffer(memoryview(bytes(pattern(4096, 6))))  # owned by the controller
+    try:
+        assert peer.read.call_one(buf).get(timeout=T) == bytes(pattern(4096, 6))
+        with pytest.raises(PermissionError, match="read-only"):
+            buf.write_from(memoryview(bytearray(4096))).get(timeout=T)
+    finally:
+        buf.drop().get(timeout=T)
+
+
+def test_buffers_over_one_region_share_one_registration():  # DA-2
+    mem = bytearray(pattern(8192, 2))
+    a = RDMABuffer(memoryview(mem))
+    start = _data.registration_count()
+    b = RDMABuffer(memoryview(mem))
+    assert _data.registration_count() == start
+    a.drop().get(timeout=T)
+    assert _data.registration_count() == start  # b still holds it
+    assert _read(b) == bytes(pattern(8192, 2))
+    b.drop().get(timeout=T)
+    assert _data.registration_count() == start - 1

@@ -507,6 +507,12 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
     for (auto& op : ops) t->ops.push_back(OpState{std::move(op)});
     if (m.stopping) {
       m.settle(t, std::unexpected(make_error(DataErrc::kStopped, "the data plane was stopped")));
+    } else if (timeout <= std::chrono::nanoseconds::zero() && !t->ops.empty()) {
+      // DA-5: no time left, nothing is posted.
+      ++m.stats.timeouts;
+      m.settle(t, std::unexpected(make_error(
+                      DataErrc::kTimeout, "transfer of " + std::to_string(t->ops.size()) +
+                                              " operation(s) had no time left; nothing was posted")));
     }
     for (size_t i = 0; i < t->ops.size() && !t->settled; ++i) {
       auto& o = t->ops[i];

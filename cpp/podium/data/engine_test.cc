@@ -199,6 +199,15 @@ TEST_P(EngineTransfer, AStoppedPeerTimesOutAndTheTransferIsCancelled) {  // DA-5
   EXPECT_EQ(engine_->stats().active, 0u);
 }
 
+TEST_P(EngineTransfer, NoTimeLeftPostsNothing) {  // DA-5
+  std::vector<uint8_t> into(kBytes, 0);
+  auto r = engine_->submit({get_op(into)}, std::chrono::nanoseconds(0)).get(60s);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(DataErrc::kTimeout));
+  EXPECT_EQ(engine_->stats().chunks, 0u);
+  EXPECT_EQ(into[1], 0);
+}
+
 TEST_P(EngineTransfer, ADeadPeerFailsTheTransfer) {  // DA-6
   std::vector<uint8_t> warm(16);
   ASSERT_TRUE(engine_->submit({get_op(warm)}, 30s).get(60s));

@@ -31,7 +31,9 @@ from typing import Any, List, Optional, Tuple
 
 from podium._core import base as _base
 from podium._core import data as _data
-from podium._src import errors
+from podium._core import mesh as _mesh
+from podium._src import errors, runtime
+from podium._src.context import context
 from podium._src.future import Future
 
 
@@ -84,8 +86,7 @@ def _is_torch_tensor(obj: object) -> bool:
 def _local_view(data: Any, *, writable: bool, what: str) -> memoryview:
     """A 1-D byte memoryview over ``data``'s memory, sharing it (RD-1)."""
     if _is_torch_tensor(data):
-        import torch
-
+        torch = sys.modules["torch"]  # imported by the caller: data is one of its tensors
         if data.device.type != "cpu":
             raise NotImplementedError(
                 f"{what}: a {data.device.type} tensor needs a UCX built with "
@@ -143,10 +144,6 @@ class RDMABuffer:
         view = _local_view(data, writable=False, what="RDMABuffer")
         if view.nbytes == 0:
             raise ValueError("Cannot create RDMABuffer with size 0.")
-        from podium._src import runtime
-        from podium._src.context import context
-        from podium._core import mesh as _mesh
-
         runtime.ensure_runtime()
         ok, why = _data.available()
         if not ok:
@@ -198,8 +195,6 @@ class RDMABuffer:
         """Releases the buffer at its owner (its memory is unregistered); later transfers
         through any copy of it fail. Dropping twice is harmless."""
         self._dropped = True
-        from podium._src import runtime
-
         runtime.ensure_runtime()
         return Future(_data.drop(self._owner.proc, self._id, self._token, 60.0), _decode,
                       ("drop", [self]))
@@ -255,8 +250,6 @@ class RDMAAction:
             raise ValueError(f"timeout must not be negative, got {timeout}")
         for _w, b, _v, _n in self._ops:
             b._check_live()
-        from podium._src import runtime
-
         runtime.ensure_runtime()
         ops = [(w, b._owner.proc, b._id, b._token, b._addr, b._rkey, b._worker, v, n)
                for w, b, v, n in self._ops]
