@@ -191,7 +191,7 @@ std::chrono::nanoseconds seconds(double s) {
 
 // One operation as podium.rdma hands it over (see transfer's doc).
 using PyOp = std::tuple<bool, std::string, uint64_t, std::string, uint64_t, nb::bytes, nb::bytes,
-                        nb::object, size_t>;
+                        nb::object, size_t, bool, int>;
 
 CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   release_deferred();
@@ -207,7 +207,8 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   std::vector<std::vector<size_t>> members;
   std::vector<actor::SystemHeader> checks;
   for (size_t i = 0; i < py_ops.size(); ++i) {
-    const auto& [write, owner, id, token, remote_addr, rkey, worker, local, size] = py_ops[i];
+    const auto& [write, owner, id, token, remote_addr, rkey, worker, local, size, same_host,
+                 pid] = py_ops[i];
     Buffer pinned = pin_python_buffer(local, !write);
     if (pinned.size() < size) {
       throw nb::value_error("transfer: the local buffer is smaller than the operation");
@@ -220,6 +221,8 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
     op.local = const_cast<std::byte*>(pinned.data());
     op.size = size;
     op.keep = std::make_shared<Buffer>(std::move(pinned));
+    op.same_host = same_host;
+    op.peer_pid = same_host ? pid : 0;
     ops->push_back(std::move(op));
     auto [it, fresh] = owner_index.try_emplace(owner, owners.size());
     if (fresh) {
@@ -305,6 +308,8 @@ void bind_data(nb::module_& m) {
       "(True, '') when this process's data plane (a UCX context and worker) runs, starting "
       "it on first use (DA-1); else (False, why).");
   m.def("ucx_version", &data::Engine::ucx_version, "The version of the UCX library in use.");
+  m.def("cma_allowed", &data::Engine::cma_allowed,
+        "Whether same-host transfers are copied with CMA (DA-10; PODIUM_RDMA_CMA=0: never).");
   m.def(
       "worker_address", [] { return nb::bytes(engine().address().data(), engine().address().size()); },
       "This process's UCX worker address (what readers' endpoints are made from).");
@@ -356,8 +361,9 @@ void bind_data(nb::module_& m) {
       nb::arg("owner"), "Releases every buffer of the actor `owner` (it stopped); returns how many.");
   m.def("transfer", &transfer, nb::arg("ops"), nb::arg("timeout_s"),
         "Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, "
-        "worker_address, local_buffer, size): checked by their owners, then in parallel. A "
-        "CoreFuture of one reply.");
+        "worker_address, local_buffer, size, same_host, owner_pid): checked by their owners, "
+        "then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10). "
+        "A CoreFuture of one reply.");
   m.def(
       "registration_count",
       [] {

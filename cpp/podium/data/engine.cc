@@ -5,11 +5,15 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/uio.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <deque>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -36,20 +40,50 @@ std::string human_bytes(size_t n) {
 
 struct Endpoint {
   ucp_ep_h ep = nullptr;
+  bool peer_mode = true;  // UCP_ERR_HANDLING_MODE_PEER (DA-6); false: NONE (DA-9)
   bool failed = false;  // set by UCX's error handler (DA-6)
   std::string why;
   size_t users = 0;     // transfers that use it now
 };
+
+struct Transfer;
 
 struct OpState {
   Op op;
   std::shared_ptr<Endpoint> ep;
   ucp_rkey_h rkey = nullptr;
   size_t next = 0;      // the offset of the next chunk to post
-  size_t inflight = 0;  // chunk requests in UCX's hands
+  size_t inflight = 0;  // chunk requests in UCX's hands (or CMA chunks being copied)
   bool flushing = false;
   bool done = false;
+  bool cma = false;     // DA-10: copied with process_vm_readv/writev, not through UCX
 };
+
+// One CMA chunk, taken under the lock and copied outside it (DA-10).
+struct CmaJob {
+  std::shared_ptr<Transfer> t;
+  size_t op = 0;
+  size_t offset = 0;
+  size_t len = 0;
+};
+
+// Copies [offset, offset + len) of `o` between this process and its peer: 0, or an errno.
+int cma_copy(const Op& o, size_t offset, size_t len) {
+  size_t done = 0;
+  while (done < len) {
+    iovec local{o.local + offset + done, len - done};
+    iovec remote{reinterpret_cast<void*>(o.remote_addr + offset + done), len - done};
+    ssize_t n = o.kind == Op::Kind::kGet ? ::process_vm_readv(o.peer_pid, &local, 1, &remote, 1, 0)
+                                         : ::process_vm_writev(o.peer_pid, &local, 1, &remote, 1, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EFAULT;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
 
 struct Transfer {
   actor::Promise<void> promise;
@@ -81,11 +115,14 @@ struct Engine::Impl {
   int wake_fd = -1;  // eventfd: new work or stop
   std::thread progress;
 
+  bool tcp_only = false;  // UCX_TLS names TCP and no shared-memory transport (DA-9)
+  bool cma_enabled = false;  // DA-10; turned off for good by a CMA copy the kernel refuses
   mutable std::mutex mu;  // every UCX call and everything below
   bool stopping = false;
   std::unordered_map<std::string, std::shared_ptr<Endpoint>> eps;
   std::vector<std::pair<ucs_status_ptr_t, std::shared_ptr<Endpoint>>> closing;
   std::unordered_set<std::shared_ptr<Transfer>> active;
+  std::deque<std::pair<std::shared_ptr<Transfer>, size_t>> cma_ops;  // ops with CMA chunks left
   std::map<std::pair<uint64_t, size_t>, std::weak_ptr<Registration>> regs;
   size_t live_regs = 0;
   Stats stats;
@@ -117,7 +154,16 @@ struct Engine::Impl {
     e->why = ucs_status_string(st);
   }
 
-  Result<std::shared_ptr<Endpoint>> endpoint(const std::string& peer) {
+  // DA-9: same-host peers get UCP_ERR_HANDLING_MODE_NONE, which lets UCX use shared memory
+  // and CMA (UCX 1.13 offers them no peer-failure handling); others get PEER (DA-6).
+  bool wants_peer_mode(bool same_host) const { return !same_host || tcp_only; }
+  void tls_restricted_to_tcp(const std::string& tls, bool names_shm) {
+    tcp_only = tls.find("tcp") != std::string::npos && !names_shm && tls[0] != '^';
+  }
+
+  Result<std::shared_ptr<Endpoint>> endpoint(const std::string& peer_address, bool same_host) {
+    bool peer_mode = wants_peer_mode(same_host);
+    std::string peer = std::string(peer_mode ? "P" : "N") + peer_address;
     auto it = eps.find(peer);
     if (it != eps.end() && !it->second->failed) return it->second;
     if (it != eps.end()) close_ep(it);
@@ -125,15 +171,28 @@ struct Engine::Impl {
       return std::unexpected(make_error(DataErrc::kInvalidArgument, "empty worker address"));
     }
     auto e = std::make_shared<Endpoint>();
+    e->peer_mode = peer_mode;
     ucp_ep_params_t p{};
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    p.address = reinterpret_cast<const ucp_address_t*>(peer.data());
-    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
+    p.err_mode = peer_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     p.err_handler.cb = &Impl::on_ep_error;
     p.err_handler.arg = e.get();
+    if (!peer_mode) {
+      p.field_mask &= ~static_cast<uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLER);
+    }
     ucs_status_t st = ucp_ep_create(worker, &p, &e->ep);
-    if (st != UCS_OK) return std::unexpected(ucx_error(DataErrc::kTransferFailed, "ucp_ep_create", st));
+    if (st != UCS_OK) {
+      // Unreachable: the peer's process ended, or no transport both sides offer connects.
+      return std::unexpected(ucx_error(
+          DataErrc::kTransferFailed,
+          "cannot reach the peer: its process ended, or no UCX transport connects to it "
+          "(ucp_ep_create; transports: " +
+              std::string(std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "UCX's default") +
+              ")",
+          st));
+    }
     eps[peer] = e;
     stats.endpoints = eps.size();
     return e;
@@ -145,7 +204,7 @@ struct Engine::Impl {
     stats.endpoints = eps.size();
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    p.flags = e->peer_mode ? UCP_EP_CLOSE_FLAG_FORCE : 0;  // FORCE needs PEER mode
     ucs_status_ptr_t s = ucp_ep_close_nbx(e->ep, &p);
     if (s != nullptr && UCS_PTR_IS_PTR(s)) closing.emplace_back(s, std::move(e));
   }
@@ -310,7 +369,8 @@ struct Engine::Impl {
                                            .count()) +
                         " ms; what was in flight was cancelled")));
       for (auto& o : t->ops) {
-        if (o.ep && (o.inflight > 0 || o.flushing) && o.ep->users == 1 && !o.ep->failed) {
+        if (o.ep && o.ep->peer_mode && (o.inflight > 0 || o.flushing) && o.ep->users == 1 &&
+            !o.ep->failed) {
           for (auto it = eps.begin(); it != eps.end(); ++it) {
             if (it->second == o.ep) {
               close_ep(it);
@@ -323,12 +383,58 @@ struct Engine::Impl {
     }
   }
 
+  // DA-10: the next CMA chunk, round robin over the ops that have some left.
+  bool take_cma_job(CmaJob& job) {
+    while (!cma_ops.empty()) {
+      auto [t, i] = std::move(cma_ops.front());
+      cma_ops.pop_front();
+      auto& o = t->ops[i];
+      if (t->settled || o.next >= o.op.size) {
+        maybe_retire(t);
+        continue;
+      }
+      job = CmaJob{t, i, o.next, std::min(config.chunk_bytes, o.op.size - o.next)};
+      o.next += job.len;
+      ++o.inflight;
+      ++t->outstanding;
+      ++stats.chunks;
+      if (o.next < o.op.size) cma_ops.emplace_back(t, i);
+      return true;
+    }
+    return false;
+  }
+
+  void finish_cma_job(CmaJob& job, int err) {
+    auto& t = job.t;
+    auto& o = t->ops[job.op];
+    --o.inflight;
+    --t->outstanding;
+    if (!t->settled) {
+      if (err != 0) {
+        if (err == EPERM) cma_enabled = false;  // later transfers go through UCX
+        settle(t, std::unexpected(make_error(
+                      DataErrc::kTransferFailed,
+                      op_text(*t, job.op) + " with CMA from process " +
+                          std::to_string(o.op.peer_pid) + " failed: " + std::strerror(err) +
+                          (err == ESRCH ? " (the peer's process ended)"
+                                        : err == EPERM ? " (the kernel refused; PODIUM_RDMA_CMA=0 "
+                                                         "turns CMA off)"
+                                                       : ""))));
+      } else if (o.next == o.op.size && o.inflight == 0) {
+        op_done(t, job.op);  // DA-4: process_vm_writev returns once the bytes are there
+      }
+    }
+    maybe_retire(t);
+  }
+
   void run() {
     pthread_setname_np(pthread_self(), "podium-data");
     std::vector<std::pair<actor::Promise<void>, Status>> ready;
     for (;;) {
       bool armed = false;
       bool busy = false;
+      CmaJob job;
+      bool copy = false;
       {
         std::lock_guard lock(mu);
         if (stopping) break;
@@ -336,12 +442,21 @@ struct Engine::Impl {
         }
         sweep_closing();
         sweep_timeouts(Clock::now());
+        copy = take_cma_job(job);
         busy = !active.empty() || !closing.empty();
-        ucs_status_t st = efd >= 0 ? ucp_worker_arm(worker) : UCS_OK;
-        armed = st == UCS_OK;
+        if (!copy) {
+          ucs_status_t st = efd >= 0 ? ucp_worker_arm(worker) : UCS_OK;
+          armed = st == UCS_OK;
+        }
         ready.swap(fire);
       }
       fire_all(ready);
+      if (copy) {
+        int err = cma_copy(job.t->ops[job.op].op, job.offset, job.len);  // outside the lock
+        std::lock_guard lock(mu);
+        finish_cma_job(job, err);
+        continue;
+      }
       if (!armed) continue;  // UCS_ERR_BUSY: events arrived meanwhile
       pollfd fds[2] = {{wake_fd, POLLIN, 0}, {efd, POLLIN, 0}};
       // Busy: a short wait, so deadlines are kept and transports that signal no event still
@@ -355,6 +470,16 @@ struct Engine::Impl {
     }
   }
 };
+
+bool Engine::cma_allowed() {
+  const char* env = std::getenv("PODIUM_RDMA_CMA");
+  if (env != nullptr && std::string(env) == "0") return false;
+  // A seccomp profile (containers) may refuse the calls outright.
+  char src[8] = "podium", dst[8] = {};
+  iovec local{dst, sizeof dst}, remote{src, sizeof src};
+  return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == sizeof dst &&
+         std::memcmp(src, dst, sizeof dst) == 0;
+}
 
 Registration::~Registration() {
   if (!memh_) return;
@@ -383,6 +508,20 @@ Result<std::unique_ptr<Engine>> Engine::make(EngineConfig config) {
   }
   auto impl = std::make_shared<Impl>();
   impl->config = config;
+  if (const char* tls = std::getenv("UCX_TLS")) {
+    std::string t(tls);
+    bool shm = false;
+    for (const char* name : {"sm", "shm", "posix", "sysv", "cma", "xpmem", "knem", "all"}) {
+      size_t at = t.find(name);
+      while (at != std::string::npos && !shm) {
+        bool start = at == 0 || t[at - 1] == ',' || t[at - 1] == '^';
+        size_t end = at + std::string(name).size();
+        shm = start && (end == t.size() || t[end] == ',');
+        at = t.find(name, at + 1);
+      }
+    }
+    impl->tls_restricted_to_tcp(t, shm);
+  }
   ucp_config_t* cfg = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
   if (st != UCS_OK) return std::unexpected(ucx_error(DataErrc::kUnavailable, "ucp_config_read", st));
@@ -406,6 +545,7 @@ Result<std::unique_ptr<Engine>> Engine::make(EngineConfig config) {
   impl->address.assign(reinterpret_cast<const char*>(addr), len);
   ucp_worker_release_address(impl->worker, addr);
   if (ucp_worker_get_efd(impl->worker, &impl->efd) != UCS_OK) impl->efd = -1;
+  impl->cma_enabled = cma_allowed();
   impl->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (impl->wake_fd < 0) return std::unexpected(errno_error("eventfd", errno));
   impl->progress = std::thread([raw = impl.get()] { raw->run(); });
@@ -516,7 +656,11 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
     }
     for (size_t i = 0; i < t->ops.size() && !t->settled; ++i) {
       auto& o = t->ops[i];
-      auto ep = m.endpoint(o.op.peer);
+      if (m.cma_enabled && o.op.same_host && o.op.peer_pid > 0) {
+        o.cma = true;  // DA-10
+        continue;
+      }
+      auto ep = m.endpoint(o.op.peer, o.op.same_host);
       if (!ep) {
         m.settle(t, std::unexpected(ep.error()));
         break;
@@ -532,7 +676,15 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
     m.active.insert(t);
     m.stats.active = m.active.size();
     if (t->ops.empty()) m.settle(t, {});
-    for (size_t i = 0; i < t->ops.size() && !t->settled; ++i) m.pump(t, i);
+    for (size_t i = 0; i < t->ops.size() && !t->settled; ++i) {
+      if (!t->ops[i].cma) {
+        m.pump(t, i);
+      } else if (t->ops[i].op.size == 0) {
+        m.op_done(t, i);
+      } else {
+        m.cma_ops.emplace_back(t, i);
+      }
+    }
     m.maybe_retire(t);
     ready.swap(m.fire);
   }
@@ -558,6 +710,7 @@ void Engine::stop() {
   {
     std::lock_guard lock(impl_->mu);
     auto& m = *impl_;
+    m.cma_ops.clear();
     std::vector<std::shared_ptr<Transfer>> left(m.active.begin(), m.active.end());
     for (const auto& t : left) {
       m.settle(t, std::unexpected(make_error(DataErrc::kStopped, "the data plane was stopped")));

@@ -31,7 +31,21 @@
 //        finished or cancelled every chunk already in flight.
 //   DA-6 A transfer to a peer whose endpoint failed (the process died, the connection broke)
 //        fails with kTransferFailed naming UCX's status; the endpoint is closed and the next
-//        transfer to that address makes a new one.
+//        transfer to that address makes a new one. This holds for endpoints in UCX's PEER
+//        error mode: every peer on another host, and every peer when UCX_TLS allows TCP only.
+//   DA-9 An endpoint to a peer on this host (Op::same_host) is made in UCX's NONE error mode,
+//        since UCX 1.13 offers its shared-memory and CMA transports only in that mode; its
+//        peer's death is not reported by UCX (podium's control plane reports it, and a
+//        transfer in flight ends by UCX's error or its timeout), and its timeouts cannot
+//        cancel what is in flight (UCX can force-close only PEER endpoints).
+//   DA-10 An operation on a peer of this host whose pid is known (Op::peer_pid) is copied with
+//        process_vm_readv / process_vm_writev (CMA) by the progress thread, a chunk at a
+//        time (DA-3), outside the engine's lock, when the kernel allows it (cma_allowed()):
+//        UCX 1.13 offers no zero-copy RMA on user memory within a host (its CMA transport is
+//        not used for RMA, and its shared-memory transports map only memory UCX allocated),
+//        so its RMA there is emulated with messages. PODIUM_RDMA_CMA=0 turns this off; a
+//        copy the kernel refuses (EPERM) fails its transfer and turns it off for the rest
+//        of the process. A dead peer fails the copy at once (ESRCH).
 #pragma once
 
 #include <chrono>
@@ -90,6 +104,8 @@ struct Op {
   std::byte* local = nullptr;
   size_t size = 0;
   std::shared_ptr<const void> keep;  // keeps `local` alive until UCX is done with it (DA-5)
+  bool same_host = false;            // the peer runs on this host (DA-9)
+  int peer_pid = 0;                  // its process id, when same_host (DA-10)
 };
 
 class Engine {
@@ -107,6 +123,9 @@ class Engine {
   const std::string& address() const;
   // The UCX version this engine runs on ("1.13.1").
   static std::string ucx_version();
+  // DA-10: whether same-host operations are copied with CMA (PODIUM_RDMA_CMA is not 0, and
+  // the kernel lets this process use process_vm_readv).
+  static bool cma_allowed();
 
   // DA-2. `keep` holds the memory alive while it is registered.
   [[nodiscard]] Result<std::shared_ptr<Registration>> register_memory(

@@ -1,7 +1,8 @@
 // Engine tests: the registration cache, and transfers between two processes (a forked child
 // and the test), whose worker addresses and rkeys travel over a socketpair, as podium's
-// control plane carries them between procs. Parameterized over UCX's transports: its default
-// choice (shared memory / CMA on one host) and TCP alone (UCX_TLS=tcp), the cross-host path.
+// control plane carries them between procs. Parameterized over the paths: UCX's default
+// choice on one host (its shared-memory transports, NONE error mode: DA-9), TCP alone
+// (UCX_TLS=tcp, the cross-host path) and podium's own CMA copies (ops that carry the pid: DA-10).
 #include "podium/data/engine.h"
 
 #include <gtest/gtest.h>
@@ -98,7 +99,9 @@ uint8_t pattern(size_t i, uint8_t salt) { return static_cast<uint8_t>((i * 131 +
 class EngineTransfer : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    if (*GetParam()) {
+    cma_ = std::string(GetParam()) == "cma";
+    if (cma_ && !Engine::cma_allowed()) GTEST_SKIP() << "the kernel refuses process_vm_readv here";
+    if (*GetParam() && !cma_) {
       ::setenv("UCX_TLS", GetParam(), 1);
     } else {
       ::unsetenv("UCX_TLS");
@@ -136,8 +139,11 @@ class EngineTransfer : public ::testing::TestWithParam<const char*> {
 
   Op get_op(std::vector<uint8_t>& into) {
     return Op{Op::Kind::kGet, pub_.address, pub_.src_addr, pub_.src_rkey,
-              reinterpret_cast<std::byte*>(into.data()), into.size(), nullptr};
+              reinterpret_cast<std::byte*>(into.data()), into.size(), nullptr, true,
+              cma_ ? pid_ : 0};
   }
+
+  bool cma_ = false;  // DA-10: ops carry the child's pid
 
   pid_t pid_ = -1;
   int fd_ = -1;
@@ -145,7 +151,7 @@ class EngineTransfer : public ::testing::TestWithParam<const char*> {
   std::unique_ptr<Engine> engine_;
 };
 
-TEST_P(EngineTransfer, GetReadsTheChildsRegionInChunks) {  // DA-3
+TEST_P(EngineTransfer, GetReadsTheChildsRegionInChunks) {  // DA-3, DA-10
   std::vector<uint8_t> into(kBytes, 0);
   auto f = engine_->submit({get_op(into)}, 30s);
   auto r = f.get(60s);
@@ -160,7 +166,8 @@ TEST_P(EngineTransfer, PutIsAtThePeerWhenItCompletes) {  // DA-4
   std::vector<uint8_t> from(kBytes);
   for (size_t i = 0; i < kBytes; ++i) from[i] = pattern(i, 9);
   Op put{Op::Kind::kPut, pub_.address, pub_.dst_addr, pub_.dst_rkey,
-         reinterpret_cast<std::byte*>(from.data()), from.size(), nullptr};
+         reinterpret_cast<std::byte*>(from.data()), from.size(), nullptr, true,
+         cma_ ? pid_ : 0};
   auto r = engine_->submit({put}, 30s).get(60s);
   ASSERT_TRUE(r) << r.error().message;
   char cmd = 'c', answer = 0;
@@ -208,7 +215,7 @@ TEST_P(EngineTransfer, NoTimeLeftPostsNothing) {  // DA-5
   EXPECT_EQ(into[1], 0);
 }
 
-TEST_P(EngineTransfer, ADeadPeerFailsTheTransfer) {  // DA-6
+TEST_P(EngineTransfer, ADeadPeerFailsTheTransfer) {  // DA-6, DA-9
   std::vector<uint8_t> warm(16);
   ASSERT_TRUE(engine_->submit({get_op(warm)}, 30s).get(60s));
   ::kill(pid_, SIGKILL);
@@ -216,12 +223,22 @@ TEST_P(EngineTransfer, ADeadPeerFailsTheTransfer) {  // DA-6
   ::waitpid(pid_, &status, 0);
   pid_ = -1;
   std::vector<uint8_t> into(kBytes);
-  auto r = engine_->submit({get_op(into)}, 20s).get(60s);
+  auto r = engine_->submit({get_op(into)}, 5s).get(60s);
   ASSERT_FALSE(r);
-  EXPECT_TRUE(r.error().is(DataErrc::kTransferFailed)) << r.error().message;
+  if (std::string(GetParam()) == "tcp") {
+    EXPECT_TRUE(r.error().is(DataErrc::kTransferFailed)) << r.error().message;  // DA-6
+  } else if (cma_) {
+    EXPECT_TRUE(r.error().is(DataErrc::kTransferFailed)) << r.error().message;  // DA-10
+    EXPECT_NE(r.error().message.find("ended"), std::string::npos) << r.error().message;
+  } else {
+    // DA-9: on one host UCX reports a dead peer when its transport notices (CMA), else the
+    // timeout ends the transfer; podium's control plane is what reports the death.
+    EXPECT_TRUE(r.error().is(DataErrc::kTransferFailed) || r.error().is(DataErrc::kTimeout))
+        << r.error().message;
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, EngineTransfer, ::testing::Values("", "tcp"),
+INSTANTIATE_TEST_SUITE_P(Transports, EngineTransfer, ::testing::Values("", "tcp", "cma"),
                          [](const auto& info) {
                            return std::string(*info.param ? info.param : "default");
                          });

@@ -13,6 +13,11 @@ def available() -> tuple:
 def ucx_version() -> str:
     """The version of the UCX library in use."""
 
+def cma_allowed() -> bool:
+    """
+    Whether same-host transfers are copied with CMA (DA-10; PODIUM_RDMA_CMA=0: never).
+    """
+
 def worker_address() -> bytes:
     """
     This process's UCX worker address (what readers' endpoints are made from).
@@ -33,9 +38,9 @@ def release_owner(owner: str) -> int:
     Releases every buffer of the actor `owner` (it stopped); returns how many.
     """
 
-def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int]], timeout_s: float) -> podium._core.mesh.CoreFuture:
+def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int]], timeout_s: float) -> podium._core.mesh.CoreFuture:
     """
-    Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, worker_address, local_buffer, size): checked by their owners, then in parallel. A CoreFuture of one reply.
+    Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, worker_address, local_buffer, size, same_host, owner_pid): checked by their owners, then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10). A CoreFuture of one reply.
     """
 
 def registration_count() -> int:

@@ -111,6 +111,15 @@ def _local_view(data: Any, *, writable: bool, what: str) -> memoryview:
     return mv
 
 
+_HOST = socket.gethostname()
+
+
+def _hostname() -> str:
+    """This host's name: a buffer whose owner has the same one is reached through UCX's
+    shared-memory transports (DA-9)."""
+    return _HOST
+
+
 class _Owner:
     """Who owns a buffer, for error messages."""
 
@@ -152,7 +161,7 @@ class RDMABuffer:
         ins = context().actor_instance
         rank = ins.rank
         self._owner = _Owner(ins.actor_id, _mesh.this_proc_id(), rank.rank if len(rank) else 0,
-                             str(rank), socket.gethostname(), os.getpid())
+                             str(rank), _hostname(), os.getpid())
         (self._id, self._token, self._addr, self._size, self._rkey, self._worker,
          _writable) = _data.register_buffer(view, ins.actor_id)
         self._dropped = False
@@ -251,8 +260,9 @@ class RDMAAction:
         for _w, b, _v, _n in self._ops:
             b._check_live()
         runtime.ensure_runtime()
-        ops = [(w, b._owner.proc, b._id, b._token, b._addr, b._rkey, b._worker, v, n)
-               for w, b, v, n in self._ops]
+        here = _hostname()
+        ops = [(w, b._owner.proc, b._id, b._token, b._addr, b._rkey, b._worker, v, n,
+                b._owner.host == here, b._owner.pid) for w, b, v, n in self._ops]
         kinds = [("write" if w else "read", b) for w, b, _v, _n in self._ops]
         return Future(_data.transfer(ops, float(timeout)), _decode, ("transfer", kinds))
 
@@ -294,8 +304,7 @@ def _error(sub: int, code: int, message: str, op: str, buf: Optional[RDMABuffer]
     if isinstance(e, errors.SupervisionError) and buf is not None:
         o = buf._owner
         return errors.SupervisionError(
-            f"{where} failed: the buffer's owner {o} is unreachable, its process has ended: "
-            f"{message}",
+            f"{where} failed: the buffer's owner {o} is unreachable: {message}",
             cause=message, actor_id=o.actor_id, rank=o.rank, point=o.point, host=o.host,
             pid=o.pid)
     return e
