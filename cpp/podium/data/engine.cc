@@ -367,7 +367,8 @@ struct Engine::Impl {
                         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                            t->timeout)
                                            .count()) +
-                        " ms; what was in flight was cancelled")));
+                        " ms; nothing more is posted, and what was in flight is cancelled where "
+                        "UCX can cancel it")));
       for (auto& o : t->ops) {
         if (o.ep && o.ep->peer_mode && (o.inflight > 0 || o.flushing) && o.ep->users == 1 &&
             !o.ep->failed) {
