@@ -8,7 +8,7 @@ the bandwidth of a memcpy of the same size in this process (a memoryview slice a
 and the ratio. It also reports the latency of a 4 KiB read next to the round trip of an empty
 ``call_one`` to the same actor, and ``--cycles`` create/drop cycles in the owner with its
 registration count before and after. Progress goes to stderr; ``--json`` prints one JSON
-object. A benchmark, not a test: it asserts nothing about the figures (docs/data.md).
+object on one line. A benchmark, not a test: it asserts nothing about the figures (docs/data.md).
 """
 
 from __future__ import annotations
@@ -99,7 +99,9 @@ def run(max_mib: int, reps: int, cycles: int) -> Dict[str, Any]:
                      for _ in range(200))[100]
         before, after = owner.cycles.call_one(cycles).get(timeout=_TIMEOUT_S * 10)
         return {
+            "benchmark": "rdma",
             "backend": get_rdma_backend(),
+            "same_host_path": "cma" if _data.cma_allowed() else "ucx",
             "ucx_version": _data.ucx_version(),
             "sizes": rows,
             "read_4k_median_us": lat * 1e6,
@@ -121,7 +123,7 @@ def main(argv: List[str]) -> int:
     a = p.parse_args(argv)
     result = run(a.max_mib, a.reps, a.cycles)
     if a.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(result))
     else:
         for row in result["sizes"]:
             print(f"{row['bytes']:>11} B  read {row['read_gbps']:7.2f} GB/s "
