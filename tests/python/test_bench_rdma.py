@@ -33,6 +33,8 @@ def test_bench_rdma_json_report():  # DA-8
                             "write_vs_memcpy"}
         assert all(_number(v) and v > 0 for v in row.values()), row
     assert _number(report["read_4k_median_us"]) and _number(report["call_one_rtt_median_us"])
+    assert _number(report["call_one_rtt_under_bulk_median_us"])
+    assert report["bulk_bytes"] == 1048576 and report["bulk_reads_during"] >= 1
     assert report["create_drop_cycles"] == 200
     assert report["registrations_after"] == report["registrations_before"]
     assert "rdma" in r.stderr  # progress goes to stderr

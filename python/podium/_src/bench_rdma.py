@@ -6,7 +6,8 @@ controller reads each into its own memory (``read_into``) and writes it back
 (``write_from``), ``--reps`` times; the best time of each is reported as bandwidth, next to
 the bandwidth of a memcpy of the same size in this process (a memoryview slice assignment)
 and the ratio. It also reports the latency of a 4 KiB read next to the round trip of an empty
-``call_one`` to the same actor, and ``--cycles`` create/drop cycles in the owner with its
+``call_one`` to the same actor, that round trip again while another thread reads the
+largest buffer (at most 256 MiB) over and over, and ``--cycles`` create/drop cycles in the owner with its
 registration count before and after. Progress goes to stderr; ``--json`` prints one JSON
 object on one line. A benchmark, not a test: it asserts nothing about the figures (docs/data.md).
 """
@@ -16,8 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import podium.actor as pa
 from podium._core import data as _data
@@ -61,6 +63,33 @@ def _gbps(n: int, s: float) -> float:
     return n / s / 1e9 if s > 0 else float("inf")
 
 
+def _rtt_under_bulk(owner: Any, n: int) -> Tuple[float, int, int]:
+    """The median call_one round trip to the owner while another thread reads an n-byte
+    buffer of the same owner again and again; and how many reads ran meanwhile."""
+    buf = owner.make.call_one(n).get(timeout=_TIMEOUT_S)
+    dst = memoryview(bytearray(n))
+    stop = threading.Event()
+    reads = [0]
+
+    def bulk() -> None:
+        while not stop.is_set():
+            buf.read_into(dst).get(timeout=_TIMEOUT_S)
+            reads[0] += 1
+
+    t = threading.Thread(target=bulk, name="rdma-bench-bulk", daemon=True)
+    t.start()
+    try:
+        while reads[0] == 0 and t.is_alive():  # bounded: each read has its own timeout
+            time.sleep(0.001)
+        rtts = sorted(_best(lambda: owner.ping.call_one().get(timeout=_TIMEOUT_S), 1)
+                      for _ in range(200))
+    finally:
+        stop.set()
+        t.join(timeout=_TIMEOUT_S)
+    buf.drop().get(timeout=_TIMEOUT_S)
+    return rtts[100], n, reads[0]
+
+
 def run(max_mib: int, reps: int, cycles: int) -> Dict[str, Any]:
     pm = pa.this_host().spawn_procs(per_host={"procs": 1})
     try:
@@ -97,6 +126,7 @@ def run(max_mib: int, reps: int, cycles: int) -> Dict[str, Any]:
                      for _ in range(200))[100]
         rtt = sorted(_best(lambda: owner.ping.call_one().get(timeout=_TIMEOUT_S), 1)
                      for _ in range(200))[100]
+        under = _rtt_under_bulk(owner, min(max(sizes), 256 << 20))
         before, after = owner.cycles.call_one(cycles).get(timeout=_TIMEOUT_S * 10)
         return {
             "benchmark": "rdma",
@@ -106,6 +136,9 @@ def run(max_mib: int, reps: int, cycles: int) -> Dict[str, Any]:
             "sizes": rows,
             "read_4k_median_us": lat * 1e6,
             "call_one_rtt_median_us": rtt * 1e6,
+            "call_one_rtt_under_bulk_median_us": under[0] * 1e6,
+            "bulk_bytes": under[1],
+            "bulk_reads_during": under[2],
             "create_drop_cycles": cycles,
             "registrations_before": before,
             "registrations_after": after,
@@ -130,7 +163,9 @@ def main(argv: List[str]) -> int:
                   f"({row['read_vs_memcpy']:.0%} of memcpy)  write {row['write_gbps']:7.2f} GB/s "
                   f"({row['write_vs_memcpy']:.0%})  memcpy {row['memcpy_gbps']:7.2f} GB/s")
         print(f"4 KiB read median {result['read_4k_median_us']:.1f} us; call_one RTT median "
-              f"{result['call_one_rtt_median_us']:.1f} us")
+              f"{result['call_one_rtt_median_us']:.1f} us, "
+              f"{result['call_one_rtt_under_bulk_median_us']:.1f} us while "
+              f"{result['bulk_bytes']} B reads run ({result['bulk_reads_during']} of them)")
         print(f"{result['create_drop_cycles']} create/drop cycles: registrations "
               f"{result['registrations_before']} -> {result['registrations_after']}")
     return 0
