@@ -8,6 +8,7 @@ import os
 import pickle
 import signal
 import socket
+import textwrap
 import warnings
 
 import pytest
@@ -21,6 +22,7 @@ from podium.rdma import (
     RDMABuffer,
 )
 from podium._core import data as _data
+from conftest import run_script
 
 T = 30  # seconds: bound on every get() below
 
@@ -347,3 +349,44 @@ def test_buffers_over_one_region_share_one_registration():  # DA-2
     assert _read(b) == bytes(pattern(8192, 2))
     b.drop().get(timeout=T)
     assert _data.registration_count() == start - 1
+
+
+def test_over_a_tcp_control_plane(tmp_path):  # RD-2
+    """Procs that talk TCP (enable_transport): buffer references and checks travel over the
+    authenticated TCP control plane; a dead owner still fails at once, named."""
+    r = run_script(tmp_path, "tcp_rdma.py", textwrap.dedent("""
+        import os, signal
+        from podium.actor import Actor, SupervisionError, endpoint, enable_transport, this_host
+        from podium.rdma import RDMABuffer
+
+        enable_transport("tcp")
+
+        class Owner(Actor):
+            @endpoint
+            def make(self):
+                self.mem = bytearray(range(256)) * 64
+                return RDMABuffer(memoryview(self.mem)), os.getpid()
+
+            @endpoint
+            def first(self):
+                return self.mem[0]
+
+        pm = this_host().spawn_procs(per_host={"gpus": 1})
+        try:
+            owner = pm.spawn("owner", Owner)
+            buf, pid = owner.make.call_one().get(timeout=30)
+            dst = bytearray(buf.size())
+            buf.read_into(memoryview(dst)).get(timeout=30)
+            assert dst == bytearray(range(256)) * 64
+            buf.write_from(memoryview(bytearray([7]))).get(timeout=30)
+            assert owner.first.call_one().get(timeout=30) == 7
+            os.kill(pid, signal.SIGKILL)
+            try:
+                buf.read_into(memoryview(dst)).get(timeout=30)
+                print("no error")
+            except SupervisionError as e:
+                print("SupervisionError", e.pid == pid, e.rank)
+        finally:
+            pm.stop().get(timeout=30)
+        """))
+    assert "SupervisionError True 0" in r.stdout, r.stdout + r.stderr
