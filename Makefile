@@ -49,7 +49,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_ROOT_USER_ACTION := ignore
 
 APT_PACKAGES := build-essential libasio-dev libmsgpack-cxx-dev libgtest-dev libbenchmark-dev \
-                libspdlog-dev libfmt-dev libssl-dev openssl iproute2 slurm-wlm munge
+                libspdlog-dev libfmt-dev libssl-dev openssl iproute2 slurm-wlm munge \
+                pkg-config libucx-dev libucx0
 # Build tools, runtime dependencies and test tools, pinned.
 PIP_PACKAGES := cmake==4.4.4 ninja==1.13.2 scikit-build-core==1.1.2 nanobind==3.1.0 \
                 msgpack==1.2.4 cloudpickle==3.1.2 numpy==2.4.6 pytest==9.0.3 \

@@ -16,6 +16,7 @@
 #include "podium/actor/ids.h"
 #include "podium/base/edit_distance.h"
 #include "podium/channel/net.h"
+#include "podium/data/errc.h"
 #include "podium/host/error.h"
 #include "podium/mesh/errc.h"
 #include "podium/ndslice/errc.h"
@@ -166,6 +167,19 @@ Buffer buffer_from_python(nb::handle obj) {
   return Buffer(std::shared_ptr<const void>(std::move(owner), e), data, size);
 }
 
+Buffer pin_python_buffer(nb::handle obj, bool writable) {
+  auto* e = new PyExport();
+  int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(obj.ptr(), &e->view, flags) != 0) {
+    delete e;
+    throw nb::python_error();
+  }
+  const auto* data = static_cast<const std::byte*>(e->view.buf);
+  size_t size = static_cast<size_t>(e->view.len);
+  std::shared_ptr<PyExport> owner(e, DeferredRelease{});
+  return Buffer(std::shared_ptr<const void>(std::move(owner), e), data, size);
+}
+
 std::vector<Buffer> buffers_from_python(nb::handle seq) {
   release_deferred();
   std::vector<Buffer> out;
@@ -238,6 +252,7 @@ void bind_base(nb::module_& m) {
   bind_errc<actor::ActorErrc>(m, errc, "ActorErrc");
   bind_errc<host::HostErrc>(m, errc, "HostErrc");
   bind_errc<mesh::MeshErrc>(m, errc, "MeshErrc");
+  bind_errc<data::DataErrc>(m, errc, "DataErrc");
   m.attr("ERRC") = errc;
   m.def(
       "set_error_translator",

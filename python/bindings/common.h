@@ -41,6 +41,10 @@ inline constexpr size_t kCopyThreshold = 32 * 1024;
 
 // `obj` must export a C-contiguous buffer; raises BufferError/TypeError otherwise.
 Buffer buffer_from_python(nb::handle obj);
+// `obj`'s C-contiguous buffer, never copied: the Buffer holds the export (released later
+// under the GIL, as above) while any copy of it lives. `writable`: the export must be
+// writable (a destination of one-sided reads); raises BufferError otherwise.
+Buffer pin_python_buffer(nb::handle obj, bool writable);
 // Every item of the sequence `seq`, in order.
 std::vector<Buffer> buffers_from_python(nb::handle seq);
 // A PartBuffer owning a reference to `b`.

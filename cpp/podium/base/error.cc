@@ -14,6 +14,7 @@ std::string_view subsystem_name(Subsystem s) {
     case Subsystem::kMesh: return "mesh";
     case Subsystem::kHost: return "host";
     case Subsystem::kSupervision: return "supervision";
+    case Subsystem::kData: return "data";
   }
   return "unknown";
 }

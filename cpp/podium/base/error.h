@@ -25,6 +25,7 @@ enum class Subsystem : uint8_t {
   kMesh = 5,
   kHost = 6,
   kSupervision = 7,
+  kData = 8,
 };
 
 std::string_view subsystem_name(Subsystem s);

@@ -3,6 +3,7 @@
 from podium._core import (
     actor as actor,
     base as base,
+    data as data,
     host as host,
     mesh as mesh,
     ndslice as ndslice

@@ -27,6 +27,8 @@ class Subsystem(enum.IntEnum):
 
     SUPERVISION = 7
 
+    DATA = 8
+
 class BaseErrc(enum.Enum):
     OK = 0
 
@@ -157,6 +159,21 @@ class MeshErrc(enum.Enum):
     SHUT_DOWN = 103
 
     SPAWN_FAILED = 104
+
+class DataErrc(enum.Enum):
+    UNAVAILABLE = 100
+
+    INVALID_ARGUMENT = 101
+
+    TIMEOUT = 102
+
+    DROPPED = 103
+
+    REFUSED = 104
+
+    TRANSFER_FAILED = 105
+
+    STOPPED = 106
 
 ERRC: dict = ...
 

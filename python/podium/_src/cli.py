@@ -26,6 +26,7 @@ _PYTHON_BENCHMARKS = {
     "cast-python": "podium._src.bench_cast_python",
     "attack": "podium._src.bench_attack",
     "soak": "podium._src.bench_soak",
+    "rdma": "podium._src.bench_rdma",
 }
 
 

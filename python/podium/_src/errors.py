@@ -35,6 +35,7 @@ from podium._core.base import (
     BaseErrc,
     ChannelErrc,
     CoreError,
+    DataErrc,
     HostErrc,
     MeshErrc,
     NdsliceErrc,
@@ -326,6 +327,15 @@ TABLE: Dict[Any, Type[BaseException]] = {
     MeshErrc.HOST_REFUSED: CoreError,
     MeshErrc.PROTOCOL: CoreError,
     MeshErrc.SPAWN_FAILED: CoreError,
+    # The data plane (podium.rdma, docs/data.md). podium.rdma words its own errors with the
+    # buffer's owner, rank and host; these rows are for errors raised by the bindings.
+    DataErrc.UNAVAILABLE: CoreError,
+    DataErrc.INVALID_ARGUMENT: ValueError,
+    DataErrc.TIMEOUT: TimeoutError,
+    DataErrc.DROPPED: CoreError,
+    DataErrc.REFUSED: PermissionError,
+    DataErrc.TRANSFER_FAILED: _GONE,
+    DataErrc.STOPPED: CoreError,
 }
 # (subsystem, code) -> class: the lookup both paths make.
 _SUBSYSTEM_OF: Dict[Any, Subsystem] = {enum: sub for sub, enum in _base.ERRC.items()}

@@ -48,6 +48,18 @@ from podium._src.endpoint import check_actor_class, endpoints_of
 from podium._src.port_ref import Port
 from podium._src.shape import Point
 
+
+def _release_rdma(actor_id: str) -> None:
+    """RD-3: an actor that stops or fails releases the RDMA buffers it owns (only where
+    podium.rdma was used: the data plane is not started for this)."""
+    rdma = sys.modules.get("podium._src.rdma")
+    if rdma is not None:
+        try:
+            rdma.release_owner(actor_id)
+        except Exception as e:  # the stop goes on; the leak is reported
+            ratelimit.warn("rdma release", f"{actor_id}: releasing its RDMA buffers failed: "
+                                           f"{describe(e)}")
+
 # At process exit: how long an async actor's cancelled tasks get to finish before its event
 # loop closes (the one wait Python still times here; docs/python.md).
 _CANCEL_WAIT_S = 1.0
@@ -279,6 +291,7 @@ class _ActorServer(supervision.OwnerSupervision):
                 call.answered = True
                 self.inbox.reply_failure(call.port, call.rank)
             task.cancel()
+        _release_rdma(self.inbox.actor_id)
 
     def _construct(self) -> bool:
         """Runs __init__; False when the thread has nothing more to do (it failed, or it was
@@ -344,6 +357,7 @@ class _ActorServer(supervision.OwnerSupervision):
                     self._stop_children()
                     self._cleanup_sync()
                 finally:  # acknowledged whatever happened, or it is escalated to a kill
+                    _release_rdma(self.inbox.actor_id)
                     output.forward_flush()  # what it printed streams before the stop is done
                     item.stopped()
                 return
@@ -430,7 +444,10 @@ class _ActorServer(supervision.OwnerSupervision):
                 self.inbox.reply_stopped(call.port, call.rank,
                                          f"stopped before {call.name} ran")
         self._stop_children()
-        await self._cleanup_async()
+        try:
+            await self._cleanup_async()
+        finally:
+            _release_rdma(self.inbox.actor_id)
 
     def _prepare(self, item: Any) -> Optional["_Call"]:
         """The call of `item`, or None when it has been answered already (failed actor, bad

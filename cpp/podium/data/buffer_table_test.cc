@@ -1,0 +1,86 @@
+// BufferTable tests: capabilities and the release of registrations.
+#include "podium/data/buffer_table.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace podium::data {
+namespace {
+
+class BufferTableTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto e = Engine::make({});
+    ASSERT_TRUE(e) << e.error().message;
+    engine_ = std::move(*e);
+  }
+  std::shared_ptr<Registration> reg(std::vector<uint8_t>& mem) {
+    auto r = engine_->register_memory(mem.data(), mem.size(), nullptr);
+    EXPECT_TRUE(r);
+    return r ? *r : nullptr;
+  }
+  std::unique_ptr<Engine> engine_;
+  BufferTable table_;
+};
+
+TEST_F(BufferTableTest, OnlyTheRightTokenIsAccepted) {  // DA-7
+  std::vector<uint8_t> mem(4096);
+  auto a = table_.add(reg(mem), "owner[0]", true);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->token.size(), 32u);
+  EXPECT_TRUE(table_.check(a->id, a->token, false));
+  EXPECT_TRUE(table_.check(a->id, a->token, true));
+  std::string wrong = a->token;
+  wrong[0] = wrong[0] == '0' ? '1' : '0';
+  auto r = table_.check(a->id, wrong, false);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(DataErrc::kRefused));
+  EXPECT_FALSE(table_.check(a->id, "", false));
+  EXPECT_FALSE(table_.drop(a->id, wrong));
+  EXPECT_TRUE(table_.check(a->id, a->token, false));  // a refused drop dropped nothing
+  auto b = table_.add(reg(mem), "owner[0]", true);
+  ASSERT_TRUE(b);
+  EXPECT_NE(a->token, b->token);
+}
+
+TEST_F(BufferTableTest, AReadOnlyBufferRefusesWrites) {  // DA-7
+  std::vector<uint8_t> mem(4096);
+  auto a = table_.add(reg(mem), "owner[0]", false);
+  ASSERT_TRUE(a);
+  EXPECT_TRUE(table_.check(a->id, a->token, false));
+  auto r = table_.check(a->id, a->token, true);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("read-only"), std::string::npos);
+}
+
+TEST_F(BufferTableTest, DropAndOwnerStopReleaseTheRegistration) {  // DA-8
+  std::vector<uint8_t> m1(4096), m2(8192), m3(100);
+  auto a = table_.add(reg(m1), "alice[0]", true);
+  auto b = table_.add(reg(m2), "bob[1]", true);
+  auto c = table_.add(reg(m3), "bob[1]", true);
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(engine_->registration_count(), 3u);
+  ASSERT_TRUE(table_.drop(a->id, a->token));
+  EXPECT_EQ(engine_->registration_count(), 2u);
+  auto r = table_.check(a->id, a->token, false);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(DataErrc::kDropped));
+  EXPECT_NE(r.error().message.find("was dropped"), std::string::npos);
+  EXPECT_TRUE(table_.drop(a->id, a->token));  // again: nothing to do
+  EXPECT_EQ(table_.release_owner("bob[1]"), 2u);
+  EXPECT_EQ(engine_->registration_count(), 0u);
+  EXPECT_EQ(table_.size(), 0u);
+  r = table_.check(c->id, c->token, false);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("its owner bob[1] stopped"), std::string::npos);
+  for (int i = 0; i < 2000; ++i) {
+    auto x = table_.add(reg(m1), "alice[0]", true);
+    ASSERT_TRUE(x);
+    ASSERT_TRUE(table_.drop(x->id, x->token));
+  }
+  EXPECT_EQ(engine_->registration_count(), 0u);
+}
+
+}  // namespace
+}  // namespace podium::data

@@ -1,0 +1,159 @@
+// podium::data::Engine — the data plane of one process: one UCX context and one UCX worker,
+// memory registration with a cache, and one-sided get and put to other processes' registered
+// memory (docs/data.md).
+//
+// The engine never creates a UCX listener: it reaches a peer only through an endpoint made
+// from that peer's worker address (Op::peer), and podium hands it only addresses that came
+// over the authenticated control plane (a buffer reference pickled through an endpoint call).
+// What UCX's transports themselves open is in docs/data.md, "What UCX exposes".
+//
+// Threads: every public member is thread-safe. Every UCX call is made under the engine's
+// one mutex (the worker is UCS_THREAD_MODE_SERIALIZED). One progress thread of the engine
+// drives the worker: it waits on the worker's event fd (and a wake-up eventfd) and runs
+// ucp_worker_progress, so a peer's software-emulated RMA is served and completions are
+// delivered without the caller polling. Completions set the transfer's Future after the
+// mutex is released, on the progress thread (or on the submitting thread when UCX completed
+// the transfer at once): on_ready callbacks must not block, and may submit again.
+// Locks: Engine::Impl::mu (every UCX call, the endpoint, transfer and registration tables) is
+// a leaf: nothing else is taken under it and no callback runs under it.
+// Invariants:
+//   DA-1 One engine per process (instance()), started on first use: nothing of UCX is
+//        touched before the first RDMA buffer or transfer.
+//   DA-2 Registering a region that is registered already (same address and size) returns the
+//        same Registration; the region is unmapped (ucp_mem_unmap) when its last holder drops
+//        it, so registration_count() counts live regions only.
+//   DA-3 A transfer larger than the chunk size runs as chunks of at most chunk_bytes, at most
+//        `window` of them in flight per operation, the next posted as one completes.
+//   DA-4 A put completes only once the remote side holds the bytes (the endpoint is flushed
+//        after the last chunk), not when the local buffer may be reused.
+//   DA-5 A transfer that does not finish within its timeout fails with kTimeout; no chunk is
+//        posted after that, and the local memory stays pinned (Op::keep) until UCX has
+//        finished or cancelled every chunk already in flight.
+//   DA-6 A transfer to a peer whose endpoint failed (the process died, the connection broke)
+//        fails with kTransferFailed naming UCX's status; the endpoint is closed and the next
+//        transfer to that address makes a new one. This holds for endpoints in UCX's PEER
+//        error mode: every peer on another host, and every peer when UCX_TLS allows TCP only.
+//   DA-9 An endpoint to a peer on this host (Op::same_host) is made in UCX's NONE error mode,
+//        since UCX 1.13 offers its shared-memory and CMA transports only in that mode; its
+//        peer's death is not reported by UCX (podium's control plane reports it, and a
+//        transfer in flight ends by UCX's error or its timeout), and its timeouts cannot
+//        cancel what is in flight (UCX can force-close only PEER endpoints).
+//   DA-10 An operation on a peer of this host whose pid is known (Op::peer_pid) is copied with
+//        process_vm_readv / process_vm_writev (CMA) by the progress thread, a chunk at a
+//        time (DA-3), outside the engine's lock, when the kernel allows it (cma_allowed()):
+//        UCX 1.13 offers no zero-copy RMA on user memory within a host (its CMA transport is
+//        not used for RMA, and its shared-memory transports map only memory UCX allocated),
+//        so its RMA there is emulated with messages. PODIUM_RDMA_CMA=0 turns this off; a
+//        copy the kernel refuses (EPERM) fails its transfer and turns it off for the rest
+//        of the process. A dead peer fails the copy at once (ESRCH).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "podium/actor/future.h"
+#include "podium/base/error.h"
+#include "podium/data/errc.h"
+
+namespace podium::data {
+
+inline constexpr size_t kDefaultChunkBytes = size_t{4} << 20;
+inline constexpr size_t kDefaultWindow = 4;
+
+struct EngineConfig {
+  size_t chunk_bytes = kDefaultChunkBytes;  // DA-3
+  size_t window = kDefaultWindow;           // DA-3
+};
+
+// One registered (ucp_mem_map'd) region. Unmapped when the last shared_ptr to it drops (DA-2).
+class Registration {
+ public:
+  ~Registration();
+  Registration(const Registration&) = delete;
+  Registration& operator=(const Registration&) = delete;
+
+  uint64_t addr() const { return addr_; }
+  size_t size() const { return size_; }
+  // The packed remote key: what a peer needs, with addr(), to reach this region.
+  const std::string& rkey() const { return rkey_; }
+
+  struct Impl;
+
+ private:
+  friend class Engine;
+  Registration() = default;
+  std::shared_ptr<void> engine_;  // Engine::Impl, kept alive while the region is mapped
+  void* memh_ = nullptr;          // ucp_mem_h
+  uint64_t addr_ = 0;
+  size_t size_ = 0;
+  std::string rkey_;
+  std::shared_ptr<const void> keep_;  // keeps the memory itself alive while registered
+};
+
+// One one-sided operation of a transfer.
+struct Op {
+  enum class Kind { kGet, kPut };
+  Kind kind = Kind::kGet;
+  std::string peer;          // the remote worker's address, as its address() returned it
+  uint64_t remote_addr = 0;  // in the remote process, inside a Registration of that process
+  std::string rkey;          // that Registration's rkey()
+  std::byte* local = nullptr;
+  size_t size = 0;
+  std::shared_ptr<const void> keep;  // keeps `local` alive until UCX is done with it (DA-5)
+  bool same_host = false;            // the peer runs on this host (DA-9)
+  int peer_pid = 0;                  // its process id, when same_host (DA-10)
+};
+
+class Engine {
+ public:
+  // DA-1: this process's engine, made on the first call (chunk size from
+  // PODIUM_RDMA_CHUNK_BYTES when set). Later calls return the same engine, or the same error.
+  [[nodiscard]] static Result<Engine*> instance();
+  // A separate engine (tests, benchmarks).
+  [[nodiscard]] static Result<std::unique_ptr<Engine>> make(EngineConfig config = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // This worker's address (opaque bytes), for peers that will reach this process.
+  const std::string& address() const;
+  // The UCX version this engine runs on ("1.13.1").
+  static std::string ucx_version();
+  // DA-10: whether same-host operations are copied with CMA (PODIUM_RDMA_CMA is not 0, and
+  // the kernel lets this process use process_vm_readv).
+  static bool cma_allowed();
+
+  // DA-2. `keep` holds the memory alive while it is registered.
+  [[nodiscard]] Result<std::shared_ptr<Registration>> register_memory(
+      const void* addr, size_t size, std::shared_ptr<const void> keep);
+  size_t registration_count() const;
+
+  // Runs `ops` in parallel; the future resolves once all are done, or with the first error.
+  actor::Future<void> submit(std::vector<Op> ops, std::chrono::nanoseconds timeout);
+
+  struct Stats {
+    uint64_t transfers = 0;    // submitted
+    uint64_t chunks = 0;       // chunk requests posted (DA-3)
+    uint64_t bytes = 0;        // bytes of completed operations
+    uint64_t timeouts = 0;     // transfers failed by their timeout (DA-5)
+    uint64_t endpoints = 0;    // endpoints open now
+    uint64_t active = 0;       // transfers (or their chunks) still in UCX's hands
+  };
+  Stats stats() const;
+
+  // Stops the progress thread and closes every endpoint; transfers still running fail with
+  // kStopped. Idempotent. Registrations stay valid until dropped.
+  void stop();
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace podium::data

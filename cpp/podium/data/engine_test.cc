@@ -1,0 +1,295 @@
+// Engine tests: the registration cache, and transfers between two processes (a forked child
+// and the test), whose worker addresses and rkeys travel over a socketpair, as podium's
+// control plane carries them between procs. Parameterized over the paths: UCX's default
+// choice on one host (its shared-memory transports, NONE error mode: DA-9), TCP alone
+// (UCX_TLS=tcp, the cross-host path) and podium's own CMA copies (ops that carry the pid: DA-10).
+#include "podium/data/engine.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace podium::data {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool write_all(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = ::write(fd, c, n);
+    if (w <= 0) return false;
+    c += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t r = ::read(fd, c, n);
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool send_str(int fd, const std::string& s) {
+  uint64_t n = s.size();
+  return write_all(fd, &n, sizeof n) && write_all(fd, s.data(), s.size());
+}
+
+bool recv_str(int fd, std::string& s) {
+  uint64_t n = 0;
+  if (!read_all(fd, &n, sizeof n) || n > (1u << 20)) return false;
+  s.resize(n);
+  return read_all(fd, s.data(), n);
+}
+
+// What the child publishes: its worker address, and two registered regions (one to read
+// from, one to write into).
+struct Published {
+  std::string address;
+  uint64_t src_addr = 0;
+  std::string src_rkey;
+  uint64_t dst_addr = 0;
+  std::string dst_rkey;
+};
+
+constexpr size_t kBytes = size_t{24} << 20;  // several chunks of 4 MiB (DA-3)
+
+uint8_t pattern(size_t i, uint8_t salt) { return static_cast<uint8_t>((i * 131 + salt) & 0xff); }
+
+// The child: registers two regions, publishes them, then waits for the parent's word; on 'c'
+// it checks the region the parent wrote and answers 'y' or 'n'. Never returns.
+[[noreturn]] void child_main(int fd) {
+  auto engine = Engine::make({});
+  if (!engine) _exit(10);
+  std::vector<uint8_t> src(kBytes), dst(kBytes, 0);
+  for (size_t i = 0; i < kBytes; ++i) src[i] = pattern(i, 7);
+  auto rs = (*engine)->register_memory(src.data(), src.size(), nullptr);
+  auto rd = (*engine)->register_memory(dst.data(), dst.size(), nullptr);
+  if (!rs || !rd) _exit(11);
+  uint64_t a = (*rs)->addr(), b = (*rd)->addr();
+  if (!send_str(fd, (*engine)->address()) || !write_all(fd, &a, 8) ||
+      !send_str(fd, (*rs)->rkey()) || !write_all(fd, &b, 8) || !send_str(fd, (*rd)->rkey())) {
+    _exit(12);
+  }
+  char cmd = 0;
+  while (read_all(fd, &cmd, 1)) {
+    if (cmd == 'c') {
+      bool ok = true;
+      for (size_t i = 0; i < kBytes && ok; ++i) ok = dst[i] == pattern(i, 9);
+      char answer = ok ? 'y' : 'n';
+      if (!write_all(fd, &answer, 1)) break;
+    }
+  }
+  _exit(0);
+}
+
+class EngineTransfer : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    cma_ = std::string(GetParam()) == "cma";
+    if (cma_ && !Engine::cma_allowed()) GTEST_SKIP() << "the kernel refuses process_vm_readv here";
+    if (*GetParam() && !cma_) {
+      ::setenv("UCX_TLS", GetParam(), 1);
+    } else {
+      ::unsetenv("UCX_TLS");
+    }
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    pid_ = ::fork();
+    ASSERT_GE(pid_, 0);
+    if (pid_ == 0) {
+      ::close(sv[0]);
+      child_main(sv[1]);
+    }
+    ::close(sv[1]);
+    fd_ = sv[0];
+    ASSERT_TRUE(recv_str(fd_, pub_.address));
+    ASSERT_TRUE(read_all(fd_, &pub_.src_addr, 8));
+    ASSERT_TRUE(recv_str(fd_, pub_.src_rkey));
+    ASSERT_TRUE(read_all(fd_, &pub_.dst_addr, 8));
+    ASSERT_TRUE(recv_str(fd_, pub_.dst_rkey));
+    auto e = Engine::make({});
+    ASSERT_TRUE(e) << e.error().message;
+    engine_ = std::move(*e);
+  }
+
+  void TearDown() override {
+    if (engine_) engine_->stop();
+    if (fd_ >= 0) ::close(fd_);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+    ::unsetenv("UCX_TLS");
+  }
+
+  Op get_op(std::vector<uint8_t>& into) {
+    return Op{Op::Kind::kGet, pub_.address, pub_.src_addr, pub_.src_rkey,
+              reinterpret_cast<std::byte*>(into.data()), into.size(), nullptr, true,
+              cma_ ? pid_ : 0};
+  }
+
+  bool cma_ = false;  // DA-10: ops carry the child's pid
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  Published pub_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_P(EngineTransfer, GetReadsTheChildsRegionInChunks) {  // DA-3, DA-10
+  std::vector<uint8_t> into(kBytes, 0);
+  auto f = engine_->submit({get_op(into)}, 30s);
+  auto r = f.get(60s);
+  ASSERT_TRUE(r) << r.error().message;
+  for (size_t i = 0; i < kBytes; ++i) ASSERT_EQ(into[i], pattern(i, 7)) << "byte " << i;
+  auto st = engine_->stats();
+  EXPECT_GE(st.chunks, kBytes / kDefaultChunkBytes);
+  EXPECT_EQ(st.bytes, kBytes);
+}
+
+TEST_P(EngineTransfer, PutIsAtThePeerWhenItCompletes) {  // DA-4
+  std::vector<uint8_t> from(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) from[i] = pattern(i, 9);
+  Op put{Op::Kind::kPut, pub_.address, pub_.dst_addr, pub_.dst_rkey,
+         reinterpret_cast<std::byte*>(from.data()), from.size(), nullptr, true,
+         cma_ ? pid_ : 0};
+  auto r = engine_->submit({put}, 30s).get(60s);
+  ASSERT_TRUE(r) << r.error().message;
+  char cmd = 'c', answer = 0;
+  ASSERT_TRUE(write_all(fd_, &cmd, 1));
+  ASSERT_TRUE(read_all(fd_, &answer, 1));
+  EXPECT_EQ(answer, 'y');
+}
+
+TEST_P(EngineTransfer, SeveralOpsRunAsOneTransfer) {
+  std::vector<uint8_t> a(4096), b(kBytes / 2);
+  Op first = get_op(a), second = get_op(b);
+  second.remote_addr += 100;
+  auto r = engine_->submit({first, second}, 30s).get(60s);
+  ASSERT_TRUE(r) << r.error().message;
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], pattern(i, 7));
+  for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], pattern(i + 100, 7));
+}
+
+TEST_P(EngineTransfer, AStoppedPeerTimesOutAndTheTransferIsCancelled) {  // DA-5
+  std::vector<uint8_t> warm(16);
+  ASSERT_TRUE(engine_->submit({get_op(warm)}, 30s).get(60s));
+  ASSERT_EQ(::kill(pid_, SIGSTOP), 0);
+  // TCP: UCX emulates get with messages the stopped peer never answers. Shared memory and
+  // CMA may finish without the peer; then there is nothing to time out.
+  std::vector<uint8_t> into(kBytes);
+  auto r = engine_->submit({get_op(into)}, 200ms).get(60s);
+  ::kill(pid_, SIGCONT);
+  if (std::string(GetParam()) == "tcp") {
+    ASSERT_FALSE(r);
+    EXPECT_TRUE(r.error().is(DataErrc::kTimeout)) << r.error().message;
+    EXPECT_NE(r.error().message.find("did not finish within 200 ms"), std::string::npos);
+    EXPECT_EQ(engine_->stats().timeouts, 1u);
+  }
+  // Whatever was in flight is finished or cancelled: nothing stays active.
+  for (int i = 0; i < 500 && engine_->stats().active != 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(engine_->stats().active, 0u);
+}
+
+TEST_P(EngineTransfer, NoTimeLeftPostsNothing) {  // DA-5
+  std::vector<uint8_t> into(kBytes, 0);
+  auto r = engine_->submit({get_op(into)}, std::chrono::nanoseconds(0)).get(60s);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(DataErrc::kTimeout));
+  EXPECT_EQ(engine_->stats().chunks, 0u);
+  EXPECT_EQ(into[1], 0);
+}
+
+TEST_P(EngineTransfer, ADeadPeerFailsTheTransfer) {  // DA-6, DA-9
+  std::vector<uint8_t> warm(16);
+  ASSERT_TRUE(engine_->submit({get_op(warm)}, 30s).get(60s));
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  std::vector<uint8_t> into(kBytes);
+  auto r = engine_->submit({get_op(into)}, 5s).get(60s);
+  ASSERT_FALSE(r);
+  if (std::string(GetParam()) == "tcp") {
+    EXPECT_TRUE(r.error().is(DataErrc::kTransferFailed)) << r.error().message;  // DA-6
+  } else if (cma_) {
+    EXPECT_TRUE(r.error().is(DataErrc::kTransferFailed)) << r.error().message;  // DA-10
+    EXPECT_NE(r.error().message.find("ended"), std::string::npos) << r.error().message;
+  } else {
+    // DA-9: on one host UCX reports a dead peer when its transport notices (CMA), else the
+    // timeout ends the transfer; podium's control plane is what reports the death.
+    EXPECT_TRUE(r.error().is(DataErrc::kTransferFailed) || r.error().is(DataErrc::kTimeout))
+        << r.error().message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, EngineTransfer, ::testing::Values("", "tcp", "cma"),
+                         [](const auto& info) {
+                           return std::string(*info.param ? info.param : "default");
+                         });
+
+TEST(EngineRegistration, OneRegistrationPerRegionReleasedWithItsLastHolder) {  // DA-2
+  auto e = Engine::make({});
+  ASSERT_TRUE(e) << e.error().message;
+  auto& engine = **e;
+  std::vector<uint8_t> a(1 << 20), b(4096);
+  {
+    auto r1 = engine.register_memory(a.data(), a.size(), nullptr);
+    auto r2 = engine.register_memory(a.data(), a.size(), nullptr);
+    ASSERT_TRUE(r1 && r2);
+    EXPECT_EQ(r1->get(), r2->get());
+    EXPECT_EQ(engine.registration_count(), 1u);
+    auto r3 = engine.register_memory(b.data(), b.size(), nullptr);
+    ASSERT_TRUE(r3);
+    EXPECT_NE(r3->get(), r1->get());
+    EXPECT_FALSE((*r3)->rkey().empty());
+    EXPECT_EQ(engine.registration_count(), 2u);
+  }
+  EXPECT_EQ(engine.registration_count(), 0u);
+  for (int i = 0; i < 2000; ++i) {
+    auto r = engine.register_memory(a.data() + (i % 7), 1024, nullptr);
+    ASSERT_TRUE(r);
+  }
+  EXPECT_EQ(engine.registration_count(), 0u);
+  EXPECT_FALSE(engine.register_memory(a.data(), 0, nullptr));
+}
+
+TEST(EngineRegistration, KeepHoldsTheMemoryWhileRegistered) {  // DA-2
+  auto e = Engine::make({});
+  ASSERT_TRUE(e);
+  auto mem = std::make_shared<std::vector<uint8_t>>(4096);
+  std::weak_ptr<std::vector<uint8_t>> watch = mem;
+  auto r = (*e)->register_memory(mem->data(), mem->size(), mem);
+  ASSERT_TRUE(r);
+  mem.reset();
+  EXPECT_FALSE(watch.expired());
+  r->reset();
+  EXPECT_TRUE(watch.expired());
+}
+
+TEST(EngineInstance, OneEnginePerProcess) {  // DA-1
+  auto a = Engine::instance();
+  auto b = Engine::instance();
+  ASSERT_TRUE(a && b) << (a ? "" : a.error().message);
+  EXPECT_EQ(*a, *b);
+  EXPECT_FALSE((*a)->address().empty());
+  EXPECT_FALSE(Engine::ucx_version().empty());
+}
+
+}  // namespace
+}  // namespace podium::data

@@ -1,0 +1,391 @@
+// podium._core.data: the data plane (cpp/podium/data, docs/data.md) for podium.rdma.
+//
+// The owner's side: register_buffer() registers a Python buffer with this process's engine
+// and keeps it in the process's BufferTable under an id and a capability token; the first
+// call installs the "rdma_check" and "rdma_drop" system operations on this process's root
+// proc, through which readers ask the owner to check a token before a transfer, and holders
+// drop the buffer. The reader's side: transfer() checks every operation's token with its
+// owner over the control plane (one message per owner, failing at once when the runtime
+// knows the owner's proc ended, ME-2), then runs the one-sided operations on the engine.
+// Both return a CoreFuture of one reply: ok, or the error. An error of operation i of a
+// transfer starts with "\x1f<i>\x1f", so podium.rdma names that operation's buffer.
+//
+// Threads: any Python thread. The system operations run on the root proc's loop threads and
+// touch only the BufferTable (a leaf lock) and Proc::send_reply. No C++ thread takes the GIL:
+// a pinned Python buffer is released later under the GIL (common.h).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common.h"
+#include "future.h"
+#include "podium/actor/message.h"
+#include "podium/actor/proc.h"
+#include "podium/data/buffer_table.h"
+#include "podium/data/engine.h"
+#include "podium/mesh/cast.h"
+#include "podium/mesh/runtime.h"
+
+namespace podium::python {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+data::BufferTable& table() {
+  static auto* t = new data::BufferTable();  // lives as long as the process (its loop uses it)
+  return *t;
+}
+
+data::Engine& engine() {
+  auto e = data::Engine::instance();
+  if (!e) throw_error(e.error());
+  return **e;
+}
+
+Error tagged(size_t op, const Error& e) {
+  return Error{e.subsystem, e.code, "\x1f" + std::to_string(op) + "\x1f" + e.message};
+}
+
+std::once_flag g_handlers_once;
+
+// The owner's system operations (see the file comment). "rdma_check": args = tokens,
+// numbers = [id, write] per operation; the error of operation i is tagged with i.
+// "rdma_drop": args = [token], numbers = [id].
+void install_handlers() {
+  std::call_once(g_handlers_once, [] {
+    auto& proc = mesh::Runtime::get().proc();
+    proc.on_system("rdma_check", [&proc](const actor::SystemHeader& h, wire::Envelope&& env) {
+      std::string port(actor::reply_port_of(env));
+      Status st;
+      if (h.numbers.size() != 2 * h.args.size()) {
+        st = std::unexpected(make_error(data::DataErrc::kInvalidArgument,
+                                        "malformed rdma_check from " + env.sender));
+      }
+      for (size_t i = 0; st && i < h.args.size(); ++i) {
+        st = table().check(h.numbers[2 * i], h.args[i], h.numbers[2 * i + 1] != 0);
+        if (!st) st = std::unexpected(tagged(i, st.error()));
+      }
+      if (port.empty()) return;
+      if (st) {
+        proc.send_reply(port, 0, std::vector<Buffer>{});
+      } else {
+        proc.send_reply(port, 0, std::unexpected(st.error()));
+      }
+    });
+    proc.on_system("rdma_drop", [&proc](const actor::SystemHeader& h, wire::Envelope&& env) {
+      std::string port(actor::reply_port_of(env));
+      Status st;
+      if (h.numbers.size() != 1 || h.args.size() != 1) {
+        st = std::unexpected(make_error(data::DataErrc::kInvalidArgument,
+                                        "malformed rdma_drop from " + env.sender));
+      } else {
+        st = table().drop(h.numbers[0], h.args[0]);
+      }
+      if (port.empty()) return;
+      if (st) {
+        proc.send_reply(port, 0, std::vector<Buffer>{});
+      } else {
+        proc.send_reply(port, 0, std::unexpected(st.error()));
+      }
+    });
+  });
+}
+
+// The one reply of a data-plane future.
+struct Outcome {
+  actor::Promise<mesh::Replies> promise;
+  std::atomic<bool> finished{false};
+  std::shared_ptr<asio::steady_timer> timer;  // set once by bound(), before any finish
+  void finish(const Status& st) {  // AC-4: the first finish wins
+    if (finished.exchange(true)) return;
+    if (timer) {  // cancelled on the loop, which owns the timer
+      asio::post(mesh::Runtime::get().proc().io(), [t = timer] { t->cancel(); });
+    }
+    if (st) {
+      promise.set(mesh::Replies{mesh::Reply(std::vector<Buffer>{})});
+    } else {
+      promise.set(mesh::Replies{mesh::Reply(std::unexpected(st.error()))});
+    }
+  }
+};
+
+// Sends `h` to the system port of `owner` with a reply port; `done` gets the reply, or the
+// error that the owner's proc ended (ME-2: at once when it is known dead already).
+void ask_owner(const std::string& owner, const actor::SystemHeader& h,
+               std::function<void(const Status&)> done) {
+  auto& rt = mesh::Runtime::get();
+  if (auto dead = rt.proc_dead(owner)) {
+    done(std::unexpected(*dead));
+    return;
+  }
+  auto addr = channel::Address::parse(owner);
+  if (!addr) {
+    done(std::unexpected(make_error(data::DataErrc::kInvalidArgument,
+                                    "bad owner address " + owner + ": " + addr.error().message)));
+    return;
+  }
+  actor::ProcId pid{*addr};
+  auto collector = std::make_shared<mesh::Collector>(std::vector<std::string>{owner});
+  auto port = rt.proc().open_port(
+      [collector](wire::Envelope&& env) { collector->fill(0, mesh::decode_reply(std::move(env)).second); },
+      true);
+  collector->port = port.port;
+  collector->future().on_ready(
+      [done = std::move(done), p = port.port](const Result<mesh::Replies>& r) {
+        mesh::Runtime::get().proc().close_port(p);
+        if (!r) {
+          done(std::unexpected(r.error()));
+        } else if (auto e = r->first_error()) {
+          done(std::unexpected(*e->second));
+        } else {
+          done({});
+        }
+      });
+  wire::Envelope env;
+  env.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
+  env.dest = actor::PortId{actor::ActorId{pid, std::string(actor::kSystemActorName), 0}, actor::kMailboxPort}
+                 .to_string();
+  env.headers.emplace_back(actor::kReplyHeader, port.to_string());
+  env.parts.push_back(actor::encode_system_header(h));
+  rt.proc().send(pid.addr, std::move(env));
+  rt.track(collector, {owner});
+}
+
+// Fails `out` with kTimeout after `timeout` unless it finished before.
+void bound(const std::shared_ptr<Outcome>& out, std::chrono::nanoseconds timeout,
+           std::string what) {
+  auto timer = std::make_shared<asio::steady_timer>(
+      mesh::Runtime::get().proc().io(),
+      std::chrono::duration_cast<asio::steady_timer::duration>(timeout));
+  std::weak_ptr<Outcome> weak = out;
+  out->timer = timer;
+  timer->async_wait([timer, weak, what = std::move(what), timeout](std::error_code ec) {
+    if (ec) return;
+    if (auto o = weak.lock()) {
+      o->finish(std::unexpected(make_error(
+          data::DataErrc::kTimeout,
+          what + " did not finish within " +
+              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) +
+              " ms")));
+    }
+  });
+}
+
+std::chrono::nanoseconds seconds(double s) {
+  return std::chrono::nanoseconds(static_cast<int64_t>(std::max(0.0, s) * 1e9));
+}
+
+// One operation as podium.rdma hands it over (see transfer's doc).
+using PyOp = std::tuple<bool, std::string, uint64_t, std::string, uint64_t, nb::bytes, nb::bytes,
+                        nb::object, size_t, bool, int>;
+
+CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
+  release_deferred();
+  auto& eng = engine();
+  auto timeout = seconds(timeout_s);
+  auto deadline = Clock::now() + timeout;
+  auto out = std::make_shared<Outcome>();
+  CoreFuture result(out->promise.future());
+  auto ops = std::make_shared<std::vector<data::Op>>();
+  // Per owner: the indices of its operations, and the check message.
+  std::vector<std::string> owners;
+  std::unordered_map<std::string, size_t> owner_index;
+  std::vector<std::vector<size_t>> members;
+  std::vector<actor::SystemHeader> checks;
+  for (size_t i = 0; i < py_ops.size(); ++i) {
+    const auto& [write, owner, id, token, remote_addr, rkey, worker, local, size, same_host,
+                 pid] = py_ops[i];
+    Buffer pinned = pin_python_buffer(local, !write);
+    if (pinned.size() < size) {
+      throw nb::value_error("transfer: the local buffer is smaller than the operation");
+    }
+    data::Op op;
+    op.kind = write ? data::Op::Kind::kPut : data::Op::Kind::kGet;
+    op.peer.assign(worker.c_str(), worker.size());
+    op.remote_addr = remote_addr;
+    op.rkey.assign(rkey.c_str(), rkey.size());
+    op.local = const_cast<std::byte*>(pinned.data());
+    op.size = size;
+    op.keep = std::make_shared<Buffer>(std::move(pinned));
+    op.same_host = same_host;
+    op.peer_pid = same_host ? pid : 0;
+    ops->push_back(std::move(op));
+    auto [it, fresh] = owner_index.try_emplace(owner, owners.size());
+    if (fresh) {
+      owners.push_back(owner);
+      members.emplace_back();
+      checks.push_back(actor::SystemHeader{"rdma_check", {}, {}});
+    }
+    members[it->second].push_back(i);
+    checks[it->second].args.push_back(token);
+    checks[it->second].numbers.push_back(id);
+    checks[it->second].numbers.push_back(write ? 1 : 0);
+  }
+  if (ops->empty()) {
+    out->finish({});
+    return result;
+  }
+  {
+    nb::gil_scoped_release unlocked;
+    bound(out, timeout, "the owners' check of " + std::to_string(ops->size()) +
+                            " RDMA operation(s)");
+    // Once every owner said yes, the transfer runs on the engine (timeout: what is left).
+    struct Gate {
+      std::mutex mu;
+      size_t left = 0;
+      bool failed = false;
+    };
+    auto gate = std::make_shared<Gate>();
+    gate->left = owners.size();
+    for (size_t g = 0; g < owners.size(); ++g) {
+      auto idx = members[g];
+      ask_owner(owners[g], checks[g],
+                [out, gate, ops, idx, deadline, &eng](const Status& st) {
+                  bool run = false;
+                  {
+                    std::lock_guard lock(gate->mu);
+                    if (gate->failed) return;
+                    if (!st) {
+                      gate->failed = true;
+                    } else {
+                      run = --gate->left == 0;
+                    }
+                  }
+                  if (!st) {
+                    // The owner's tag is the index within its group; a proc's end has none.
+                    const auto& msg = st.error().message;
+                    size_t op = idx[0];
+                    std::string text = msg;
+                    if (msg.size() > 2 && msg[0] == '\x1f') {
+                      size_t end = msg.find('\x1f', 1);
+                      if (end != std::string::npos) {
+                        size_t k = std::stoul(msg.substr(1, end - 1));
+                        if (k < idx.size()) op = idx[k];
+                        text = msg.substr(end + 1);
+                      }
+                    }
+                    Error e = st.error();
+                    e.message = text;
+                    out->finish(std::unexpected(tagged(op, e)));
+                    return;
+                  }
+                  // DA-5: a transfer whose caller was told it timed out never starts.
+                  if (!run || out->finished.load()) return;
+                  auto left = deadline - Clock::now();
+                  if (left <= Clock::duration::zero()) left = Clock::duration::zero();
+                  eng.submit(std::move(*ops), left).on_ready([out](const Result<void>& r) {
+                    out->finish(r ? Status{} : Status(std::unexpected(r.error())));
+                  });
+                });
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+void bind_data(nb::module_& m) {
+  m.def(
+      "available",
+      [] {
+        auto e = data::Engine::instance();
+        return nb::make_tuple(e.has_value(), e ? std::string() : e.error().message);
+      },
+      "(True, '') when this process's data plane (a UCX context and worker) runs, starting "
+      "it on first use (DA-1); else (False, why).");
+  m.def("ucx_version", &data::Engine::ucx_version, "The version of the UCX library in use.");
+  m.def("cma_allowed", &data::Engine::cma_allowed,
+        "Whether same-host transfers are copied with CMA (DA-10; PODIUM_RDMA_CMA=0: never).");
+  m.def(
+      "worker_address", [] { return nb::bytes(engine().address().data(), engine().address().size()); },
+      "This process's UCX worker address (what readers' endpoints are made from).");
+  m.def(
+      "register_buffer",
+      [](nb::handle obj, const std::string& owner) {
+        release_deferred();
+        install_handlers();
+        bool writable = true;
+        Buffer pinned;
+        try {
+          pinned = pin_python_buffer(obj, true);
+        } catch (nb::python_error&) {
+          writable = false;
+          pinned = pin_python_buffer(obj, false);
+        }
+        const std::byte* data = pinned.data();
+        size_t size = pinned.size();
+        if (size == 0) throw nb::value_error("cannot register an empty buffer");
+        auto keep = std::make_shared<Buffer>(std::move(pinned));
+        auto reg = unwrap(engine().register_memory(data, size, keep));
+        std::string rkey = reg->rkey();
+        uint64_t addr = reg->addr();
+        auto added = unwrap(table().add(std::move(reg), owner, writable));
+        const auto& w = engine().address();
+        return nb::make_tuple(added.id, added.token, addr, size, nb::bytes(rkey.data(), rkey.size()),
+                              nb::bytes(w.data(), w.size()), writable);
+      },
+      nb::arg("obj"), nb::arg("owner"),
+      "Registers the C-contiguous buffer `obj` for `owner` (an actor id); returns (id, token, "
+      "addr, size, rkey, worker_address, writable). The buffer stays pinned and registered "
+      "until drop or release_owner (DA-8).");
+  m.def(
+      "drop",
+      [](const std::string& owner, uint64_t id, const std::string& token, double timeout_s) {
+        release_deferred();
+        auto out = std::make_shared<Outcome>();
+        CoreFuture result(out->promise.future());
+        nb::gil_scoped_release unlocked;
+        bound(out, seconds(timeout_s), "the drop of RDMA buffer " + std::to_string(id));
+        ask_owner(owner, actor::SystemHeader{"rdma_drop", {token}, {id}},
+                  [out](const Status& st) { out->finish(st); });
+        return result;
+      },
+      nb::arg("owner"), nb::arg("id"), nb::arg("token"), nb::arg("timeout_s"),
+      "Asks the proc `owner` to drop its buffer `id` (its registration is released, DA-8).");
+  m.def(
+      "release_owner", [](const std::string& owner) { return table().release_owner(owner); },
+      nb::arg("owner"), "Releases every buffer of the actor `owner` (it stopped); returns how many.");
+  m.def("transfer", &transfer, nb::arg("ops"), nb::arg("timeout_s"),
+        "Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, "
+        "worker_address, local_buffer, size, same_host, owner_pid): checked by their owners, "
+        "then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10). "
+        "A CoreFuture of one reply.");
+  m.def(
+      "registration_count",
+      [] {
+        auto e = data::Engine::instance();
+        return e ? (*e)->registration_count() : size_t{0};
+      },
+      "Regions this process has registered now (DA-2).");
+  m.def("buffer_count", [] { return table().size(); }, "Buffers this process owns now.");
+  m.def(
+      "stats",
+      [] {
+        auto s = engine().stats();
+        nb::dict d;
+        d["transfers"] = s.transfers;
+        d["chunks"] = s.chunks;
+        d["bytes"] = s.bytes;
+        d["timeouts"] = s.timeouts;
+        d["endpoints"] = s.endpoints;
+        d["active"] = s.active;
+        return d;
+      },
+      "The engine's counters.");
+}
+
+}  // namespace podium::python

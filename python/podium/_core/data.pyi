@@ -1,0 +1,53 @@
+"""podium C++ layer data"""
+
+from collections.abc import Sequence
+
+import podium._core.mesh
+
+
+def available() -> tuple:
+    """
+    (True, '') when this process's data plane (a UCX context and worker) runs, starting it on first use (DA-1); else (False, why).
+    """
+
+def ucx_version() -> str:
+    """The version of the UCX library in use."""
+
+def cma_allowed() -> bool:
+    """
+    Whether same-host transfers are copied with CMA (DA-10; PODIUM_RDMA_CMA=0: never).
+    """
+
+def worker_address() -> bytes:
+    """
+    This process's UCX worker address (what readers' endpoints are made from).
+    """
+
+def register_buffer(obj: object, owner: str) -> tuple:
+    """
+    Registers the C-contiguous buffer `obj` for `owner` (an actor id); returns (id, token, addr, size, rkey, worker_address, writable). The buffer stays pinned and registered until drop or release_owner (DA-8).
+    """
+
+def drop(owner: str, id: int, token: str, timeout_s: float) -> podium._core.mesh.CoreFuture:
+    """
+    Asks the proc `owner` to drop its buffer `id` (its registration is released, DA-8).
+    """
+
+def release_owner(owner: str) -> int:
+    """
+    Releases every buffer of the actor `owner` (it stopped); returns how many.
+    """
+
+def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int]], timeout_s: float) -> podium._core.mesh.CoreFuture:
+    """
+    Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, worker_address, local_buffer, size, same_host, owner_pid): checked by their owners, then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10). A CoreFuture of one reply.
+    """
+
+def registration_count() -> int:
+    """Regions this process has registered now (DA-2)."""
+
+def buffer_count() -> int:
+    """Buffers this process owns now."""
+
+def stats() -> dict:
+    """The engine's counters."""

@@ -1,0 +1,315 @@
+"""podium.rdma: one-sided reads and writes of another proc's memory, as Monarch's
+``monarch.rdma`` (docs/data.md).
+
+An ``RDMABuffer`` registers a region of its owner's memory (a memoryview, any C-contiguous
+buffer, or a 1-D contiguous CPU torch tensor) with the process's UCX data plane
+(podium._core.data). The object is a small reference: owner (actor id, proc, rank, host, pid),
+buffer id, capability token, address, size, remote key and the owner's UCX worker address. It
+pickles, so it travels to other actors as an endpoint argument or result, over podium's
+authenticated control plane. A reader asks the owner to check the token, then reads or writes
+the bytes one-sidedly (``read_into``, ``write_from``, ``RDMAAction``).
+
+  RD-1 Every argument is checked before anything moves: a local buffer that is empty, not
+    contiguous, read-only where it must be written, or too small for the transfer raises
+    ValueError from the call itself, and a dropped buffer (this copy) raises RuntimeError.
+  RD-2 A transfer whose buffer's owner died fails with SupervisionError naming the owner
+    actor, its rank, host and pid (at once when the runtime knows the owner's proc ended);
+    one from a buffer dropped by any holder (or whose owner actor stopped) fails with
+    RuntimeError saying so; a wrong token with PermissionError; a timeout with TimeoutError.
+  RD-3 The buffers an actor owns are released (their memory unregistered) when the actor
+    stops, as when they are dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+import warnings
+from typing import Any, List, Optional, Tuple
+
+from podium._core import base as _base
+from podium._core import data as _data
+from podium._core import mesh as _mesh
+from podium._src import errors, runtime
+from podium._src.context import context
+from podium._src.future import Future
+
+
+class RDMAReadTransferWarning(Warning):
+    pass
+
+
+class RDMAWriteTransferWarning(Warning):
+    pass
+
+
+class RDMATcpFallbackWarning(Warning):
+    pass
+
+
+def is_ibverbs_available() -> bool:
+    """Whether this host has ibverbs devices (InfiniBand, RoCE, EFA), which UCX would use."""
+    try:
+        return any(os.scandir("/sys/class/infiniband"))
+    except OSError:
+        return False
+
+
+def is_rdma_available() -> bool:
+    """Deprecated, as Monarch's: whether RDMA over ibverbs is available."""
+    warnings.warn(
+        "is_rdma_available is deprecated because Monarch now supports multiple RDMA backends, "
+        "making this function ambiguous. For now it indicates whether RDMA over ibverbs is "
+        "available. Use is_ibverbs_available() or get_rdma_backend() instead.",
+        DeprecationWarning, stacklevel=2)
+    return is_ibverbs_available()
+
+
+def get_rdma_backend() -> str:
+    """'ibverbs' where UCX runs and the host has ibverbs devices; 'tcp' where UCX runs without
+    them (as Monarch's word for "works without RDMA hardware": UCX moves the bytes through
+    shared memory on one host and TCP across hosts); 'none' where the data plane cannot
+    start."""
+    ok, _why = _data.available()
+    if not ok:
+        return "none"
+    return "ibverbs" if is_ibverbs_available() else "tcp"
+
+
+def _is_torch_tensor(obj: object) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def _local_view(data: Any, *, writable: bool, what: str) -> memoryview:
+    """A 1-D byte memoryview over ``data``'s memory, sharing it (RD-1)."""
+    if _is_torch_tensor(data):
+        torch = sys.modules["torch"]  # imported by the caller: data is one of its tensors
+        if data.device.type != "cpu":
+            raise NotImplementedError(
+                f"{what}: a {data.device.type} tensor needs a UCX built with "
+                f"{data.device.type.upper()} support; this data plane moves host memory")
+        if data.dim() != 1 or not data.is_contiguous():
+            raise ValueError(f"{what}: the tensor must be 1-D and contiguous "
+                             f"(got shape {tuple(data.shape)}, strides {data.stride()})")
+        # Shares the tensor's memory, and the array keeps the tensor alive.
+        mv = memoryview(data.detach().view(torch.uint8).numpy())
+    else:
+        try:
+            mv = data if isinstance(data, memoryview) else memoryview(data)
+        except TypeError:
+            raise TypeError(f"{what}: expected a memoryview, a buffer or a torch.Tensor, got "
+                            f"{type(data).__name__}") from None
+        if not mv.c_contiguous:
+            raise ValueError(f"{what}: the memoryview must be C-contiguous")
+    if writable and mv.readonly:
+        raise ValueError(f"{what}: the destination is read-only")
+    if mv.ndim != 1 or mv.format != "B":
+        mv = mv.cast("B")
+    return mv
+
+
+_HOST = socket.gethostname()
+
+
+def _hostname() -> str:
+    """This host's name: a buffer whose owner has the same one is reached through UCX's
+    shared-memory transports (DA-9)."""
+    return _HOST
+
+
+class _Owner:
+    """Who owns a buffer, for error messages."""
+
+    __slots__ = ("actor_id", "proc", "rank", "point", "host", "pid")
+
+    def __init__(self, actor_id: str, proc: str, rank: int, point: str, host: str,
+                 pid: int) -> None:
+        self.actor_id, self.proc, self.rank, self.point = actor_id, proc, rank, point
+        self.host, self.pid = host, pid
+
+    def state(self) -> Tuple[str, str, int, str, str, int]:
+        return (self.actor_id, self.proc, self.rank, self.point, self.host, self.pid)
+
+    def __str__(self) -> str:
+        return (f"{self.actor_id} (rank {self.rank} {self.point}, host {self.host}, "
+                f"pid {self.pid})")
+
+
+class RDMABuffer:
+    """A region of its owner's memory that other procs read and write one-sidedly.
+
+    ``RDMABuffer(data)``: ``data`` is a 1-D contiguous CPU tensor (views and slices too) or a
+    C-contiguous memoryview (any C-contiguous buffer). Size 0 and non-contiguous input raise
+    ValueError. The buffer pickles as a small reference; pass it to (or return it from)
+    endpoints. Its memory stays registered until ``drop()`` or its owner actor stops."""
+
+    __slots__ = ("_owner", "_id", "_token", "_addr", "_size", "_rkey", "_worker", "_dropped",
+                 "__weakref__")
+
+    def __init__(self, data: Any) -> None:
+        view = _local_view(data, writable=False, what="RDMABuffer")
+        if view.nbytes == 0:
+            raise ValueError("Cannot create RDMABuffer with size 0.")
+        runtime.ensure_runtime()
+        ok, why = _data.available()
+        if not ok:
+            raise RuntimeError(f"Tried to create an RDMABuffer, but the data plane (UCX) "
+                               f"cannot start in this process: {why}")
+        ins = context().actor_instance
+        rank = ins.rank
+        self._owner = _Owner(ins.actor_id, _mesh.this_proc_id(), rank.rank if len(rank) else 0,
+                             str(rank), _hostname(), os.getpid())
+        (self._id, self._token, self._addr, self._size, self._rkey, self._worker,
+         _writable) = _data.register_buffer(view, ins.actor_id)
+        self._dropped = False
+
+    @classmethod
+    def _rebuild(cls, owner: tuple, ref: tuple) -> "RDMABuffer":
+        b = cls.__new__(cls)
+        b._owner = _Owner(*owner)
+        b._id, b._token, b._addr, b._size, b._rkey, b._worker = ref
+        b._dropped = False
+        return b
+
+    def __reduce__(self):
+        return (RDMABuffer._rebuild, (self._owner.state(), (
+            self._id, self._token, self._addr, self._size, self._rkey, self._worker)))
+
+    @property
+    def backend(self) -> str:
+        return get_rdma_backend()
+
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def owner(self) -> str:
+        """The owner actor's id."""
+        return self._owner.actor_id
+
+    def read_into(self, dst: Any, *, timeout: float = 60) -> Future[None]:
+        """Reads this buffer into ``dst`` (a 1-D contiguous tensor or C-contiguous memoryview
+        of at least ``size()`` bytes). ValueError if ``dst`` is smaller."""
+        return RDMAAction().read_remote(dst, self).submit(timeout=timeout)
+
+    def write_from(self, src: Any, *, timeout: float = 60) -> Future[None]:
+        """Writes ``src`` (at most ``size()`` bytes) into this buffer, from its start.
+        ValueError if ``src`` is larger."""
+        return RDMAAction().write_remote(self, src).submit(timeout=timeout)
+
+    def drop(self) -> Future[None]:
+        """Releases the buffer at its owner (its memory is unregistered); later transfers
+        through any copy of it fail. Dropping twice is harmless."""
+        self._dropped = True
+        runtime.ensure_runtime()
+        return Future(_data.drop(self._owner.proc, self._id, self._token, 60.0), _decode,
+                      ("drop", [self]))
+
+    def _check_live(self) -> None:
+        if self._dropped:
+            raise RuntimeError(f"RDMABuffer {self._id} of {self._owner} was dropped; it cannot "
+                               f"be read or written any more")
+
+    def __repr__(self) -> str:
+        return f"<RDMABuffer {self._id} of {self._owner.actor_id}, {self._size} bytes>"
+
+
+class RDMAAction:
+    """A batch of RDMA operations submitted as one unit: ``submit()`` runs them in parallel
+    and its Future resolves once all are done, or with the first failure."""
+
+    def __init__(self) -> None:
+        self._ops: List[Tuple[bool, RDMABuffer, memoryview, int]] = []
+
+    def read_remote(self, dst: Any, src: RDMABuffer) -> "RDMAAction":
+        """Queues a read of the whole of ``src`` into local memory ``dst`` (RD-1)."""
+        src._check_live()
+        view = _local_view(dst, writable=True, what="read_into")
+        if view.nbytes < src.size():
+            raise ValueError(f"read_into: the destination holds {view.nbytes} bytes, fewer than "
+                             f"the {src.size()} bytes of {src!r}")
+        self._ops.append((False, src, view, src.size()))
+        return self
+
+    def write_remote(self, dst: RDMABuffer, src: Any) -> "RDMAAction":
+        """Queues a write of local memory ``src`` into the start of ``dst`` (RD-1)."""
+        dst._check_live()
+        view = _local_view(src, writable=False, what="write_from")
+        if view.nbytes > dst.size():
+            raise ValueError(f"write_from: the source holds {view.nbytes} bytes, more than the "
+                             f"{dst.size()} bytes of {dst!r}")
+        self._ops.append((True, dst, view, view.nbytes))
+        return self
+
+    def fetch_add(self, src: RDMABuffer, dst: Any, add: int) -> "RDMAAction":
+        raise NotImplementedError("Not yet supported")
+
+    def compare_and_swap(self, src: RDMABuffer, dst: Any, compare: int,
+                         swap: int) -> "RDMAAction":
+        raise NotImplementedError("Not yet supported")
+
+    def submit(self, *, timeout: float = 60) -> Future[None]:
+        """Runs the queued operations in parallel. Safe to call more than once."""
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
+        if timeout < 0:
+            raise ValueError(f"timeout must not be negative, got {timeout}")
+        for _w, b, _v, _n in self._ops:
+            b._check_live()
+        runtime.ensure_runtime()
+        here = _hostname()
+        ops = [(w, b._owner.proc, b._id, b._token, b._addr, b._rkey, b._worker, v, n,
+                b._owner.host == here, b._owner.pid) for w, b, v, n in self._ops]
+        kinds = [("write" if w else "read", b) for w, b, _v, _n in self._ops]
+        return Future(_data.transfer(ops, float(timeout)), _decode, ("transfer", kinds))
+
+
+_TAG = re.compile(r"\x1f(\d+)\x1f")
+
+
+def _decode(core: Any, what: Tuple[str, list]) -> None:
+    ok, payload = core.replies()[0]
+    if ok:
+        return None
+    sub, code, message = payload
+    kind, items = what
+    m = _TAG.match(message)
+    index = 0
+    if m:
+        index, message = int(m.group(1)), message[m.end():]
+    if kind == "transfer":
+        op, buf = items[index] if index < len(items) else ("transfer", None)
+    else:
+        op, buf = "drop", items[0]
+    raise _error(sub, code, message, op, buf)
+
+
+def _error(sub: int, code: int, message: str, op: str, buf: Optional[RDMABuffer]
+           ) -> BaseException:
+    errc = errors.errc(sub, code)
+    where = f"RDMA {op} of {buf!r}" if buf is not None else f"RDMA {op}"
+    D = _base.DataErrc
+    if errc is D.TIMEOUT:
+        return TimeoutError(f"{where}: {message}")
+    if errc is D.DROPPED:
+        return RuntimeError(f"{where} failed: {message}; the buffer cannot be used any more")
+    if errc is D.REFUSED:
+        return PermissionError(f"{where} refused by its owner: {message}")
+    if errc is D.INVALID_ARGUMENT:
+        return ValueError(f"{where}: {message}")
+    e = errors.from_core(sub, code, message)
+    if isinstance(e, errors.SupervisionError) and buf is not None:
+        o = buf._owner
+        return errors.SupervisionError(
+            f"{where} failed: the buffer's owner {o} is unreachable: {message}",
+            cause=message, actor_id=o.actor_id, rank=o.rank, point=o.point, host=o.host,
+            pid=o.pid)
+    return e
+
+
+def release_owner(actor_id: str) -> int:
+    """RD-3: the actor ``actor_id`` stopped; its buffers are released."""
+    return _data.release_owner(actor_id)
