@@ -6,7 +6,10 @@
 //
 // A Buffer over memory that a receiver allocated for itself (a part read from the wire,
 // Buffer::received) may be written by whoever holds the only reference to it (sole_writer):
-// that is how a received tensor becomes the tensor's own storage without a copy (BU-1).
+// that is how a received tensor becomes the tensor's own storage without a copy.
+//
+// BU-1 A Buffer is writable by its holder only when it is received memory that no other
+//   Buffer refers to (sole_writer); a sender's memory never is.
 //
 // Thread-safety: a Buffer may be copied and read from any thread (shared_ptr semantics).
 #pragma once
@@ -49,7 +52,7 @@ class Buffer {
     return b;
   }
 
-  // BU-1 sole_writer() is true only when this Buffer is received memory and no other Buffer
+  // sole_writer() (BU-1) is true only when this Buffer is received memory and no other Buffer
   //   (a copy, a slice) refers to it: its holder may hand it out writable. A sender's memory
   //   (a Python object's export, a string) is never writable through a Buffer.
   bool sole_writer() const { return received_ && owner_.use_count() == 1; }
