@@ -538,12 +538,17 @@ void bind_actor(nb::module_& m) {
       .def_prop_ro("reply_port", [](const PyItem& p) { return p.item.reply_port; })
       .def_prop_ro("parts", [](const PyItem& p) { return parts_to_python(p.item.parts); })
       .def("fields",
-           [](const PyItem& p) {
-             const InboxItem& it = p.item;
+           [](PyItem& p) {
+             InboxItem& it = p.item;
+             // The parts move to Python, so that a part this call alone received is writable
+             // there (BU-1); `parts` is empty afterwards.
+             std::vector<Buffer> parts = std::move(it.parts);
+             it.parts.clear();
              return nb::make_tuple(it.endpoint, it.rank, it.reply_port, it.labels, it.sizes,
-                                   parts_to_python(it.parts));
+                                   parts_to_python(parts));
            },
-           "(endpoint, rank, reply_port, labels, sizes, parts) of a call, in one step.")
+           "(endpoint, rank, reply_port, labels, sizes, parts) of a call, in one step; the "
+           "parts move out of the item.")
       .def("stopped", [](PyItem& p) {
         if (p.item.stopped) p.item.stopped->set();
       });

@@ -40,7 +40,10 @@ struct DeferredRelease {
   }
 };
 
-// A read-only Python buffer over one received message part.
+// A Python buffer over one received message part: writable when this PartBuffer holds the
+// only reference to memory the receiver allocated for the part (BU-1: a tensor or array
+// unpickled from it becomes writable without a copy), read-only otherwise (a part shared with
+// another receiver, or the sender's own memory in an in-process delivery).
 struct PartBuffer {
   Buffer buf;
 };
@@ -49,14 +52,17 @@ const std::byte kEmpty{};
 
 int part_getbuffer(PyObject* self, Py_buffer* view, int flags) {
   auto* p = nb::inst_ptr<PartBuffer>(self);
-  if (flags & PyBUF_WRITABLE) {
-    PyErr_SetString(PyExc_BufferError, "podium message parts are read-only");
+  bool writable = p->buf.size() > 0 && p->buf.sole_writer();
+  if ((flags & PyBUF_WRITABLE) && !writable) {
+    PyErr_SetString(PyExc_BufferError,
+                    "this podium message part is read-only (shared with another receiver, or "
+                    "the sender's own memory)");
     view->obj = nullptr;
     return -1;
   }
   const void* data = p->buf.size() ? static_cast<const void*>(p->buf.data()) : &kEmpty;
   return PyBuffer_FillInfo(view, self, const_cast<void*>(data),
-                           static_cast<Py_ssize_t>(p->buf.size()), 1, flags);
+                           static_cast<Py_ssize_t>(p->buf.size()), writable ? 0 : 1, flags);
 }
 
 PyType_Slot g_part_slots[] = {{Py_bf_getbuffer, reinterpret_cast<void*>(part_getbuffer)},
@@ -267,7 +273,8 @@ void bind_base(nb::module_& m) {
       "for a C++ Error (podium._src.errors.from_core installs itself on import).");
 
   nb::class_<PartBuffer>(m, "PartBuffer", nb::type_slots(g_part_slots),
-                         "A read-only buffer over one message part (no copy).")
+                         "A buffer over one message part (no copy); writable when it alone holds received "
+                         "memory.")
       .def("__len__", [](const PartBuffer& p) { return p.buf.size(); });
 
   m.def(

@@ -29,7 +29,7 @@ T load_le(const std::byte* at) {
 
 Buffer own(std::shared_ptr<std::byte[]> bytes, size_t size) {
   const std::byte* data = bytes.get();
-  return Buffer(std::shared_ptr<const void>(std::move(bytes), data), data, size);
+  return Buffer::received(std::shared_ptr<const void>(std::move(bytes), data), data, size);
 }
 
 std::string hex(const std::byte* p, size_t n) {
@@ -270,10 +270,10 @@ Result<bool> FrameDecoder::read_parts() {
       parts_.push_back(own(std::move(part_), len));
     } else {
       std::byte* p = big_.release();
-      parts_.emplace_back(std::shared_ptr<const void>(p, [](const void* q) {
-                            std::free(const_cast<void*>(q));
-                          }),
-                          p, len);
+      parts_.push_back(Buffer::received(std::shared_ptr<const void>(p, [](const void* q) {
+                                          std::free(const_cast<void*>(q));
+                                        }),
+                                        p, len));
     }
     part_cap_ = 0;
   }

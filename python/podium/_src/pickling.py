@@ -3,9 +3,21 @@
 A value is pickled with cloudpickle (so classes and functions defined in ``__main__`` travel
 by value) at protocol 5: part 0 is the pickle stream, and every contiguous PickleBuffer larger
 than podium._core.base.COPY_THRESHOLD (NumPy arrays, torch tensors, bytearrays) becomes a part
-of its own, which the C++ core writes to the socket without copying it into the stream. On
-receipt the parts are read-only buffers over the received bytes, so such arrays arrive
-read-only and without a copy.
+of its own, which the C++ core writes to the socket with writev, without copying it into the
+stream. A CPU torch tensor's storage is such a buffer (PK-1): torch would otherwise copy it
+into the stream through torch.save; the tensor itself (shape, strides, offset,
+requires_grad, nn.Parameter) still pickles as torch pickles it.
+
+On receipt the parts are buffers over the bytes read from the socket, each in its own
+allocation: a part that one call alone received is writable (BU-1), so a NumPy array or a
+torch tensor unpickled from it uses those bytes as its own memory, writable, without a copy.
+A part that is not writable (a cast that delivered the same bytes to several actors of this
+process, an in-process delivery whose bytes are the sender's, a reply) gives a read-only
+NumPy array, and a torch tensor with a copy of its own (torch has no read-only tensors).
+
+  PK-1 A CPU torch tensor above the copy threshold travels as an out-of-band part (not inside
+    the pickle stream), arrives with its dtype, shape, strides and requires_grad, and is
+    writable on the receiver.
 
 Because large parts are not copied, an object sent must not be mutated until the call that
 carries it has been answered (or, for broadcast, until the receivers have it).
@@ -13,8 +25,10 @@ carries it has been answered (or, for broadcast, until the receivers have it).
 
 from __future__ import annotations
 
+import io
 import pickle
-from typing import Any, List, Sequence
+import sys
+from typing import Any, List, Optional, Sequence
 
 import cloudpickle
 
@@ -79,8 +93,60 @@ def dumps(obj: Any) -> List[Any]:
         buffers.append(raw)
         return False
 
-    stream = cloudpickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
+    if "torch" in sys.modules:
+        with io.BytesIO() as f:
+            _TorchPickler(f, protocol=5, buffer_callback=out_of_band).dump(obj)
+            stream = f.getvalue()
+    else:
+        stream = cloudpickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
     return [stream, *buffers]
+
+
+# --- torch storages as out-of-band buffers (PK-1) -----------------------------------------
+
+
+def _storage_bytes(storage: Any) -> Optional[Any]:
+    """A writable uint8 NumPy view of a CPU torch UntypedStorage's bytes (keeping the storage
+    alive), or None when this one cannot be exported (empty, not CPU, no NumPy)."""
+    if storage.device.type != "cpu" or storage.nbytes() == 0:
+        return None
+    try:
+        import torch
+        view = torch.empty(0, dtype=torch.uint8).set_(storage)
+        return view.numpy()
+    except Exception:  # NumPy missing or a storage torch cannot view: torch's own pickling
+        return None
+
+
+def _rebuild_storage(buf: Any, dtype: Any) -> Any:
+    """The receiver's side of PK-1: a TypedStorage over ``buf`` itself when it is writable,
+    over a copy of it otherwise (torch has no read-only tensors)."""
+    import torch
+    view = memoryview(buf)
+    if view.readonly:
+        view = memoryview(bytearray(view))
+    untyped = torch.frombuffer(view, dtype=torch.uint8).untyped_storage()
+    if dtype is None:
+        return untyped
+    return torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
+
+
+class _TorchPickler(cloudpickle.Pickler):
+    """cloudpickle's pickler, with CPU torch storages as PickleBuffers (PK-1)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            t = type(obj)
+            if t is torch.storage.TypedStorage:
+                data = _storage_bytes(obj._untyped_storage)
+                if data is not None:
+                    return _rebuild_storage, (pickle.PickleBuffer(data), obj.dtype)
+            elif t is torch.storage.UntypedStorage:
+                data = _storage_bytes(obj)
+                if data is not None:
+                    return _rebuild_storage, (pickle.PickleBuffer(data), None)
+        return super().reducer_override(obj)
 
 
 def loads(parts: Sequence[Any]) -> Any:
