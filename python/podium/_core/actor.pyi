@@ -62,7 +62,7 @@ class InboxItem:
 
     def fields(self) -> tuple:
         """
-        (endpoint, rank, reply_port, labels, sizes, parts) of a call, in one step.
+        (endpoint, rank, reply_port, labels, sizes, parts) of a call, in one step; the parts move out of the item.
         """
 
     def stopped(self) -> None: ...

@@ -183,7 +183,9 @@ def set_error_translator(fn: object) -> None:
     """
 
 class PartBuffer:
-    """A read-only buffer over one message part (no copy)."""
+    """
+    A buffer over one message part (no copy); writable when it alone holds received memory.
+    """
 
     def __len__(self) -> int: ...
 
