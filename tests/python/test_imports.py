@@ -24,6 +24,9 @@ _ALLOWED_IN_FUNCTIONS = {
     ("podium._src.bench_python", "ray"): "optional dependency",
     # proc_mesh(gpus=None) counts the GPUs torch sees, when torch is installed.
     ("podium._src.compat", "torch"): "optional dependency",
+    # A received torch storage is rebuilt with torch (PK-1); senders without torch never
+    # make one, and podium must import without torch.
+    ("podium._src.pickling", "torch"): "optional dependency",
     # The zygote's purpose is to preload, in its main() before it forks; not a podium module.
     ("podium._src.zygote", "cloudpickle"): "preloaded on purpose",
 }

@@ -9,6 +9,7 @@ import pickle
 import signal
 import socket
 import textwrap
+import time
 import warnings
 
 import pytest
@@ -291,6 +292,25 @@ def test_a_read_from_a_dead_owner_fails_naming_it(spawn, new_procs):  # RD-2
     assert e.pid == pid and e.host == socket.gethostname() and e.rank == 0
 
 
+def _stopped(pid: int) -> bool:
+    """True when every thread of `pid` is in the stopped state (SIGSTOP has taken effect)."""
+    tasks = os.listdir(f"/proc/{pid}/task")
+    for tid in tasks:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        if state not in ("T", "t"):
+            return False
+    return True
+
+
+def _wait_for(cond, what: str, timeout: float = T) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {timeout} s")
+        time.sleep(0.005)
+
+
 def test_a_timeout_cancels_the_transfer(spawn, new_procs):  # RD-2, DA-5
     pm = new_procs(gpus=1)
     owner = spawn(Owner, on=pm)
@@ -299,6 +319,7 @@ def test_a_timeout_cancels_the_transfer(spawn, new_procs):  # RD-2, DA-5
     before = _data.stats()["transfers"] if _data.available()[0] else 0
     os.kill(pid, signal.SIGSTOP)  # its owner cannot answer the check
     try:
+        _wait_for(lambda: _stopped(pid), f"the owner (pid {pid}) stopped")
         with pytest.raises(TimeoutError, match="did not finish within 300 ms"):
             buf.write_from(memoryview(bytearray(b"x" * 4096)), timeout=0.3).get(timeout=T)
     finally:
