@@ -82,7 +82,12 @@ Result<Address> Net::listen(const Address& addr, int fd) {
 }
 
 void Net::send(const Address& to, wire::Envelope env) {
-  Core& core = *impl_->core;
+  internal::net_send(impl_->core, to, std::move(env));
+}
+
+void internal::net_send(const std::shared_ptr<Core>& core_ptr, const Address& to,
+                        wire::Envelope env) {
+  Core& core = *core_ptr;
   auto refuse = [&](ChannelErrc code, std::string why) {
     std::vector<internal::Outgoing> back;
     back.push_back({0, {}, std::move(env)});
@@ -120,10 +125,15 @@ void Net::send(const Address& to, wire::Envelope env) {
       }
       auto& slot = core.links[to];
       if (!slot) {
+        using Mode = internal::SocketLink::Mode;
         if (to.transport == Transport::kInproc) {
-          slot = std::make_shared<internal::InprocLink>(impl_->core, to);
+          slot = std::make_shared<internal::InprocLink>(core_ptr, to);
+        } else if (core.config.via && to.transport == Transport::kTcp && to != *core.config.via) {
+          // GW-3: every TCP address but the gateway's own is reached through the gateway.
+          slot = std::make_shared<internal::SocketLink>(core_ptr, to, Mode::kVia,
+                                                        *core.config.via);
         } else {
-          slot = std::make_shared<internal::SocketLink>(impl_->core, to);
+          slot = std::make_shared<internal::SocketLink>(core_ptr, to);
         }
       }
       link = slot;
@@ -148,6 +158,7 @@ void Net::stop() {
     core.stopped = true;
     if (!again) {
       for (auto& [addr, link] : core.links) links.push_back(link);
+      if (core.duplex) links.push_back(std::move(core.duplex));
       listeners.swap(core.listeners);
       inbounds.swap(core.inbounds);
       core.inbound_by_peer.clear();
@@ -160,6 +171,25 @@ void Net::stop() {
   for (auto& l : listeners) l->close();
   for (auto& in : inbounds) in->close("net stopped", internal::Core::Refusal::kNone);
   for (auto& link : links) link->stop();
+}
+
+void Net::start_via(std::function<void(Result<Address>)> event) {
+  auto& core = impl_->core;
+  if (!core->config.via) return;
+  std::shared_ptr<internal::Link> duplex;
+  {
+    std::lock_guard lock(core->mu);
+    if (core->stopped || core->duplex) return;
+    core->via_event = std::move(event);
+    duplex = core->duplex = std::make_shared<internal::SocketLink>(
+        core, *core->config.via, internal::SocketLink::Mode::kDuplex, *core->config.via);
+  }
+  duplex->start();
+}
+
+void Net::serve_as_gateway(const Address& self) {
+  std::lock_guard lock(impl_->core->mu);
+  impl_->core->gateway = self;
 }
 
 void Net::forget(const Address& peer, const std::string& why) {
@@ -199,6 +229,7 @@ void Net::reset_connections_for_test() {
   {
     std::lock_guard lock(core.mu);
     for (auto& [addr, link] : core.links) links.push_back(link);
+    if (core.duplex) links.push_back(core.duplex);
     inbounds.assign(core.inbounds.begin(), core.inbounds.end());
   }
   for (auto& link : links) link->reset_for_test();

@@ -453,7 +453,10 @@ Result<std::shared_ptr<HostMeshState>> Runtime::attach(std::vector<channel::Addr
                  proto::HostAttach{impl.proc->id().addr, workers[i].target, hm->id, i,
                                    static_cast<uint64_t>(impl.host_lost_after.count())}
                      .encode());
-    // HA-17: a worker nothing listens at fails the attach at once, not at the timeout.
+    // HA-17: a worker nothing listens at fails the attach at once, not at the timeout. A
+    // client attached through a gateway reaches only the gateway itself (GW-3): the others
+    // are judged by the attach timeout.
+    if (impl.via && workers[i] != *impl.via) continue;
     int bound_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                         impl.attach_timeout).count());
     channel::probe(impl.proc->io(), workers[i], bound_ms,

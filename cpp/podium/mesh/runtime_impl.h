@@ -57,6 +57,7 @@ struct RuntimeConfig {
   bool persistent = false;                 // a persistent host agent (HA-7)
   bool until_shutdown = false;             // a host agent that ends when its host is shut down
   InitOptions spawn;                       // how procs are started (proc_argv: absolute)
+                                           // (spawn.via: a client attached through a gateway)
   std::function<void(actor::MeshFailure)> fault_handler;  // empty: the default (BT-2)
   // What every timer of the runtime and its root proc reads; null: spawn.clock, and when
   // that is null too the real clock (docs/host_agent.md, "Time").
@@ -78,6 +79,7 @@ struct Runtime::Impl : ProcRegistry {
   std::unique_ptr<HostAgent> agent;  // in a worker only
   std::string worker_sock_dir;  // a Unix-socket worker's procs' sockets; removed at shutdown
   std::string proc_key;  // proc->id().to_string()
+  std::optional<channel::Address> via;  // attached through this gateway (InitOptions::via)
   std::shared_ptr<base::Clock> clock;  // null: the real clock (CK-4)
   std::chrono::milliseconds host_lost_after{3000};   // PODIUM_HOST_LOST_MS
   std::chrono::milliseconds attach_timeout{10000};   // PODIUM_ATTACH_TIMEOUT_MS

@@ -1,0 +1,187 @@
+// Gateways (GW-1..GW-4, net.h): a client that listens nowhere reaches a peer through a
+// gateway Net, and the peer's answers come back over the duplex the client dialled.
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "podium/channel/test_util.h"
+#include "podium/wire/message.h"
+
+namespace podium::channel {
+namespace {
+
+using namespace testing;
+
+// A gateway G and a peer P listening on loopback TCP, and a client C attached through G.
+struct Attached {
+  explicit Attached(std::string secret = "gw-secret")
+      : g(g_io.io(), with(secret), [](wire::Envelope&&) {}, g_returns.fn()),
+        p(p_io.io(), with(secret), p_rx.fn(), p_returns.fn()) {
+    auto gb = g.listen(*Address::parse("tcp:127.0.0.1:0"));
+    auto pb = p.listen(*Address::parse("tcp:127.0.0.1:0"));
+    EXPECT_TRUE(gb && pb);
+    if (!gb || !pb) return;
+    gateway = *gb;
+    peer = *pb;
+    g.serve_as_gateway(gateway);
+    Config cc = with(secret);
+    cc.via = gateway;
+    c = std::make_unique<Net>(c_io.io(), cc, c_rx.fn(), c_returns.fn());
+  }
+  static Config with(std::string secret) {
+    Config c = test_config();
+    c.secret = std::move(secret);
+    return c;
+  }
+  // Starts the duplex; the routed address, or nullopt after `limit`.
+  std::optional<Address> start(std::chrono::milliseconds limit = 10s) {
+    c->start_via([this](Result<Address> e) {
+      std::lock_guard lock(mu);
+      if (e) {
+        routed = *e;
+        ++openings;
+      } else {
+        last_error = e.error().message;
+      }
+      cv.notify_all();
+    });
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, limit, [&] { return routed.has_value(); });
+    return routed;
+  }
+  int openings_now() {
+    std::lock_guard lock(mu);
+    return openings;
+  }
+
+  Receiver p_rx, c_rx;
+  Returns g_returns, p_returns, c_returns;
+  IoThreads g_io, p_io, c_io;
+  Net g, p;
+  std::unique_ptr<Net> c;
+  Address gateway, peer;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Address> routed;
+  int openings = 0;
+  std::string last_error;
+};
+
+TEST(ChannelGateway, AClientReachesAPeerAndIsAnsweredOverItsDuplex) {  // GW-1, GW-2, GW-3
+  Attached a;
+  auto routed = a.start();
+  ASSERT_TRUE(routed) << a.last_error;
+  // The client is known by the gateway's address with an incarnation of its own.
+  EXPECT_EQ(routed->target, a.gateway.target);
+  EXPECT_EQ(routed->port, a.gateway.port);
+  EXPECT_NE(routed->incarnation, 0u);
+  for (uint64_t i = 0; i < 500; ++i) a.c->send(a.peer, numbered(i, 97));
+  ASSERT_TRUE(a.p_rx.wait_for(500, 30s)) << a.p_rx.count();
+  EXPECT_EQ(a.p_rx.error(), "");
+  for (uint64_t i = 0; i < 500; ++i) a.p.send(*routed, numbered(i, 97));
+  ASSERT_TRUE(a.c_rx.wait_for(500, 30s)) << a.c_rx.count();
+  EXPECT_EQ(a.c_rx.error(), "");
+  EXPECT_EQ(a.c_returns.size() + a.p_returns.size() + a.g_returns.size(), 0u);
+}
+
+TEST(ChannelGateway, BrokenConnectionsResumeWithNothingLostOrRepeated) {  // GW-2, CH-1, CH-2
+  Attached a;
+  auto routed = a.start();
+  ASSERT_TRUE(routed) << a.last_error;
+  constexpr uint64_t kN = 3000;
+  for (uint64_t i = 0; i < kN; ++i) {
+    a.c->send(a.peer, numbered(i));
+    a.p.send(*routed, numbered(i));
+    if (i % 1000 == 500) {
+      // Every socket of the gateway goes, the duplex with them: the client re-dials it,
+      // keeps its routed address, and both sessions resume.
+      a.g.reset_connections_for_test();
+    }
+  }
+  ASSERT_TRUE(a.p_rx.wait_for(kN, 60s)) << a.p_rx.count();
+  ASSERT_TRUE(a.c_rx.wait_for(kN, 60s)) << a.c_rx.count();
+  EXPECT_EQ(a.p_rx.error(), "");
+  EXPECT_EQ(a.c_rx.error(), "");
+  EXPECT_GE(a.openings_now(), 2);
+  std::lock_guard lock(a.mu);
+  EXPECT_EQ(*a.routed, *routed);  // the same identity after the re-dial
+}
+
+TEST(ChannelGateway, ANetThatIsNoGatewayRefusesADuplex) {  // GW-4
+  Attached a;
+  Returns returns;
+  IoThreads io;
+  Config cc = Attached::with("gw-secret");
+  cc.via = a.peer;  // a plain Net, not a gateway
+  Net c(io.io(), cc, [](wire::Envelope&&) {}, returns.fn());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string error;
+  bool routed = false;
+  c.start_via([&](Result<Address> e) {
+    std::lock_guard lock(mu);
+    if (e) routed = true; else error = e.error().message;
+    cv.notify_all();
+  });
+  std::unique_lock lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return !error.empty(); }));
+  EXPECT_FALSE(routed);
+  EXPECT_NE(error.find("duplex"), std::string::npos) << error;
+}
+
+TEST(ChannelGateway, ADuplexMayClaimOnlyAnAddressOfItsGateway) {  // GW-4
+  Attached a("");  // no secret: the raw socket below speaks frames at once
+  int fd = dial(a.gateway);
+  ASSERT_GE(fd, 0);
+  std::vector<std::byte> hello;
+  wire::encode(wire::Hello{wire::kSessionProtocolVersion, 0, "tcp:10.9.9.9:1/abc", "",
+                           wire::kHelloReverse}, hello);
+  write_all(fd, hello);
+  // The gateway closes it: no Hello of a link to that address comes back.
+  pollfd pfd{fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&pfd, 1, 10000), 1);
+  char buf[64];
+  EXPECT_EQ(::recv(fd, buf, sizeof buf, 0), 0);
+  ::close(fd);
+  EXPECT_GE(a.g.stats().refused_auth, 1u);
+}
+
+TEST(ChannelGateway, WhatWaitsForAnAbsentClientExpiresWithTheReason) {  // GW-2, CH-3
+  Config gc = Attached::with("gw-secret");
+  gc.delivery_timeout = 300ms;
+  Receiver none;
+  Returns g_returns, p_returns;
+  IoThreads g_io, p_io;
+  Net g(g_io.io(), gc, [](wire::Envelope&&) {}, g_returns.fn());
+  auto gb = g.listen(*Address::parse("tcp:127.0.0.1:0"));
+  ASSERT_TRUE(gb);
+  g.serve_as_gateway(*gb);
+  // A client attaches, then goes; a proc's envelope for it waits at the gateway and expires.
+  Address routed;
+  {
+    IoThreads c_io;
+    Config cc = Attached::with("gw-secret");
+    cc.via = *gb;
+    Net c(c_io.io(), cc, none.fn(), [](wire::Envelope&&, Error) {});
+    std::promise<Address> got;
+    std::once_flag once;
+    c.start_via([&](Result<Address> e) {
+      if (e) std::call_once(once, [&] { got.set_value(*e); });
+    });
+    auto f = got.get_future();
+    ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+    routed = f.get();
+    c.stop();
+  }
+  Net p(p_io.io(), gc, [](wire::Envelope&&) {}, p_returns.fn());
+  ASSERT_TRUE(p.listen(*Address::parse("tcp:127.0.0.1:0")));
+  p.send(routed, numbered(0));
+  ASSERT_TRUE(g_returns.wait_for(1, 10s));
+  auto back = g_returns.take();
+  EXPECT_TRUE(back[0].second.is(ChannelErrc::kDeliveryTimeout)) << back[0].second.to_string();
+  EXPECT_NE(back[0].second.message.find(routed.to_string()), std::string::npos)
+      << back[0].second.message;
+}
+
+}  // namespace
+}  // namespace podium::channel

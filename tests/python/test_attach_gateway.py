@@ -1,0 +1,190 @@
+"""attach(addr), as Monarch's: a client attaches through a worker's address, which doubles as
+its gateway (channel GW-1..GW-4). The client dials that one address and listens nowhere; its
+traffic to every proc goes through the gateway worker, which routes the procs' traffic back
+over the connection the client opened. Every worker is a real `python -m podium worker`;
+every controller a script of its own (attach must come before the client starts)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from conftest import CHILD_TIMEOUT_S, Worker, gone_within
+
+PRELUDE = textwrap.dedent("""
+    import os, sys, time
+    import podium.actor
+    from podium.actor import (Actor, endpoint, attach, attach_to_workers, SupervisionError,
+                              this_proc)
+    from podium._core import mesh as _mesh
+
+    class Who(Actor):
+        @endpoint
+        def pid(self):
+            return os.getpid()
+
+        @endpoint
+        def die(self):
+            os._exit(3)
+
+    WORKERS = sys.argv[1:]
+
+    def my_sockets(state):
+        # (local, remote) addresses of this process's TCP sockets in `state` (0A: listening,
+        # 01: established), from /proc/net/tcp{,6} and the socket inodes of /proc/self/fd.
+        inodes = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+        out = []
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            for line in open(table).read().splitlines()[1:]:
+                f = line.split()
+                if f[3] == state and f[9] in inodes:
+                    out.append((int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16)))
+        return out
+    """)
+
+
+def controller(tmp_path: Path, body: str, workers: list[str], env: dict | None = None,
+               name: str = "controller.py") -> subprocess.CompletedProcess:
+    script = tmp_path / name
+    script.write_text(PRELUDE + textwrap.dedent(body))
+    return subprocess.run([sys.executable, str(script), *workers], capture_output=True,
+                          text=True, timeout=CHILD_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                          env={**os.environ, **(env or {})})
+
+
+# GW-1..GW-3: attach, then attach_to_workers; procs on two workers answer, a proc's death
+# reaches the client as a supervision event, and the client listens on no TCP port and is
+# connected to the gateway's port only: everything went through the gateway.
+def test_a_client_attached_through_a_gateway_is_served_and_listens_nowhere(tmp_path):
+    gw, other = Worker(), Worker()
+    try:
+        r = controller(tmp_path, """
+            hits = []
+            podium.actor.unhandled_fault_hook = lambda failure: hits.append(failure)
+            attach(WORKERS[0])
+            attach(WORKERS[0])  # the same address again: nothing
+            try:
+                attach(WORKERS[1])
+                print("attached twice?!")
+            except RuntimeError as e:
+                print("OTHER:", e, flush=True)
+            print("ME", _mesh.this_proc_id(), flush=True)
+            hosts = attach_to_workers(workers=WORKERS)
+            assert hosts.initialized.get(timeout=60) is True
+            am = hosts.spawn_procs(per_host={"gpus": 2}).spawn("who", Who)
+            pids = sorted(am.pid.call().get(timeout=60).values())
+            print("PIDS", *pids, flush=True)
+            print("LISTENING", my_sockets("0A"), flush=True)
+            print("PEERS", sorted({remote for _, remote in my_sockets("01")}), flush=True)
+            try:
+                am.slice(hosts=1, gpus=0).die.call_one().get(timeout=60)
+                print("answered?!")
+            except SupervisionError as e:
+                print("DIED:", str(e).splitlines()[0], flush=True)
+            deadline = time.monotonic() + 20  # the hook runs on a thread of its own
+            while not hits and time.monotonic() < deadline:
+                time.sleep(0.01)
+            print("HOOK", len(hits), flush=True)
+            hosts.shutdown().get(timeout=60)
+            """, [gw.address, other.address])
+    finally:
+        gw.kill()
+        other.kill()
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert re.search(r"OTHER: client is already attached through tcp://127\.0\.0\.1:\d+, "
+                     r"not tcp://127\.0\.0\.1:\d+; detaching is not supported", r.stdout), out
+    # Its identity is the gateway's address with an incarnation: procs send to the gateway.
+    assert re.search(rf"^ME tcp:127\.0\.0\.1:{gw.port}/[0-9a-f]+$", r.stdout, re.M), out
+    pids = [int(p) for p in re.search(r"^PIDS (.*)$", r.stdout, re.M).group(1).split()]
+    assert len(pids) == 4, out
+    assert "LISTENING []" in r.stdout, out
+    assert f"PEERS [{gw.port}]" in r.stdout, out
+    assert "DIED:" in r.stdout and "HOOK 0" not in r.stdout, out
+    assert gone_within(pids) == [], out
+
+
+# Monarch's order: attach before the client starts; a client started locally refuses it.
+def test_attach_after_the_client_started_raises(tmp_path):
+    r = controller(tmp_path, """
+        this_proc()  # starts the client, locally
+        try:
+            attach("tcp://127.0.0.1:1")
+            print("attached?!")
+        except RuntimeError as e:
+            print("LATE:", e, flush=True)
+        """, [])
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert ("LATE: client was initialized without a remote attachment; call attach(addr) "
+            "before the first context()/this_host()/this_proc()") in r.stdout, out
+
+
+# An address where no gateway answers fails the attach, naming it and why, within the attach
+# timeout; the client can try again.
+def test_attach_to_no_gateway_fails_naming_it(tmp_path):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    r = controller(tmp_path, f"""
+        for _ in range(2):
+            try:
+                attach("tcp://127.0.0.1:{port}")
+                print("attached?!")
+            except Exception as e:
+                print("FAILED:", type(e).__name__, e, flush=True)
+        """, [], env={"PODIUM_ATTACH_TIMEOUT_MS": "1000"})
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    failed = re.findall(rf"FAILED: \w+ .*attach failed: the gateway at tcp://127\.0\.0\.1:{port} "
+                        r"did not open a duplex within 1000 ms: .*refused", r.stdout)
+    assert len(failed) == 2, out
+
+
+# A gateway that dies fails the meshes on it with a SupervisionError, not a hang.
+def test_a_dead_gateway_fails_the_meshes_on_it(tmp_path):
+    gw = Worker()
+    script = tmp_path / "controller.py"
+    script.write_text(PRELUDE + textwrap.dedent("""
+        hits = []
+        podium.actor.unhandled_fault_hook = lambda failure: hits.append(failure)
+        attach(WORKERS[0])
+        am = attach_to_workers(workers=WORKERS).spawn_procs(per_host={"gpus": 1}).spawn(
+            "who", Who)
+        print("KILL", *am.pid.call().get(timeout=60).values(), flush=True)
+        sys.stdin.readline()
+        try:
+            am.pid.call().get(timeout=30)
+            print("answered?!")
+        except SupervisionError as e:
+            print("LOST:", str(e).splitlines()[0], flush=True)
+        """))
+    c = subprocess.Popen([sys.executable, str(script), gw.address], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PODIUM_HOST_LOST_MS": "1500"})
+    try:
+        line = c.stdout.readline().split()
+        assert line[:1] == ["KILL"], line + [c.stderr.read() if c.poll() is not None else ""]
+        gw.kill()
+        assert gone_within([int(p) for p in line[1:]]) == []
+        c.stdin.write("\n")
+        c.stdin.flush()
+        out, err = c.communicate(timeout=CHILD_TIMEOUT_S)
+    finally:
+        c.kill()
+        gw.kill()
+    assert c.returncode == 0, out + err
+    assert "LOST:" in out, out + err
