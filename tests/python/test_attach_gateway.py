@@ -188,3 +188,114 @@ def test_a_dead_gateway_fails_the_meshes_on_it(tmp_path):
         gw.kill()
     assert c.returncode == 0, out + err
     assert "LOST:" in out, out + err
+
+
+class PortForward:
+    """A TCP forwarder on loopback, as `kubectl port-forward` is: connections to `port` are
+    piped to `target_port`; drop() cuts every connection it carries."""
+
+    def __init__(self, target_port: int) -> None:
+        import threading
+
+        self.target = target_port
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(64)
+        self.port = self.server.getsockname()[1]
+        self.lock = threading.Lock()
+        self.conns: list[socket.socket] = []
+        self.accepted = 0
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                a, _ = self.server.accept()
+            except OSError:
+                return
+            try:
+                b = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                a.close()
+                continue
+            with self.lock:
+                if self.closed:
+                    a.close()
+                    b.close()
+                    return
+                self.conns += [a, b]
+                self.accepted += 1
+            for src, dst in ((a, b), (b, a)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def drop(self) -> None:
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+        self.server.close()
+        self.drop()
+
+
+# Monarch's Kubernetes case: the client reaches the gateway only through a port-forward, and
+# names the workers as the cluster does. When the forward drops every connection, the client
+# re-dials its duplex and its links, and the procs still answer (GW-1, GW-2).
+def test_a_client_behind_a_port_forward_survives_dropped_connections(tmp_path):
+    gw = Worker()
+    fwd = PortForward(gw.port)
+    script = tmp_path / "controller.py"
+    script.write_text(PRELUDE + textwrap.dedent("""
+        FORWARD, WORKER = WORKERS
+        attach(FORWARD)
+        am = attach_to_workers(workers=[WORKER]).spawn_procs(per_host={"gpus": 2}).spawn(
+            "who", Who)
+        print("ROUND1", len(am.pid.call().get(timeout=60)), flush=True)
+        sys.stdin.readline()
+        for i in range(20):  # across the drop and the re-dials
+            assert len(am.pid.call().get(timeout=60)) == 2
+        print("ROUND2", len(am.pid.call().get(timeout=60)), flush=True)
+        print("PEERS", sorted({remote for _, remote in my_sockets("01")}), flush=True)
+        """))
+    c = subprocess.Popen([sys.executable, str(script), f"tcp://127.0.0.1:{fwd.port}",
+                          gw.address], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        line = c.stdout.readline()
+        assert line.split() == ["ROUND1", "2"], line + (c.stderr.read() if c.poll() else "")
+        before = fwd.accepted
+        fwd.drop()
+        c.stdin.write("\n")
+        c.stdin.flush()
+        out, err = c.communicate(timeout=CHILD_TIMEOUT_S)
+    finally:
+        c.kill()
+        fwd.close()
+        gw.kill()
+    assert c.returncode == 0, out + err
+    assert "ROUND2 2" in out, out + err
+    assert fwd.accepted > before, "the client re-dialled through the forward"
+    assert f"PEERS [{fwd.port}]" in out, out + err  # the forward is all it reaches
