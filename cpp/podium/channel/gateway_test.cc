@@ -4,6 +4,7 @@
 
 #include <future>
 
+#include "podium/channel/test_certs.h"
 #include "podium/channel/test_util.h"
 #include "podium/wire/message.h"
 
@@ -21,9 +22,11 @@ struct Attached {
   int openings = 0;
   std::string last_error;
 
-  explicit Attached(std::string secret = "gw-secret")
-      : g(g_io.io(), with(secret), [](wire::Envelope&&) {}, g_returns.fn()),
-        p(p_io.io(), with(secret), p_rx.fn(), p_returns.fn()) {
+  explicit Attached(std::string secret = "gw-secret", bool tls = false)
+      : g(g_io.io(), with(secret, tls ? ca().issue("g") : TlsConfig{}), [](wire::Envelope&&) {},
+          g_returns.fn()),
+        p(p_io.io(), with(secret, tls ? ca().issue("p") : TlsConfig{}), p_rx.fn(),
+          p_returns.fn()) {
     auto gb = g.listen(*Address::parse("tcp:127.0.0.1:0"));
     auto pb = p.listen(*Address::parse("tcp:127.0.0.1:0"));
     EXPECT_TRUE(gb && pb);
@@ -31,14 +34,19 @@ struct Attached {
     gateway = *gb;
     peer = *pb;
     g.serve_as_gateway(gateway);
-    Config cc = with(secret);
+    Config cc = with(secret, tls ? ca().issue("c") : TlsConfig{});
     cc.via = gateway;
     c = std::make_unique<Net>(c_io.io(), cc, c_rx.fn(), c_returns.fn());
   }
-  static Config with(std::string secret) {
+  static Config with(std::string secret, TlsConfig tls = {}) {
     Config c = test_config();
     c.secret = std::move(secret);
+    c.tls = std::move(tls);
     return c;
+  }
+  static const TestCa& ca() {
+    static const TestCa ca("gateway-test-ca");
+    return ca;
   }
   // Starts the duplex; the routed address, or nullopt after `limit`.
   std::optional<Address> start(std::chrono::milliseconds limit = 10s) {
@@ -84,6 +92,39 @@ TEST(ChannelGateway, AClientReachesAPeerAndIsAnsweredOverItsDuplex) {  // GW-1, 
   ASSERT_TRUE(a.c_rx.wait_for(500, 30s)) << a.c_rx.count();
   EXPECT_EQ(a.c_rx.error(), "");
   EXPECT_EQ(a.c_returns.size() + a.p_returns.size() + a.g_returns.size(), 0u);
+}
+
+TEST(ChannelGateway, TheDuplexAndTheForwardsRunInsideTls) {  // GW-1, GW-4, CH-9
+  Attached a("gw-secret", /*tls=*/true);
+  auto routed = a.start();
+  ASSERT_TRUE(routed) << a.last_error;
+  for (uint64_t i = 0; i < 300; ++i) {
+    a.c->send(a.peer, numbered(i, 50));
+    a.p.send(*routed, numbered(i, 50));
+  }
+  ASSERT_TRUE(a.p_rx.wait_for(300, 30s)) << a.p_rx.count();
+  ASSERT_TRUE(a.c_rx.wait_for(300, 30s)) << a.c_rx.count();
+  EXPECT_EQ(a.p_rx.error(), "");
+  EXPECT_EQ(a.c_rx.error(), "");
+  // A client without a certificate of the job's CA gets no duplex.
+  IoThreads io;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string error;
+  Config cc = Attached::with("gw-secret");  // plaintext
+  cc.via = a.gateway;
+  Net stranger(io.io(), cc, [](wire::Envelope&&) {}, [](wire::Envelope&&, Error) {});
+  stranger.start_via([&](Result<Address> e) {
+    std::lock_guard lock(mu);
+    if (!e) error = e.error().message;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return !error.empty(); }));
+    EXPECT_NE(error.find("TLS"), std::string::npos) << error;
+  }
+  stranger.stop();
 }
 
 TEST(ChannelGateway, BrokenConnectionsResumeWithNothingLostOrRepeated) {  // GW-2, CH-1, CH-2
