@@ -6,9 +6,10 @@
 // link that sends on it (SocketLink::adopt), and the gateway's routing of what arrives
 // (Inbound::route_of, accept_duplex; the client's Inbound::duplex_opened).
 //
-// Threads: as link.h and inbound.h. No Inbound mutex is held while a link's is taken: the
-// gateway hands the socket over after releasing the connection's, and the client's duplex
-// reports its close through a posted handler.
+// Threads: as link.h and inbound.h. The client's duplex holds its link's mutex while it
+// starts the Inbound it lends the socket to (link -> connection); no Inbound mutex is held
+// while a link's is taken: the gateway hands the socket over after releasing the
+// connection's, and the lent Inbound reports its close through a posted handler.
 #include <spdlog/spdlog.h>
 
 #include <asio/post.hpp>
