@@ -86,6 +86,10 @@ def test_a_client_attached_through_a_gateway_is_served_and_listens_nowhere(tmp_p
             am = hosts.spawn_procs(per_host={"gpus": 2}).spawn("who", Who)
             pids = sorted(am.pid.call().get(timeout=60).values())
             print("PIDS", *pids, flush=True)
+            # this_host() still names this machine: its procs listen on Unix sockets for
+            # this client and reach it (and TCP) through the gateway too.
+            local = podium.actor.this_host().spawn_procs(per_host={"p": 1}).spawn("who", Who)
+            print("LOCAL", local.pid.call_one().get(timeout=60), flush=True)
             print("LISTENING", my_sockets("0A"), flush=True)
             print("PEERS", sorted({remote for _, remote in my_sockets("01")}), flush=True)
             try:
@@ -110,6 +114,7 @@ def test_a_client_attached_through_a_gateway_is_served_and_listens_nowhere(tmp_p
     assert re.search(rf"^ME tcp:127\.0\.0\.1:{gw.port}/[0-9a-f]+$", r.stdout, re.M), out
     pids = [int(p) for p in re.search(r"^PIDS (.*)$", r.stdout, re.M).group(1).split()]
     assert len(pids) == 4, out
+    assert re.search(r"^LOCAL \d+$", r.stdout, re.M), out
     assert "LISTENING []" in r.stdout, out
     assert f"PEERS [{gw.port}]" in r.stdout, out
     assert "DIED:" in r.stdout and "HOOK 0" not in r.stdout, out

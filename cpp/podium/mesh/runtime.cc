@@ -150,7 +150,7 @@ Result<std::unique_ptr<Runtime>> make_runtime(RuntimeConfig config) {
   impl->clock = config.clock ? std::move(config.clock) : config.spawn.clock;
   impl->host_lost_after = env_ms("PODIUM_HOST_LOST_MS", impl->host_lost_after);
   impl->attach_timeout = env_ms("PODIUM_ATTACH_TIMEOUT_MS", impl->attach_timeout);
-  net_config.via = config.spawn.via;
+  net_config.via = config.spawn.via ? config.spawn.via : config.net_via;
   impl->via = config.spawn.via;
   actor::ProcConfig proc_config{std::move(config.listen), std::move(net_config), true};
   proc_config.clock = impl->clock;  // the proc's timers and its Net's read the same time

@@ -45,6 +45,9 @@
 namespace podium::mesh {
 
 // What make_runtime() builds a runtime from.
+// The gateway of a client attached through one (GW-3), for the procs it spawns on its host.
+inline constexpr const char* kViaEnv = "PODIUM_VIA";
+
 struct RuntimeConfig {
   channel::Address listen;
   std::optional<channel::Address> advertise;  // a worker's DIAL of DIAL@BIND (ProcConfig)
@@ -53,6 +56,9 @@ struct RuntimeConfig {
   std::string sock_dir;                   // a controller's socket directory; empty: none
   std::optional<channel::Address> parent;  // in a proc: its controller
   bool reuse_port = false;                 // in a proc on a reserved port (HA-2)
+  // In a local proc of a client attached through a gateway: its Net's Config::via (GW-3),
+  // from kViaEnv; it listens on `listen` as any proc.
+  std::optional<channel::Address> net_via;
   bool worker = false;                     // a host agent
   bool persistent = false;                 // a persistent host agent (HA-7)
   bool until_shutdown = false;             // a host agent that ends when its host is shut down
