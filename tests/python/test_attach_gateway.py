@@ -304,3 +304,66 @@ def test_a_client_behind_a_port_forward_survives_dropped_connections(tmp_path):
     assert "ROUND2 2" in out, out + err
     assert fwd.accepted > before, "the client re-dialled through the forward"
     assert f"PEERS [{fwd.port}]" in out, out + err  # the forward is all it reaches
+
+
+# A client that the procs really cannot reach, and that cannot reach them: three network
+# namespaces, and no packet passes between the client's and the far worker's (a blackhole
+# route each way). Through the gateway worker, the far host's procs still answer (GW-2, GW-3).
+def test_a_client_the_procs_cannot_reach_is_served_through_its_gateway(tmp_path, network):
+    import time
+
+    net = network(3)
+    client, gw, far = net.hosts
+    for a, b in ((client, far), (far, client)):
+        r = net.run(a, ["ip", "route", "add", "blackhole", f"{b.addr}/32"])
+        assert r.returncode == 0, r.stderr
+    workers = []
+    try:
+        for h in (gw, far):
+            workers.append(net.popen(h, [sys.executable, "-m", "podium", "worker", "--listen",
+                                         f"tcp://{h.addr}:7000"], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True))
+        for h, w in zip((gw, far), workers):
+            deadline, line = time.monotonic() + 30, ""
+            while time.monotonic() < deadline and not line.startswith("podium worker listening"):
+                line = w.stdout.readline()
+                if not line:
+                    break
+            assert line.strip() == f"podium worker listening on tcp://{h.addr}:7000", line
+        script = tmp_path / "controller.py"
+        script.write_text(PRELUDE + textwrap.dedent("""
+            import socket
+            GW, FAR = WORKERS
+            try:
+                socket.create_connection((FAR.split("//")[1].split(":")[0], 7000), timeout=2)
+                print("reached the far host?!")
+            except OSError as e:
+                print("UNREACHABLE", type(e).__name__, flush=True)
+            attach(GW)
+            hosts = attach_to_workers(workers=[GW, FAR])
+            assert hosts.initialized.get(timeout=60) is True
+
+            class Where(Actor):
+                @endpoint
+                def addr(self):
+                    return _mesh.this_proc_id()
+
+            got = hosts.spawn_procs(per_host={"gpus": 2}).spawn("where", Where).addr.call()
+            print("WHERE", *sorted(got.get(timeout=60).values()), flush=True)
+            print("LISTENING", my_sockets("0A"), flush=True)
+            hosts.shutdown().get(timeout=60)
+            """))
+        r = net.run(client, [sys.executable, str(script), f"tcp://{gw.addr}:7000",
+                             f"tcp://{far.addr}:7000"], timeout=CHILD_TIMEOUT_S, env=os.environ)
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out
+        assert "UNREACHABLE" in r.stdout, out
+        where = re.search(r"^WHERE (.*)$", r.stdout, re.M).group(1).split()
+        assert sorted(a.split(":")[1] for a in where) == [gw.addr] * 2 + [far.addr] * 2, out
+        assert "LISTENING []" in r.stdout, out
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                os.killpg(w.pid, 9)
+            w.wait(timeout=10)
