@@ -123,6 +123,13 @@ bool Inbound::route_of(const wire::Hello& hello, std::optional<Address>& out) {
   // This gateway's own forward that came back to it (an address of its port that names no
   // client): delivered here, where the proc layer refuses it, instead of going round again.
   if (hello.listen_address == self) return true;
+  if (to->transport != Transport::kTcp) {
+    // GW-4: a Unix socket on this host proves nothing of its peer (CH-16 trusts the user),
+    // so a remote peer must not reach one through the gateway (another job's procs).
+    close("refused: a gateway forwards to TCP addresses only, not " + hello.to,
+          Core::Refusal::kAuth);
+    return false;
+  }
   bool routed;
   {
     std::lock_guard lock(core_->mu);

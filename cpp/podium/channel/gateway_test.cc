@@ -195,6 +195,22 @@ TEST(ChannelGateway, ADuplexMayClaimOnlyAnAddressOfItsGateway) {  // GW-4
   EXPECT_GE(a.g.stats().refused_auth, 1u);
 }
 
+TEST(ChannelGateway, AGatewayForwardsToTcpAddressesOnly) {  // GW-4
+  Attached a("");
+  int fd = dial(a.gateway);
+  ASSERT_GE(fd, 0);
+  std::vector<std::byte> hello;
+  wire::encode(wire::Hello{wire::kSessionProtocolVersion, 9, "tcp:10.9.9.9:1",
+                           "unix:/tmp/another-jobs-proc.sock", 0}, hello);
+  write_all(fd, hello);
+  pollfd pfd{fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&pfd, 1, 10000), 1);
+  char buf[64];
+  EXPECT_EQ(::recv(fd, buf, sizeof buf, 0), 0);  // closed, no HelloAck
+  ::close(fd);
+  EXPECT_GE(a.g.stats().refused_auth, 1u);
+}
+
 TEST(ChannelGateway, WhatWaitsForAnAbsentClientExpiresWithTheReason) {  // GW-2, CH-3
   Config gc = Attached::with("gw-secret");
   gc.delivery_timeout = 300ms;

@@ -86,7 +86,8 @@
 //        address dials the gateway and names the address in Hello::to; the gateway sends
 //        what it delivers on that connection on to the address, from its own Net.
 //   GW-4 A gateway serves only connections that passed its setup (secret, TLS: CH-8, CH-9)
-//        and a Unix peer of its own user (CH-16); a duplex may claim only an address of this
+//        and a Unix peer of its own user (CH-16); it forwards to TCP addresses only (a Unix
+//        socket trusts any process of its user); a duplex may claim only an address of this
 //        gateway (its host and port), and a Net that is no gateway refuses a duplex.
 #pragma once
 
