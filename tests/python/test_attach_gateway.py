@@ -159,40 +159,47 @@ def test_attach_to_no_gateway_fails_naming_it(tmp_path):
     assert len(failed) == 2, out
 
 
-# A gateway that dies fails the meshes on it with a SupervisionError, not a hang.
+# A gateway that dies fails the meshes on it with a SupervisionError, not a hang; the meshes
+# on the other worker too (the client reached them through it), and that worker, whose
+# controller went silent, ends their procs (HA-5): nothing is left behind.
 def test_a_dead_gateway_fails_the_meshes_on_it(tmp_path):
-    gw = Worker()
+    gw, other = Worker(), Worker()
     script = tmp_path / "controller.py"
     script.write_text(PRELUDE + textwrap.dedent("""
         hits = []
         podium.actor.unhandled_fault_hook = lambda failure: hits.append(failure)
         attach(WORKERS[0])
-        am = attach_to_workers(workers=WORKERS).spawn_procs(per_host={"gpus": 1}).spawn(
-            "who", Who)
-        print("KILL", *am.pid.call().get(timeout=60).values(), flush=True)
+        hosts = attach_to_workers(workers=WORKERS)
+        am = hosts.spawn_procs(per_host={"gpus": 1}).spawn("who", Who)
+        print("KILL", *[am.slice(hosts=h).pid.call_one().get(timeout=60) for h in (0, 1)],
+              flush=True)  # the gateway's proc first
         sys.stdin.readline()
-        try:
-            am.pid.call().get(timeout=30)
-            print("answered?!")
-        except SupervisionError as e:
-            print("LOST:", str(e).splitlines()[0], flush=True)
+        for h in (0, 1):
+            try:
+                am.slice(hosts=h).pid.call().get(timeout=30)
+                print("answered?!")
+            except SupervisionError as e:
+                print("LOST", h, str(e).splitlines()[0], flush=True)
         """))
-    c = subprocess.Popen([sys.executable, str(script), gw.address], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "PODIUM_HOST_LOST_MS": "1500"})
+    c = subprocess.Popen([sys.executable, str(script), gw.address, other.address],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env={**os.environ, "PODIUM_HOST_LOST_MS": "1500"})
     try:
         line = c.stdout.readline().split()
         assert line[:1] == ["KILL"], line + [c.stderr.read() if c.poll() is not None else ""]
+        gw_proc, other_proc = int(line[1]), int(line[2])
         gw.kill()
-        assert gone_within([int(p) for p in line[1:]]) == []
+        assert gone_within([gw_proc]) == []
         c.stdin.write("\n")
         c.stdin.flush()
         out, err = c.communicate(timeout=CHILD_TIMEOUT_S)
+        assert gone_within([other_proc], timeout=20) == [], "the far worker ends its proc"
     finally:
         c.kill()
         gw.kill()
+        other.kill()
     assert c.returncode == 0, out + err
-    assert "LOST:" in out, out + err
+    assert "LOST 0" in out and "LOST 1" in out, out + err
 
 
 class PortForward:
