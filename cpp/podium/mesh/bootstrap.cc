@@ -302,7 +302,10 @@ Status init_controller(InitOptions options) {
   config.spawn = std::move(options);
   config.fault_handler = mesh::g_fault_handler;
   auto rt = mesh::make_runtime(std::move(config));
-  if (!rt) return std::unexpected(rt.error());
+  if (!rt) {
+    ::unsetenv(mesh::kViaEnv);  // a failed attach leaves a later local start as it was
+    return std::unexpected(rt.error());
+  }
   mesh::publish(std::move(*rt));
   if (auto secret = mesh::internal::job_secret(); tcp && secret && secret->empty()) {
     // PODIUM_INSECURE=1 (SE-1 made no secret): say so, as an insecure worker does (SE-2).
