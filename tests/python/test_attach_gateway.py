@@ -273,18 +273,28 @@ class PortForward:
         self.drop()
 
 
-# Monarch's Kubernetes case: the client reaches the gateway only through a port-forward, and
-# names the workers as the cluster does. When the forward drops every connection, the client
-# re-dials its duplex and its links, and the procs still answer (GW-1, GW-2).
+# Monarch's Kubernetes case: the client reaches the gateway only through a port-forward (its
+# own name for it, "localhost"), and names the other workers as the cluster does. The
+# gateway's procs listen on the gateway's own address, not on the client's name for it. When
+# the forward drops every connection, the client re-dials its duplex and its links, and the
+# procs still answer (GW-1, GW-2).
 def test_a_client_behind_a_port_forward_survives_dropped_connections(tmp_path):
-    gw = Worker()
+    gw, other = Worker(), Worker()
     fwd = PortForward(gw.port)
     script = tmp_path / "controller.py"
     script.write_text(PRELUDE + textwrap.dedent("""
         FORWARD, WORKER = WORKERS
+
+        class Where(Actor):
+            @endpoint
+            def addr(self):
+                return _mesh.this_proc_id()
+
         attach(FORWARD)
-        am = attach_to_workers(workers=[WORKER]).spawn_procs(per_host={"gpus": 2}).spawn(
-            "who", Who)
+        hosts = attach_to_workers(workers=[FORWARD, WORKER])
+        print("WHERE", hosts.spawn_procs(per_host={"p": 1}).spawn("where", Where).slice(
+            hosts=0).addr.call_one().get(timeout=60), flush=True)
+        am = hosts.spawn_procs(per_host={"gpus": 1}).spawn("who", Who)
         print("ROUND1", len(am.pid.call().get(timeout=60)), flush=True)
         sys.stdin.readline()
         for i in range(20):  # across the drop and the re-dials
@@ -292,10 +302,13 @@ def test_a_client_behind_a_port_forward_survives_dropped_connections(tmp_path):
         print("ROUND2", len(am.pid.call().get(timeout=60)), flush=True)
         print("PEERS", sorted({remote for _, remote in my_sockets("01")}), flush=True)
         """))
-    c = subprocess.Popen([sys.executable, str(script), f"tcp://127.0.0.1:{fwd.port}",
-                          gw.address], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    c = subprocess.Popen([sys.executable, str(script), f"tcp://localhost:{fwd.port}",
+                          other.address], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
+        where = c.stdout.readline()
+        assert re.fullmatch(r"WHERE tcp:127\.0\.0\.1:\d+/[0-9a-f]+\n", where), where + (
+            c.stderr.read() if c.poll() is not None else "")
         line = c.stdout.readline()
         assert line.split() == ["ROUND1", "2"], line + (c.stderr.read() if c.poll() else "")
         before = fwd.accepted
@@ -307,6 +320,7 @@ def test_a_client_behind_a_port_forward_survives_dropped_connections(tmp_path):
         c.kill()
         fwd.close()
         gw.kill()
+        other.kill()
     assert c.returncode == 0, out + err
     assert "ROUND2 2" in out, out + err
     assert fwd.accepted > before, "the client re-dialled through the forward"
