@@ -91,7 +91,7 @@ def test_a_client_attached_through_a_gateway_is_served_and_listens_nowhere(tmp_p
             local = podium.actor.this_host().spawn_procs(per_host={"p": 1}).spawn("who", Who)
             print("LOCAL", local.pid.call_one().get(timeout=60), flush=True)
             print("LISTENING", my_sockets("0A"), flush=True)
-            print("PEERS", sorted({remote for _, remote in my_sockets("01")}), flush=True)
+            print("PEERS", sorted(remote for _, remote in my_sockets("01")), flush=True)
             try:
                 am.slice(hosts=1, gpus=0).die.call_one().get(timeout=60)
                 print("answered?!")
@@ -116,7 +116,8 @@ def test_a_client_attached_through_a_gateway_is_served_and_listens_nowhere(tmp_p
     assert len(pids) == 4, out
     assert re.search(r"^LOCAL \d+$", r.stdout, re.M), out
     assert "LISTENING []" in r.stdout, out
-    assert f"PEERS [{gw.port}]" in r.stdout, out
+    # Two connections, both to the gateway's port: the duplex and the link (GW-1, GW-3).
+    assert f"PEERS [{gw.port}, {gw.port}]" in r.stdout, out
     assert "DIED:" in r.stdout and "HOOK 0" not in r.stdout, out
     assert gone_within(pids) == [], out
 

@@ -16,6 +16,7 @@
 #include <optional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -176,6 +177,11 @@ struct Core {
   std::shared_ptr<Link> duplex;
   std::function<void(Result<Address>)> via_event;
 };
+
+// GW-3: the header a client behind a gateway adds, last, to an envelope for another TCP
+// address: its link to the gateway carries it, and the gateway takes it off and sends the
+// envelope on to the address it names.
+inline constexpr std::string_view kViaToHeader = "podium.via.to";
 
 // Net::send() without the Net: a gateway sends what it forwards (GW-3) from inside its own
 // read chain.

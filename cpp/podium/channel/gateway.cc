@@ -141,6 +141,21 @@ bool Inbound::route_of(const wire::Hello& hello, std::optional<Address>& out) {
   return true;
 }
 
+void Inbound::forward_wrapped(wire::Envelope&& env) {
+  std::string text = std::move(env.headers.back().second);
+  env.headers.pop_back();
+  auto to = Address::parse(text);
+  if (!to || to->transport != Transport::kTcp) {
+    // GW-4: a Unix socket on this host trusts any process of its user (another job's too).
+    core_->undeliverable(std::move(env),
+                         make_error(ChannelErrc::kProtocol,
+                                    "the gateway " + local_ +
+                                        " forwards to TCP addresses only, not " + text));
+    return;
+  }
+  net_send(core_, *to, std::move(env));
+}
+
 bool Inbound::accept_duplex(const wire::Hello& hello) {
   std::optional<Address> gateway;
   {

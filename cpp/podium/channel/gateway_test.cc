@@ -88,6 +88,9 @@ TEST(ChannelGateway, AClientReachesAPeerAndIsAnsweredOverItsDuplex) {  // GW-1, 
   for (uint64_t i = 0; i < 500; ++i) a.c->send(a.peer, numbered(i, 97));
   ASSERT_TRUE(a.p_rx.wait_for(500, 30s)) << a.p_rx.count();
   EXPECT_EQ(a.p_rx.error(), "");
+  // One link, to the gateway, carried them all (GW-3); the peer got them unwrapped.
+  EXPECT_EQ(a.c->link_count(), 1u);
+  EXPECT_EQ(a.c->unacknowledged(a.peer), 0u);
   for (uint64_t i = 0; i < 500; ++i) a.p.send(*routed, numbered(i, 97));
   ASSERT_TRUE(a.c_rx.wait_for(500, 30s)) << a.c_rx.count();
   EXPECT_EQ(a.c_rx.error(), "");
@@ -209,6 +212,18 @@ TEST(ChannelGateway, AGatewayForwardsToTcpAddressesOnly) {  // GW-4
   EXPECT_EQ(::recv(fd, buf, sizeof buf, 0), 0);  // closed, no HelloAck
   ::close(fd);
   EXPECT_GE(a.g.stats().refused_auth, 1u);
+  // An envelope wrapped for a Unix socket is handed back by the gateway, not sent.
+  IoThreads io;
+  Net sender(io.io(), Attached::with(""), [](wire::Envelope&&) {}, [](wire::Envelope&&, Error) {});
+  wire::Envelope e = numbered(0);
+  e.headers.emplace_back("podium.via.to", "unix:/tmp/another-jobs-proc.sock");
+  sender.send(a.gateway, std::move(e));
+  ASSERT_TRUE(a.g_returns.wait_for(1, 10s));
+  auto back = a.g_returns.take();
+  EXPECT_NE(back[0].second.message.find("TCP addresses only"), std::string::npos)
+      << back[0].second.message;
+  EXPECT_TRUE(back[0].first.headers.empty());  // handed back without its wrapper
+  sender.stop();
 }
 
 TEST(ChannelGateway, WhatWaitsForAnAbsentClientExpiresWithTheReason) {  // GW-2, CH-3

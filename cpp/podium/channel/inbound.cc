@@ -355,8 +355,13 @@ bool Inbound::deliver_frames(BatchEnd& batch, std::unique_lock<std::mutex>& deli
         return false;
       }
       session_->delivered.store(d->seq, std::memory_order_release);
-      if (forward_to_) {  // GW-2, GW-3: a gateway passes it on, from its own Net
+      if (forward_to_) {  // GW-2: a gateway passes it on, from its own Net
         net_send(core_, *forward_to_, std::move(d->envelope));
+        continue;
+      }
+      if (gateway_ && !d->envelope.headers.empty() &&
+          d->envelope.headers.back().first == kViaToHeader) {
+        forward_wrapped(std::move(d->envelope));  // GW-3
         continue;
       }
       batch.delivered = true;
@@ -395,6 +400,10 @@ bool Inbound::accept_hello(const wire::Hello& hello) {
   auth_timer_.cancel();
   release_unauthenticated_locked();
   hello_from_ = hello.listen_address;
+  {
+    std::lock_guard core_lock(core_->mu);
+    gateway_ = core_->gateway.has_value();
+  }
   if (auto from = Address::parse(hello.listen_address)) {
     std::lock_guard core_lock(core_->mu);
     if (!core_->stopped) {

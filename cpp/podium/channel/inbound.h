@@ -137,8 +137,12 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   // GW-1: a client's duplex (set at construction), and what runs when it closes.
   bool lent_ = false;  // set by the constructor, then only read
   std::function<void(const std::string&)> on_close_;  // guarded by mu_
-  // GW-3: where this connection's envelopes go instead of DeliverFn (read chain only).
+  // GW-2, GW-3: where this connection's envelopes go instead of DeliverFn, and whether this
+  // Net is a gateway (read chain only, set at the Hello).
   std::optional<Address> forward_to_;
+  bool gateway_ = false;
+  // GW-3: sends on an envelope a client wrapped (kViaToHeader) to the address it names.
+  void forward_wrapped(wire::Envelope&& env);
 };
 
 class SocketListener final : public ListenerBase,

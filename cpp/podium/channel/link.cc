@@ -346,8 +346,8 @@ void SocketLink::start_session_locked() {
     std::lock_guard core_lock(core_->mu);
     hello.listen_address = core_->self_address;
   }
-  // GW-2, GW-3: a gateway routes by the address a connection is for; a proc's address
-  // carries an incarnation, a worker's (which a gateway serves itself) none.
+  // GW-2: a gateway routes by the address a connection is for; a proc's address carries an
+  // incarnation, a worker's (which a gateway serves itself) none.
   if (mode_ != Mode::kDial || to_.incarnation != 0) hello.to = to_text_;
   hello_.clear();
   wire::encode(hello, hello_);

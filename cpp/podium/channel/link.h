@@ -114,13 +114,12 @@ class Link : public std::enable_shared_from_this<Link> {
 // A link over a Unix or TCP stream socket: Hello, then Data frames; HelloAck/Acks come back.
 class SocketLink final : public Link {
  public:
-  // kDial: dials `to`. kVia (GW-3): a client's link to `to` through its gateway: dials `dial`
-  // and names `to` in its Hello. kAdopted (GW-2): a gateway's link to a client attached
-  // through it: it never dials, it sends on the duplex the client opened (adopt()).
-  // kDuplex (GW-1): a client's duplex: dials its gateway `dial`, proves itself, sends a
-  // reverse Hello and lends the socket to an Inbound that receives the gateway's link;
-  // re-dials whenever that connection ends.
-  enum class Mode : uint8_t { kDial, kVia, kAdopted, kDuplex };
+  // kDial: dials `to`. kAdopted (GW-2): a gateway's link to a client attached through it: it
+  // never dials, it sends on the duplex the client opened (adopt()). kDuplex (GW-1): a
+  // client's duplex: dials its gateway `dial`, proves itself, sends a reverse Hello and lends
+  // the socket to an Inbound that receives the gateway's link; re-dials whenever that
+  // connection ends.
+  enum class Mode : uint8_t { kDial, kAdopted, kDuplex };
   SocketLink(std::shared_ptr<Core> core, Address to, Mode mode = Mode::kDial,
              std::optional<Address> dial = std::nullopt);
   void reset_for_test() override;
@@ -164,7 +163,7 @@ class SocketLink final : public Link {
 
   const uint64_t session_id_;
   const Mode mode_;
-  const Address dial_;  // where connections go: to_, or the gateway (kVia, kDuplex)
+  const Address dial_;  // where connections go: to_, or the gateway (kDuplex)
   // Guarded by mu_ (see Link):
   Socket socket_;
   uint64_t gen_ = 0;  // bumped per attempt; handlers of older attempts do nothing

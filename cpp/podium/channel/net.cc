@@ -85,9 +85,14 @@ void Net::send(const Address& to, wire::Envelope env) {
   internal::net_send(impl_->core, to, std::move(env));
 }
 
-void internal::net_send(const std::shared_ptr<Core>& core_ptr, const Address& to,
+void internal::net_send(const std::shared_ptr<Core>& core_ptr, const Address& dest,
                         wire::Envelope env) {
   Core& core = *core_ptr;
+  // GW-3: a client behind a gateway reaches every other TCP address over its one link to the
+  // gateway, the envelope naming where it goes.
+  bool wrapped = core.config.via && dest.transport == Transport::kTcp && dest != *core.config.via;
+  if (wrapped) env.headers.emplace_back(std::string(internal::kViaToHeader), dest.to_string());
+  const Address& to = wrapped ? *core.config.via : dest;
   auto refuse = [&](ChannelErrc code, std::string why) {
     std::vector<internal::Outgoing> back;
     back.push_back({0, {}, std::move(env)});
@@ -95,25 +100,25 @@ void internal::net_send(const std::shared_ptr<Core>& core_ptr, const Address& to
   };
   if (env.parts.size() > std::min<size_t>(core.config.max_parts, wire::kMaxPartsLimit)) {
     return refuse(ChannelErrc::kFrameTooLarge,
-                  "envelope for " + to.to_string() + " has " + std::to_string(env.parts.size()) +
+                  "envelope for " + dest.to_string() + " has " + std::to_string(env.parts.size()) +
                       " parts, the limit is " + std::to_string(core.config.max_parts));
   }
   size_t header_bound = 0;
   if (size_t bound = wire::data_frame_bound(env, &header_bound);
       bound > core.config.max_frame_bytes) {
     return refuse(ChannelErrc::kFrameTooLarge,
-                  "envelope for " + to.to_string() + " of up to " + std::to_string(bound) +
+                  "envelope for " + dest.to_string() + " of up to " + std::to_string(bound) +
                       " bytes exceeds max_frame_bytes " +
                       std::to_string(core.config.max_frame_bytes));
   }
   if (header_bound > core.config.max_header_bytes) {  // the receiver would refuse it (WI-5)
     return refuse(ChannelErrc::kFrameTooLarge,
-                  "envelope for " + to.to_string() + " has a header of up to " +
+                  "envelope for " + dest.to_string() + " has a header of up to " +
                       std::to_string(header_bound) + " bytes, over max_header_bytes " +
                       std::to_string(core.config.max_header_bytes));
   }
   if (!core.tls_error.empty() && to.transport == Transport::kTcp) {
-    return refuse(ChannelErrc::kTlsFailed, "TLS to " + to.to_string() + ": " + core.tls_error);
+    return refuse(ChannelErrc::kTlsFailed, "TLS to " + dest.to_string() + ": " + core.tls_error);
   }
   std::shared_ptr<internal::Link> link;           // held: forget() may drop it meanwhile
   std::shared_ptr<internal::Inbound> from_peer;  // CH-10
@@ -125,13 +130,8 @@ void internal::net_send(const std::shared_ptr<Core>& core_ptr, const Address& to
       }
       auto& slot = core.links[to];
       if (!slot) {
-        using Mode = internal::SocketLink::Mode;
         if (to.transport == Transport::kInproc) {
           slot = std::make_shared<internal::InprocLink>(core_ptr, to);
-        } else if (core.config.via && to.transport == Transport::kTcp && to != *core.config.via) {
-          // GW-3: every TCP address but the gateway's own is reached through the gateway.
-          slot = std::make_shared<internal::SocketLink>(core_ptr, to, Mode::kVia,
-                                                        *core.config.via);
         } else {
           slot = std::make_shared<internal::SocketLink>(core_ptr, to);
         }

@@ -82,9 +82,12 @@
 //        name the routed address in their Hello (Hello::to). When the duplex breaks, the
 //        client re-dials and the gateway's link resumes on the new socket with its session:
 //        nothing is lost or delivered twice (CH-1..CH-3 hold end to end on each hop).
-//   GW-3 The client reaches every other TCP address through the gateway: its link to an
-//        address dials the gateway and names the address in Hello::to; the gateway sends
-//        what it delivers on that connection on to the address, from its own Net.
+//   GW-3 The client reaches every other TCP address through the gateway, over its one link
+//        to the gateway's address: each envelope carries, last, a header naming where it
+//        goes (kViaToHeader), which the gateway takes off before it sends the envelope on
+//        from its own Net (one session per hop: order holds per destination end to end). So
+//        the client holds two connections, both to the gateway's port: the duplex and that
+//        link. What comes back undelivered comes back without the header.
 //   GW-4 A gateway serves only connections that passed its setup (secret, TLS: CH-8, CH-9)
 //        and a Unix peer of its own user (CH-16); it forwards to TCP addresses only (a Unix
 //        socket trusts any process of its user); a duplex may claim only an address of this
@@ -166,8 +169,9 @@ struct Config {
   // CH-7's bound): null is the real clock; a test passes a base::ManualClock and moves time
   // with advance() (docs/channel.md).
   std::shared_ptr<base::Clock> clock;
-  // GW-1: the gateway this client reaches every TCP address through (its duplex, GW-3);
-  // start it with Net::start_via(). Unset: a plain Net.
+  // GW-1: the gateway this client reaches every other TCP address through (GW-3), and its
+  // duplex (started by Net::start_via(); a Net that listens does not need one). Unset: a
+  // plain Net.
   std::optional<Address> via;
 };
 
