@@ -47,7 +47,8 @@ void bind_runtime(nb::module_& m) {
           if (!where) throw_error(make_error(BaseErrc::kInvalidArgument, where.error().message));
           if (where->dial.transport != channel::Transport::kTcp) {
             throw_error(make_error(BaseErrc::kInvalidArgument,
-                                   "attach(" + *via + "): a gateway is a worker's tcp://HOST:PORT"));
+                                   "attach(" + *via + "): a gateway is a worker's "
+                                   "tcp://HOST:PORT"));
           }
           options.via = where->dial;
         }

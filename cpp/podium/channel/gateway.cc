@@ -75,7 +75,8 @@ void SocketLink::lent_closed(uint64_t gen, const std::string& why) {
 bool Inbound::duplex_opened(const wire::Hello& hello) {
   auto routed = Address::parse(hello.to);
   if (!routed) {
-    close("the gateway named a bad routed address: " + routed.error().message, Core::Refusal::kMalformed);
+    close("the gateway named a bad routed address: " + routed.error().message,
+          Core::Refusal::kMalformed);
     return false;
   }
   std::function<void(Result<Address>)> event;

@@ -230,7 +230,9 @@ void SocketLink::connect_locked() {
   endpoints_.clear();
   if (mode_ == Mode::kAdopted) {
     // GW-2: the client dials; the queue waits for its duplex (and expires meanwhile, CH-3).
-    if (last_error_.empty()) last_error_ = "the client attached through this gateway has no duplex open";
+    if (last_error_.empty()) {
+      last_error_ = "the client attached through this gateway has no duplex open";
+    }
     return;
   }
   if (dial_.transport == Transport::kUnix) {

@@ -259,7 +259,8 @@ class Net {
 
   // GW-1: starts the duplex to Config::via (a Net that listens nowhere). `event` runs on an
   // io thread with the routed address each time the gateway (re)opens the duplex, or with
-  // why an attempt failed (the Net keeps re-dialling, with backoff, until stop()).
+  // why an attempt failed (the Net keeps re-dialling, with backoff, until stop()). It may run
+  // under the Net's locks: it must not call into the Net, only record what it is told.
   void start_via(std::function<void(Result<Address>)> event);
 
   // GW-2..GW-4: serves clients that attach through this Net; `self` is the address procs
