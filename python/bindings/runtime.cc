@@ -39,9 +39,19 @@ void bind_runtime(nb::module_& m) {
   m.def(
       "init_controller",
       [](std::vector<std::string> proc_argv, std::vector<std::string> zygote_argv,
-         std::optional<std::string> listen) {
+         std::optional<std::string> listen, std::optional<std::string> via) {
         InitOptions options{std::move(proc_argv), std::move(zygote_argv), std::nullopt};
         if (listen) options.listen = unwrap(channel::Address::parse(*listen));
+        if (via) {
+          auto where = channel::parse_worker_address(*via);  // CH-24
+          if (!where) throw_error(make_error(BaseErrc::kInvalidArgument, where.error().message));
+          if (where->dial.transport != channel::Transport::kTcp) {
+            throw_error(make_error(BaseErrc::kInvalidArgument,
+                                   "attach(" + *via + "): a gateway is a worker's "
+                                   "tcp://HOST:PORT"));
+          }
+          options.via = where->dial;
+        }
         Status st;
         {
           nb::gil_scoped_release unlocked;
@@ -50,11 +60,12 @@ void bind_runtime(nb::module_& m) {
         unwrap(st);
       },
       nb::arg("proc_argv"), nb::arg("zygote_argv") = std::vector<std::string>{},
-      nb::arg("listen").none() = nb::none(),
+      nb::arg("listen").none() = nb::none(), nb::arg("via").none() = nb::none(),
       "Starts the controller runtime; procs are started with `proc_argv`, forked from a "
       "zygote started with `zygote_argv` when it is given. `listen`: this process's address "
-      "('tcp:HOST:0' puts the job on TCP); None: a private Unix socket. A second call does "
-      "nothing.");
+      "('tcp:HOST:0' puts the job on TCP); None: a private Unix socket. `via`: a worker's "
+      "address ('tcp://HOST:PORT') to attach this client through (its gateway; then `listen` "
+      "is unused and this process listens nowhere). A second call does nothing.");
   m.def("default_host_address", &default_host_address,
         "This machine's address as other hosts reach it (PODIUM_HOST_ADDR, else the default "
         "route's source address).");

@@ -224,21 +224,23 @@ def test_returns_future_makes_an_async_function_return_a_future():
 # --- attach, shutdown_context -----------------------------------------------------------------
 
 
-def test_attach_says_podium_has_no_client_gateway(tmp_path):
+def test_attach_comes_before_the_client_and_names_a_gateway_it_cannot_reach(tmp_path):
+    # attach() itself is tested in test_attach_gateway.py; here its order and its failure.
     r = run_py(tmp_path, """
         from podium.actor import attach, this_host
         try:
-            attach("tcp://gateway:1234")
-        except NotImplementedError as e:
+            attach("tcp://gateway.invalid:1234")
+        except Exception as e:
             print("BEFORE", e)
-        this_host()
+        this_host()  # the failed attach left no client: this one starts locally
         try:
-            attach("tcp://gateway:1234")
+            attach("tcp://gateway.invalid:1234")
         except RuntimeError as e:
             print("AFTER", e)
-        """)
+        """, env={"PODIUM_ATTACH_TIMEOUT_MS": "1000"})
     assert r.returncode == 0, r.stderr
-    assert "BEFORE attach('tcp://gateway:1234'): podium has no gateway" in r.stdout
+    assert ("BEFORE attach failed: the gateway at tcp://gateway.invalid:1234 did not open a "
+            "duplex within 1000 ms") in r.stdout, r.stdout + r.stderr
     assert "AFTER client was initialized without a remote attachment" in r.stdout
 
 

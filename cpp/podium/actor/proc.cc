@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <random>
 
 #include "podium/actor/proc_impl.h"
@@ -224,6 +226,42 @@ Proc::~Proc() {
   if (impl_) stop();
 }
 
+namespace {
+
+// GW-1: opens the duplex to the gateway `via` and waits for the address it names this proc
+// by. The executor runs the io_context from here on (the duplex needs it).
+Result<channel::Address> attach_via(Proc::Impl& impl, const channel::Address& via,
+                                    std::chrono::milliseconds timeout) {
+  struct Wait {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<channel::Address> routed;
+    std::string last_error;
+  };
+  auto wait = std::make_shared<Wait>();
+  impl.executor.start();
+  impl.net->start_via([wait](Result<channel::Address> event) {
+    std::lock_guard lock(wait->mu);
+    if (event) {
+      if (!wait->routed) wait->routed = *event;
+      wait->cv.notify_all();
+    } else {
+      wait->last_error = event.error().message;
+    }
+  });
+  std::unique_lock lock(wait->mu);
+  if (!wait->cv.wait_for(lock, timeout, [&] { return wait->routed.has_value(); })) {
+    return std::unexpected(make_error(
+        channel::ChannelErrc::kConnectFailed,
+        "attach failed: the gateway at " + channel::worker_url(via) + " did not open a duplex "
+            "within " + std::to_string(timeout.count()) + " ms" +
+            (wait->last_error.empty() ? "" : ": " + wait->last_error)));
+  }
+  return *wait->routed;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Proc>> Proc::make(ProcConfig config) {
   std::unique_ptr<Proc> proc(new Proc());
   proc->impl_ = std::make_unique<Impl>(config);
@@ -245,14 +283,24 @@ Result<std::unique_ptr<Proc>> Proc::make(ProcConfig config) {
       impl->drain(cell);
     }
   });
-  auto bound = impl->net->listen(config.listen, config.listen_fd);
-  if (!bound) return std::unexpected(bound.error());
-  if (config.advertise) {
-    channel::Address advertised = *config.advertise;
-    if (advertised.transport == channel::Transport::kTcp && advertised.port == 0) {
-      advertised.port = bound->port;
+  Result<channel::Address> bound;
+  if (config.via) {
+    bound = attach_via(*impl, *config.via, config.via_timeout);
+  } else {
+    bound = impl->net->listen(config.listen, config.listen_fd);
+    if (bound && config.advertise) {
+      channel::Address advertised = *config.advertise;
+      if (advertised.transport == channel::Transport::kTcp && advertised.port == 0) {
+        advertised.port = bound->port;
+      }
+      bound = advertised;
     }
-    bound = advertised;
+  }
+  if (!bound) return std::unexpected(bound.error());
+  if (config.gateway) {
+    channel::Address self = *config.gateway;
+    if (self.port == 0) self.port = bound->port;
+    impl->net->serve_as_gateway(self);
   }
   impl->id = ProcId{*bound};
   impl->id_text = impl->id.to_string();
@@ -261,7 +309,7 @@ Result<std::unique_ptr<Proc>> Proc::make(ProcConfig config) {
   impl->stream_salt = (static_cast<uint64_t>(std::random_device{}()) << 32) ^
                       std::random_device{}() ^ static_cast<uint64_t>(::getpid());
   impl->proc_stream = impl->stream_hash(impl->id_text);
-  impl->executor.start();
+  if (!config.via) impl->executor.start();  // attach_via() started it
   return proc;
 }
 

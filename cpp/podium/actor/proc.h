@@ -98,6 +98,14 @@ struct ProcConfig {
   // bound one) while its Net listens on `listen`; `listen_fd` >= 0: on that inherited socket.
   std::optional<channel::Address> advertise;
   int listen_fd = -1;
+  // A client attached through the gateway at `via` (channel GW-1, Monarch's attach()): the
+  // proc listens nowhere; its ProcId is the routed address the gateway names, awaited up to
+  // `via_timeout` (the attach fails naming the gateway and why). `listen` is unused.
+  std::optional<channel::Address> via;
+  std::chrono::milliseconds via_timeout{10'000};
+  // A worker: serves clients that attach through it (channel GW-2..GW-4), as `gateway` (its
+  // address as procs reach it; a port of 0: the bound one).
+  std::optional<channel::Address> gateway;
 };
 
 class Proc {

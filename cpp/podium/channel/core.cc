@@ -60,7 +60,12 @@ void Gate::close_and_wait() {
 
 void hand_back(Core& core, std::vector<Outgoing>& out, ChannelErrc code,
                const std::string& reason) {
-  for (Outgoing& o : out) core.undeliverable(std::move(o.env), make_error(code, reason));
+  for (Outgoing& o : out) {
+    // GW-3: an envelope for another address goes back as it was sent, without its wrapper.
+    auto& h = o.env.headers;
+    if (core.config.via && !h.empty() && h.back().first == kViaToHeader) h.pop_back();
+    core.undeliverable(std::move(o.env), make_error(code, reason));
+  }
   out.clear();
 }
 

@@ -11,9 +11,12 @@
 #include <asio/io_context.hpp>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -166,7 +169,23 @@ struct Core {
   // a send() to that address acknowledges what the connection has delivered (CH-10).
   std::unordered_map<Address, std::weak_ptr<Inbound>> inbound_by_peer;
   std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions;
+  // GW-2..GW-4: set by serve_as_gateway(): the address procs reach this gateway by, and the
+  // routed addresses of the clients that attached through it (each a link in `links`).
+  std::optional<Address> gateway;
+  std::unordered_set<Address> routed;
+  // GW-1, in a client: its duplex to Config::via, and where its (re)openings and failures go.
+  std::shared_ptr<Link> duplex;
+  std::function<void(Result<Address>)> via_event;
 };
+
+// GW-3: the header a client behind a gateway adds, last, to an envelope for another TCP
+// address: its link to the gateway carries it, and the gateway takes it off and sends the
+// envelope on to the address it names.
+inline constexpr std::string_view kViaToHeader = "podium.via.to";
+
+// Net::send() without the Net: a gateway sends what it forwards (GW-3) from inside its own
+// read chain.
+void net_send(const std::shared_ptr<Core>& core, const Address& to, wire::Envelope env);
 
 // Hands each envelope back with `code` and `reason` (the caller has entered the gate, or is
 // stop(), or is send() refusing).

@@ -65,6 +65,15 @@ Inbound::Inbound(std::shared_ptr<Core> core, Socket socket, Transport transport,
   unauthenticated_ = std::move(unauthenticated);
 }
 
+Inbound::Inbound(std::shared_ptr<Core> core, Socket socket, Transport transport,
+                 std::string local, std::unique_ptr<TlsSession> tls,
+                 std::function<void(const std::string&)> on_close)
+    : Inbound(std::move(core), std::move(socket), transport, std::move(local)) {
+  lent_ = true;
+  tls_ = std::move(tls);
+  on_close_ = std::move(on_close);
+}
+
 Inbound::~Inbound() {
   if (unauthenticated_) unauthenticated_->fetch_sub(1, std::memory_order_relaxed);
   if (!session_) return;
@@ -81,8 +90,16 @@ void Inbound::start() {
   auth_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
     if (!ec) self->on_handshake_timeout();
   });
-  if (transport_ == Transport::kTcp &&
-      (core_->tls_enabled() || !core_->config.secret.empty())) {
+  if (lent_) {
+    // GW-1: the link that lends the socket ran the setup; the gateway's Hello comes next.
+    authenticated_ = true;
+    if (tls_ && tls_->input_buffered()) {
+      asio::post(core_->io, [self = shared_from_this()] { self->on_read({}, 0); });
+    } else {
+      arm_read_locked(ReadFor::kFrames);
+    }
+  } else if (transport_ == Transport::kTcp &&
+             (core_->tls_enabled() || !core_->config.secret.empty())) {
     start_setup_locked();
   } else {
     arm_read_locked(ReadFor::kFrames);
@@ -194,6 +211,9 @@ void Inbound::close_locked(const std::string& why, Core::Refusal refusal) {
   ack_timer_.cancel();
   auth_timer_.cancel();
   release_unauthenticated_locked();
+  if (auto f = std::exchange(on_close_, nullptr)) {
+    asio::post(core_->io, [f = std::move(f), why] { f(why); });
+  }
   std::string from = hello_from_.empty() ? peer_ : peer_ + " (" + hello_from_ + ")";
   if (refusal != R::kNone) {
     // CH-5's warning, at most a few per second per kind under a flood (BL-2).
@@ -335,6 +355,15 @@ bool Inbound::deliver_frames(BatchEnd& batch, std::unique_lock<std::mutex>& deli
         return false;
       }
       session_->delivered.store(d->seq, std::memory_order_release);
+      if (forward_to_) {  // GW-2: a gateway passes it on, from its own Net
+        net_send(core_, *forward_to_, std::move(d->envelope));
+        continue;
+      }
+      if (gateway_ && !d->envelope.headers.empty() &&
+          d->envelope.headers.back().first == kViaToHeader) {
+        forward_wrapped(std::move(d->envelope));  // GW-3
+        continue;
+      }
       batch.delivered = true;
       core_->deliver(std::move(d->envelope));
     } else if (auto* hello = std::get_if<wire::Hello>(&*m)) {
@@ -357,6 +386,12 @@ bool Inbound::accept_hello(const wire::Hello& hello) {
           R::kMalformed);
     return false;
   }
+  if (hello.flags & wire::kHelloReverse) return accept_duplex(hello);
+  std::optional<Address> forward;
+  if (!hello.to.empty() && !(lent_ ? duplex_opened(hello) : route_of(hello, forward))) {
+    return false;
+  }
+  forward_to_ = std::move(forward);
   auto session = attach_session(*core_, hello.session_id);
   std::lock_guard lock(mu_);
   session_ = std::move(session);  // ~Inbound releases it even if closed meanwhile
@@ -365,6 +400,10 @@ bool Inbound::accept_hello(const wire::Hello& hello) {
   auth_timer_.cancel();
   release_unauthenticated_locked();
   hello_from_ = hello.listen_address;
+  {
+    std::lock_guard core_lock(core_->mu);
+    gateway_ = core_->gateway.has_value();
+  }
   if (auto from = Address::parse(hello.listen_address)) {
     std::lock_guard core_lock(core_->mu);
     if (!core_->stopped) {

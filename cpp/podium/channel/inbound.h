@@ -17,6 +17,7 @@
 #include <asio/basic_socket_acceptor.hpp>
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -51,6 +52,10 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   // counted in it until its Hello is accepted or it closes.
   Inbound(std::shared_ptr<Core> core, Socket socket, Transport transport, std::string local,
           std::shared_ptr<std::atomic<uint32_t>> unauthenticated);
+  // GW-1: a client's duplex, lent by its link once the setup passed: it receives the
+  // gateway's link; `on_close` runs (posted) with the reason when the connection ends.
+  Inbound(std::shared_ptr<Core> core, Socket socket, Transport transport, std::string local,
+          std::unique_ptr<TlsSession> tls, std::function<void(const std::string&)> on_close);
   ~Inbound();
   void start();
   // Closes the connection. A refusal is counted (CH-15) and logged as a rate-limited
@@ -81,6 +86,14 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   void on_setup_input(const std::error_code& ec, size_t n);
   void after_setup_locked(TlsSetup::Status status);
   bool accept_hello(const wire::Hello& hello);
+  // GW-2..GW-4 (gateway.cc): a gateway's answer to a Hello that names an address: whether to
+  // forward this connection's envelopes there (`out`); false when it closed the connection.
+  bool route_of(const wire::Hello& hello, std::optional<Address>& out);
+  // GW-1: a client's duplex arrived: hands the socket to the link to its routed address.
+  // Always false: the read chain of this connection ends.
+  bool accept_duplex(const wire::Hello& hello);
+  // GW-1, in the client: the gateway's Hello on the duplex names the routed address.
+  bool duplex_opened(const wire::Hello& hello);
   void ack_locked();    // queues an Ack when the session delivered past acked_
   void write_locked();  // writes out_ from out_off_
   void on_writable(const std::error_code& ec);
@@ -121,6 +134,15 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   // TLS peer from a plaintext one by its first bytes).
   const std::byte* read_into_ = nullptr;
   bool first_read_ = true;
+  // GW-1: a client's duplex (set at construction), and what runs when it closes.
+  bool lent_ = false;  // set by the constructor, then only read
+  std::function<void(const std::string&)> on_close_;  // guarded by mu_
+  // GW-2, GW-3: where this connection's envelopes go instead of DeliverFn, and whether this
+  // Net is a gateway (read chain only, set at the Hello).
+  std::optional<Address> forward_to_;
+  bool gateway_ = false;
+  // GW-3: sends on an envelope a client wrapped (kViaToHeader) to the address it names.
+  void forward_wrapped(wire::Envelope&& env);
 };
 
 class SocketListener final : public ListenerBase,

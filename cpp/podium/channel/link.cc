@@ -83,6 +83,11 @@ void Link::send(wire::Envelope&& env) {
   }  // connecting or backing off: the queue goes out once connected
 }
 
+void Link::start() {
+  std::lock_guard lock(mu_);
+  if (state_ == State::kIdle) connect_locked();
+}
+
 void Link::stop(std::string why) {
   std::vector<Outgoing> back;
   {
@@ -109,7 +114,10 @@ void Link::failed_locked(std::string why) {
   close_locked();
   written_ = offset_ = 0;
   last_error_ = std::move(why);
-  if (queue_.empty()) {
+  if (persistent_ && core_->via_event) {
+    core_->via_event(std::unexpected(make_error(ChannelErrc::kConnectFailed, last_error_)));
+  }
+  if (queue_.empty() && !persistent_) {
     state_ = State::kIdle;  // the next send() dials again
     return;
   }
@@ -127,7 +135,7 @@ void Link::on_retry(const std::error_code& ec) {
   if (ec) return;  // cancelled by stop()
   std::lock_guard lock(mu_);
   if (state_ != State::kBackoff) return;
-  if (queue_.empty()) {
+  if (queue_.empty() && !persistent_) {
     state_ = State::kIdle;
   } else {
     connect_locked();
@@ -196,13 +204,18 @@ void Link::on_deadline(const std::error_code& ec) {
 
 // ---- SocketLink ----
 
-SocketLink::SocketLink(std::shared_ptr<Core> core, Address to)
+SocketLink::SocketLink(std::shared_ptr<Core> core, Address to, Mode mode,
+                       std::optional<Address> dial)
     : Link(std::move(core), std::move(to)),
       session_id_(random_session_id()),
+      mode_(mode),
+      dial_(dial ? std::move(*dial) : to_),
       socket_(core_->io),
       resolver_(core_->io),
       auth_timer_(core_->io, core_->config.clock),
-      decoder_(wire::FrameLimits{.max_frame_bytes = 4096, .max_parts = 0}, 4096) {}
+      decoder_(wire::FrameLimits{.max_frame_bytes = 4096, .max_parts = 0}, 4096) {
+  persistent_ = mode == Mode::kDuplex;
+}
 
 void SocketLink::reset_for_test() {
   std::lock_guard lock(mu_);
@@ -215,13 +228,20 @@ void SocketLink::connect_locked() {
   state_ = State::kConnecting;
   ++gen_;
   endpoints_.clear();
-  if (to_.transport == Transport::kUnix) {
-    endpoints_.push_back(unix_endpoint(to_.target));
+  if (mode_ == Mode::kAdopted) {
+    // GW-2: the client dials; the queue waits for its duplex (and expires meanwhile, CH-3).
+    if (last_error_.empty()) {
+      last_error_ = "the client attached through this gateway has no duplex open";
+    }
+    return;
+  }
+  if (dial_.transport == Transport::kUnix) {
+    endpoints_.push_back(unix_endpoint(dial_.target));
     connect_next_locked();
     return;
   }
   resolver_.async_resolve(
-      to_.target, std::to_string(to_.port), asio::ip::tcp::resolver::numeric_service,
+      dial_.target, std::to_string(dial_.port), asio::ip::tcp::resolver::numeric_service,
       [self = std::static_pointer_cast<SocketLink>(shared_from_this()), gen = gen_](
           const std::error_code& ec, const asio::ip::tcp::resolver::results_type& results) {
         self->on_resolved(gen, ec, results);
@@ -233,7 +253,7 @@ void SocketLink::on_resolved(uint64_t gen, const std::error_code& ec,
   std::lock_guard lock(mu_);
   if (gen != gen_ || state_ != State::kConnecting) return;
   if (ec) {
-    failed_locked("resolve " + to_.target + ": " + ec.message());
+    failed_locked("resolve " + dial_.target + ": " + ec.message());
     return;
   }
   for (const auto& r : results) endpoints_.emplace_back(r.endpoint());
@@ -243,7 +263,7 @@ void SocketLink::on_resolved(uint64_t gen, const std::error_code& ec,
 
 void SocketLink::connect_next_locked() {
   if (endpoints_.empty()) {
-    failed_locked("resolve " + to_.target + ": no addresses");
+    failed_locked("resolve " + dial_.target + ": no addresses");
     return;
   }
   Endpoint ep = endpoints_.back();
@@ -272,10 +292,10 @@ void SocketLink::on_connected(uint64_t gen, const std::error_code& ec) {
     }
     return;
   }
-  configure_stream(socket_, to_.transport);
+  configure_stream(socket_, dial_.transport);
   state_ = State::kConnected;
   last_error_.clear();
-  bool tcp = to_.transport == Transport::kTcp;
+  bool tcp = dial_.transport == Transport::kTcp;
   bool tls = tcp && core_->tls_enabled();
   if (tls || (tcp && !core_->config.secret.empty())) {
     // CH-8, CH-9: no Hello, no frame, until the peer accepted us.
@@ -317,6 +337,10 @@ void SocketLink::refused_locked(ChannelErrc code, const std::string& why) {
 // The setup (CH-8, CH-9) of SocketLink is in link_tls.cc.
 
 void SocketLink::start_session_locked() {
+  if (mode_ == Mode::kDuplex) {
+    lend_locked();
+    return;
+  }
   first_read_ = true;
   wire::Hello hello;
   hello.session_id = session_id_;
@@ -324,6 +348,9 @@ void SocketLink::start_session_locked() {
     std::lock_guard core_lock(core_->mu);
     hello.listen_address = core_->self_address;
   }
+  // GW-2: a gateway routes by the address a connection is for; a proc's address carries an
+  // incarnation, a worker's (which a gateway serves itself) none.
+  if (mode_ != Mode::kDial || to_.incarnation != 0) hello.to = to_text_;
   hello_.clear();
   wire::encode(hello, hello_);
   hello_off_ = 0;

@@ -37,6 +37,8 @@ class Link : public std::enable_shared_from_this<Link> {
   Link& operator=(const Link&) = delete;
 
   void send(wire::Envelope&& env);
+  // Connects now, with nothing queued (a client's duplex, GW-1). Thread-safe.
+  void start();
   // Closes the connection and hands back everything not acknowledged (kCancelled), on the
   // calling thread; a send() after it is handed back at once. `why` completes the reason
   // ("net stopped", "... has exited"). Idempotent.
@@ -78,6 +80,9 @@ class Link : public std::enable_shared_from_this<Link> {
   size_t offset_ = 0;
   std::string last_error_;  // why the last connection attempt or connection failed
   std::string stop_why_;    // stop()'s reason, for sends that come after it
+  // Set at construction: a link that re-dials after a failure even with nothing queued (a
+  // client's duplex, GW-1), and reports each failure to Core::via_event.
+  bool persistent_ = false;
 
  private:
   void arm_deadline_locked(Clock::time_point at);
@@ -109,8 +114,19 @@ class Link : public std::enable_shared_from_this<Link> {
 // A link over a Unix or TCP stream socket: Hello, then Data frames; HelloAck/Acks come back.
 class SocketLink final : public Link {
  public:
-  SocketLink(std::shared_ptr<Core> core, Address to);
+  // kDial: dials `to`. kAdopted (GW-2): a gateway's link to a client attached through it: it
+  // never dials, it sends on the duplex the client opened (adopt()). kDuplex (GW-1): a
+  // client's duplex: dials its gateway `dial`, proves itself, sends a reverse Hello and lends
+  // the socket to an Inbound that receives the gateway's link; re-dials whenever that
+  // connection ends.
+  enum class Mode : uint8_t { kDial, kAdopted, kDuplex };
+  SocketLink(std::shared_ptr<Core> core, Address to, Mode mode = Mode::kDial,
+             std::optional<Address> dial = std::nullopt);
   void reset_for_test() override;
+  Mode mode() const { return mode_; }
+  // GW-2 (kAdopted): a client's duplex arrived (already past its setup): the session goes on
+  // over it, in place of any earlier one. Thread-safe.
+  void adopt(Socket socket, std::unique_ptr<TlsSession> tls);
 
  private:
   void connect_locked() override;
@@ -141,7 +157,13 @@ class SocketLink final : public Link {
   // One gathered write of plaintext: through TLS when it is on. Bytes taken, or -errno.
   ssize_t write_iov_locked(const iovec* iov, size_t count);
 
+  // GW-1 (kDuplex): sends the reverse Hello and hands the socket to an Inbound.
+  void lend_locked();
+  void lent_closed(uint64_t gen, const std::string& why);
+
   const uint64_t session_id_;
+  const Mode mode_;
+  const Address dial_;  // where connections go: to_, or the gateway (kDuplex)
   // Guarded by mu_ (see Link):
   Socket socket_;
   uint64_t gen_ = 0;  // bumped per attempt; handlers of older attempts do nothing

@@ -82,7 +82,17 @@ Result<Address> Net::listen(const Address& addr, int fd) {
 }
 
 void Net::send(const Address& to, wire::Envelope env) {
-  Core& core = *impl_->core;
+  internal::net_send(impl_->core, to, std::move(env));
+}
+
+void internal::net_send(const std::shared_ptr<Core>& core_ptr, const Address& dest,
+                        wire::Envelope env) {
+  Core& core = *core_ptr;
+  // GW-3: a client behind a gateway reaches every other TCP address over its one link to the
+  // gateway, the envelope naming where it goes.
+  bool wrapped = core.config.via && dest.transport == Transport::kTcp && dest != *core.config.via;
+  if (wrapped) env.headers.emplace_back(std::string(internal::kViaToHeader), dest.to_string());
+  const Address& to = wrapped ? *core.config.via : dest;
   auto refuse = [&](ChannelErrc code, std::string why) {
     std::vector<internal::Outgoing> back;
     back.push_back({0, {}, std::move(env)});
@@ -90,25 +100,25 @@ void Net::send(const Address& to, wire::Envelope env) {
   };
   if (env.parts.size() > std::min<size_t>(core.config.max_parts, wire::kMaxPartsLimit)) {
     return refuse(ChannelErrc::kFrameTooLarge,
-                  "envelope for " + to.to_string() + " has " + std::to_string(env.parts.size()) +
+                  "envelope for " + dest.to_string() + " has " + std::to_string(env.parts.size()) +
                       " parts, the limit is " + std::to_string(core.config.max_parts));
   }
   size_t header_bound = 0;
   if (size_t bound = wire::data_frame_bound(env, &header_bound);
       bound > core.config.max_frame_bytes) {
     return refuse(ChannelErrc::kFrameTooLarge,
-                  "envelope for " + to.to_string() + " of up to " + std::to_string(bound) +
+                  "envelope for " + dest.to_string() + " of up to " + std::to_string(bound) +
                       " bytes exceeds max_frame_bytes " +
                       std::to_string(core.config.max_frame_bytes));
   }
   if (header_bound > core.config.max_header_bytes) {  // the receiver would refuse it (WI-5)
     return refuse(ChannelErrc::kFrameTooLarge,
-                  "envelope for " + to.to_string() + " has a header of up to " +
+                  "envelope for " + dest.to_string() + " has a header of up to " +
                       std::to_string(header_bound) + " bytes, over max_header_bytes " +
                       std::to_string(core.config.max_header_bytes));
   }
   if (!core.tls_error.empty() && to.transport == Transport::kTcp) {
-    return refuse(ChannelErrc::kTlsFailed, "TLS to " + to.to_string() + ": " + core.tls_error);
+    return refuse(ChannelErrc::kTlsFailed, "TLS to " + dest.to_string() + ": " + core.tls_error);
   }
   std::shared_ptr<internal::Link> link;           // held: forget() may drop it meanwhile
   std::shared_ptr<internal::Inbound> from_peer;  // CH-10
@@ -121,9 +131,9 @@ void Net::send(const Address& to, wire::Envelope env) {
       auto& slot = core.links[to];
       if (!slot) {
         if (to.transport == Transport::kInproc) {
-          slot = std::make_shared<internal::InprocLink>(impl_->core, to);
+          slot = std::make_shared<internal::InprocLink>(core_ptr, to);
         } else {
-          slot = std::make_shared<internal::SocketLink>(impl_->core, to);
+          slot = std::make_shared<internal::SocketLink>(core_ptr, to);
         }
       }
       link = slot;
@@ -148,6 +158,7 @@ void Net::stop() {
     core.stopped = true;
     if (!again) {
       for (auto& [addr, link] : core.links) links.push_back(link);
+      if (core.duplex) links.push_back(std::move(core.duplex));
       listeners.swap(core.listeners);
       inbounds.swap(core.inbounds);
       core.inbound_by_peer.clear();
@@ -160,6 +171,25 @@ void Net::stop() {
   for (auto& l : listeners) l->close();
   for (auto& in : inbounds) in->close("net stopped", internal::Core::Refusal::kNone);
   for (auto& link : links) link->stop();
+}
+
+void Net::start_via(std::function<void(Result<Address>)> event) {
+  auto& core = impl_->core;
+  if (!core->config.via) return;
+  std::shared_ptr<internal::Link> duplex;
+  {
+    std::lock_guard lock(core->mu);
+    if (core->stopped || core->duplex) return;
+    core->via_event = std::move(event);
+    duplex = core->duplex = std::make_shared<internal::SocketLink>(
+        core, *core->config.via, internal::SocketLink::Mode::kDuplex, *core->config.via);
+  }
+  duplex->start();
+}
+
+void Net::serve_as_gateway(const Address& self) {
+  std::lock_guard lock(impl_->core->mu);
+  impl_->core->gateway = self;
 }
 
 void Net::forget(const Address& peer, const std::string& why) {
@@ -199,6 +229,7 @@ void Net::reset_connections_for_test() {
   {
     std::lock_guard lock(core.mu);
     for (auto& [addr, link] : core.links) links.push_back(link);
+    if (core.duplex) links.push_back(core.duplex);
     inbounds.assign(core.inbounds.begin(), core.inbounds.end());
   }
   for (auto& link : links) link->reset_for_test();

@@ -68,12 +68,37 @@
 //   CH-16 A Unix-socket connection whose peer runs as another user (SO_PEERCRED; root
 //        excepted) is closed at accept, counted in NetStats::refused_auth: the abstract
 //        namespace (unix:@NAME) has no file permissions to keep other users out.
+//
+// Gateways (docs/channel.md, "Gateways"): a client that procs cannot reach (behind NAT,
+// outside a cluster) attaches through a gateway Net it can reach, as Monarch's attach() does:
+//   GW-1 A client Net with Config::via keeps one duplex connection to the gateway: it dials,
+//        proves the secret (and TLS) as any dialler, sends Hello{flags = kHelloReverse}, and
+//        from then on that socket carries the gateway's link to the client (the gateway
+//        sends Hello and Data, the client HelloAck and Acks). The gateway names the client
+//        by a routed address, its own address with a fresh incarnation; the client's
+//        identity is that address, and it listens on no socket at all.
+//   GW-2 A gateway delivers to the client, over its duplex, every envelope sent to the
+//        routed address: procs dial the gateway's port (an incarnation does not route) and
+//        name the routed address in their Hello (Hello::to). When the duplex breaks, the
+//        client re-dials and the gateway's link resumes on the new socket with its session:
+//        nothing is lost or delivered twice (CH-1..CH-3 hold end to end on each hop).
+//   GW-3 The client reaches every other TCP address through the gateway, over its one link
+//        to the gateway's address: each envelope carries, last, a header naming where it
+//        goes (kViaToHeader), which the gateway takes off before it sends the envelope on
+//        from its own Net (one session per hop: order holds per destination end to end). So
+//        the client holds two connections, both to the gateway's port: the duplex and that
+//        link. What comes back undelivered comes back without the header.
+//   GW-4 A gateway serves only connections that passed its setup (secret, TLS: CH-8, CH-9)
+//        and a Unix peer of its own user (CH-16); it forwards to TCP addresses only (a Unix
+//        socket trusts any process of its user); a duplex may claim only an address of this
+//        gateway (its host and port), and a Net that is no gateway refuses a duplex.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "podium/base/clock.h"
@@ -144,6 +169,10 @@ struct Config {
   // CH-7's bound): null is the real clock; a test passes a base::ManualClock and moves time
   // with advance() (docs/channel.md).
   std::shared_ptr<base::Clock> clock;
+  // GW-1: the gateway this client reaches every other TCP address through (GW-3), and its
+  // duplex (started by Net::start_via(); a Net that listens does not need one). Unset: a
+  // plain Net.
+  std::optional<Address> via;
 };
 
 // A TCP port held for a proc that will listen on it: a socket bound with SO_REUSEPORT and
@@ -227,6 +256,16 @@ class Net {
   // back with kCancelled and `why` ("the proc at unix:... has exited"); a later send() to
   // `peer` dials afresh. Does nothing for a peer this Net never sent to. Thread-safe.
   void forget(const Address& peer, const std::string& why);
+
+  // GW-1: starts the duplex to Config::via (a Net that listens nowhere). `event` runs on an
+  // io thread with the routed address each time the gateway (re)opens the duplex, or with
+  // why an attempt failed (the Net keeps re-dialling, with backoff, until stop()). It may run
+  // under the Net's locks: it must not call into the Net, only record what it is told.
+  void start_via(std::function<void(Result<Address>)> event);
+
+  // GW-2..GW-4: serves clients that attach through this Net; `self` is the address procs
+  // reach it by (a routed address is `self` with an incarnation). Call once it listens.
+  void serve_as_gateway(const Address& self);
 
   // How many peers this Net holds a link to (tests).
   size_t link_count() const;

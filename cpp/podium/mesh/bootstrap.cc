@@ -285,6 +285,12 @@ Status serve_proc() {
     config.parent = boot->parent;
     config.reuse_port = boot->reuse_port;
     config.lineage = std::move(lineage);
+    // A local proc of a client attached through a gateway (GW-3): it reaches every TCP
+    // address, its controller's included, through that gateway too.
+    if (const char* via = std::getenv(mesh::kViaEnv);
+        via && *via && boot->listen.transport == channel::Transport::kUnix) {
+      if (auto a = channel::Address::parse(via)) config.net_via = *a;
+    }
     if (commands) {
       config.spawn.proc_argv = std::move(commands->proc_argv);
       config.spawn.zygote_argv = std::move(commands->zygote_argv);
@@ -324,6 +330,8 @@ Status init_controller(InitOptions options) {
   }
   channel::Address listen{channel::Transport::kUnix, *dir + "/controller.sock", 0};
   if (options.listen) listen = *options.listen;
+  // The procs this client spawns on its host reach TCP through its gateway too (GW-3).
+  if (options.via) ::setenv(mesh::kViaEnv, options.via->to_string().c_str(), 1);
   bool tcp = listen.transport == channel::Transport::kTcp;
   mesh::RuntimeConfig config;
   config.listen = std::move(listen);
@@ -331,7 +339,10 @@ Status init_controller(InitOptions options) {
   config.spawn = std::move(options);
   config.fault_handler = mesh::g_fault_handler;
   auto rt = mesh::make_runtime(std::move(config));
-  if (!rt) return std::unexpected(rt.error());
+  if (!rt) {
+    ::unsetenv(mesh::kViaEnv);  // a failed attach leaves a later local start as it was
+    return std::unexpected(rt.error());
+  }
   mesh::publish(std::move(*rt));
   if (auto secret = mesh::internal::job_secret(); tcp && secret && secret->empty()) {
     // PODIUM_INSECURE=1 (SE-1 made no secret): say so, as an insecure worker does (SE-2).
@@ -391,6 +402,9 @@ Status serve_worker(WorkerOptions options) {
   if (unix_socket && options.listen_fd >= 0) {
     return bad("an inherited socket (fdN) is a TCP one; ipc:// binds its path");
   }
+  // A worker started by an attached client (a LocalJob) is no client's local proc: its procs
+  // dial what they reach directly.
+  ::unsetenv(mesh::kViaEnv);
   // SE-2: a worker accepts controllers from other machines; it does so unauthenticated only
   // when told to.
   auto secret = mesh::internal::job_secret();

@@ -449,11 +449,20 @@ Result<std::shared_ptr<HostMeshState>> Runtime::attach(std::vector<channel::Addr
   // The first tick starts the heartbeats; a later one times the new hosts' attach verdicts.
   asio::post(impl.proc->io(), [raw = &impl] { raw->host_tick(); });
   for (size_t i = 0; i < workers.size(); ++i) {
+    // The host its procs listen on: the one this controller dialled, except for a gateway
+    // dialled through a port-forward (GW-1), whose own name for itself is the host part of
+    // this client's routed address.
+    bool gateway = impl.via && workers[i] == *impl.via;
     impl.send_to(workers[i],
-                 proto::HostAttach{impl.proc->id().addr, workers[i].target, hm->id, i,
+                 proto::HostAttach{impl.proc->id().addr,
+                                   gateway ? impl.proc->id().addr.target : workers[i].target,
+                                   hm->id, i,
                                    static_cast<uint64_t>(impl.host_lost_after.count())}
                      .encode());
-    // HA-17: a worker nothing listens at fails the attach at once, not at the timeout.
+    // HA-17: a worker nothing listens at fails the attach at once, not at the timeout. A
+    // client attached through a gateway reaches only the gateway itself (GW-3): the others
+    // are judged by the attach timeout.
+    if (impl.via && workers[i] != *impl.via) continue;
     int bound_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                         impl.attach_timeout).count());
     channel::probe(impl.proc->io(), workers[i], bound_ms,

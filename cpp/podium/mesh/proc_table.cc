@@ -468,9 +468,12 @@ bool Runtime::Impl::kill_any(const std::string& key, pid_t pid, int sig) {
 Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
     const ndslice::Extent& extent, const std::vector<ProcLaunch>& launches) {
   auto& impl = *impl_;
-  // A job on TCP puts its local procs on TCP too: procs on other hosts must reach them.
+  // A job on TCP puts its local procs on TCP too: procs on other hosts must reach them. A
+  // client attached through a gateway (GW-1) is reached at the gateway's address, not on
+  // this host: its local procs listen on Unix sockets, for it (they reach it through the
+  // gateway, as every proc does); procs elsewhere cannot reach them.
   const auto& self = impl.proc->id().addr;
-  bool tcp = self.transport == channel::Transport::kTcp;
+  bool tcp = self.transport == channel::Transport::kTcp && !impl.via;
   std::string sock_dir;
   if (!tcp) {
     auto dir = impl.socket_dir();  // ME-14: a proc makes its own at its first spawn

@@ -150,16 +150,30 @@ Result<std::unique_ptr<Runtime>> make_runtime(RuntimeConfig config) {
   // Peers may send "cast" (relay.h) as soon as this proc listens, before its handlers are
   // registered and before Runtime::get() works: those wait for serve_held_system_ops().
   impl->clock = config.clock ? std::move(config.clock) : config.spawn.clock;
+  impl->host_lost_after = env_ms("PODIUM_HOST_LOST_MS", impl->host_lost_after);
+  impl->attach_timeout = env_ms("PODIUM_ATTACH_TIMEOUT_MS", impl->attach_timeout);
+  net_config.via = config.spawn.via ? config.spawn.via : config.net_via;
+  impl->via = config.spawn.via;
   actor::ProcConfig proc_config{std::move(config.listen), std::move(net_config), true};
   proc_config.clock = impl->clock;  // the proc's timers and its Net's read the same time
   proc_config.advertise = config.advertise;
   proc_config.listen_fd = config.listen_fd;
+  proc_config.via = config.spawn.via;
+  proc_config.via_timeout = impl->attach_timeout;
+  if (config.worker && proc_config.listen.transport == channel::Transport::kTcp) {
+    // GW-2..GW-4: a TCP worker is the gateway of clients that attach through it, known by
+    // the address controllers dial (a wildcard bind: this host's address).
+    channel::Address self = config.advertise ? *config.advertise : proc_config.listen;
+    self.incarnation = 0;
+    if (self.target == "0.0.0.0" || self.target == "::" || self.target.empty()) {
+      self.target = default_host_address();
+    }
+    proc_config.gateway = self;
+  }
   auto proc = actor::Proc::make(std::move(proc_config));
   if (!proc) return std::unexpected(proc.error());
   impl->proc = std::move(*proc);
   impl->proc_key = impl->proc->id().to_string();
-  impl->host_lost_after = env_ms("PODIUM_HOST_LOST_MS", impl->host_lost_after);
-  impl->attach_timeout = env_ms("PODIUM_ATTACH_TIMEOUT_MS", impl->attach_timeout);
   // Threads of this process that wait for replies drive the root proc's loop themselves.
   actor::Executor::set_drivable(&impl->proc->executor());
   impl->watcher = std::make_unique<host::ChildWatcher>(impl->proc->io());

@@ -91,6 +91,11 @@ struct InitOptions {
   // whole job use TCP: this process, the procs it spawns, and procs on attached hosts
   // (enable_transport("tcp")). Needed to attach workers on other hosts.
   std::optional<channel::Address> listen;
+  // attach(addr), as Monarch's: this controller reaches everything through the gateway (a
+  // worker) at `via`, which routes the procs' traffic back over the one duplex this process
+  // dialled (channel GW-1..GW-4): it listens nowhere, its address is the routed one, and the
+  // job is on TCP. `listen` is then unused.
+  std::optional<channel::Address> via;
   // The time the runtime's timers read (heartbeats, lost-host and attach verdicts, the dead
   // records' sweep, stop and shutdown bounds) and its root proc's (ProcConfig::clock). Null:
   // the real clock. Tests pass a base::ManualClock (docs/host_agent.md, "Time").

@@ -47,6 +47,9 @@
 namespace podium::mesh {
 
 // What make_runtime() builds a runtime from.
+// The gateway of a client attached through one (GW-3), for the procs it spawns on its host.
+inline constexpr const char* kViaEnv = "PODIUM_VIA";
+
 struct RuntimeConfig {
   channel::Address listen;
   std::optional<channel::Address> advertise;  // a worker's DIAL of DIAL@BIND (ProcConfig)
@@ -56,10 +59,14 @@ struct RuntimeConfig {
   std::optional<channel::Address> parent;  // in a proc: its controller
   std::vector<std::string> lineage;        // in a proc: the procs it descends from (ME-15)
   bool reuse_port = false;                 // in a proc on a reserved port (HA-2)
+  // In a local proc of a client attached through a gateway: its Net's Config::via (GW-3),
+  // from kViaEnv; it listens on `listen` as any proc.
+  std::optional<channel::Address> net_via;
   bool worker = false;                     // a host agent
   bool persistent = false;                 // a persistent host agent (HA-7)
   bool until_shutdown = false;             // a host agent that ends when its host is shut down
   InitOptions spawn;                       // how procs are started (proc_argv: absolute)
+                                           // (spawn.via: a client attached through a gateway)
   std::function<void(actor::MeshFailure)> fault_handler;  // empty: the default (BT-2)
   // What every timer of the runtime and its root proc reads; null: spawn.clock, and when
   // that is null too the real clock (docs/host_agent.md, "Time").
@@ -84,6 +91,7 @@ struct Runtime::Impl : ProcRegistry {
   std::string proc_key;  // proc->id().to_string()
   // ME-15: the keys of the procs this one descends from, nearest first (PODIUM_LINEAGE).
   std::vector<std::string> ancestors;
+  std::optional<channel::Address> via;  // attached through this gateway (InitOptions::via)
   std::shared_ptr<base::Clock> clock;  // null: the real clock (CK-4)
   std::chrono::milliseconds host_lost_after{3000};   // PODIUM_HOST_LOST_MS
   std::chrono::milliseconds attach_timeout{10000};   // PODIUM_ATTACH_TIMEOUT_MS

@@ -144,6 +144,23 @@ TEST(WireFrame, ControlFramesRoundTrip) {
   EXPECT_EQ(std::get<Ack>(msgs[3]).seq, 77u);
 }
 
+TEST(WireFrame, AHelloNamesTheAddressItIsForAndTheDuplexFlag) {  // GW-1, GW-2
+  std::vector<std::byte> plain, routed;
+  encode(Hello{kSessionProtocolVersion, 5, "tcp:10.0.0.1:7"}, plain);
+  encode(Hello{kSessionProtocolVersion, 6, "tcp:10.0.0.1:7", "tcp:10.0.0.2:9/a1", 0}, routed);
+  encode(Hello{kSessionProtocolVersion, 0, "", "", kHelloReverse}, routed);
+  auto a = decode_stream(plain, [] { return size_t(3); });
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(std::get<Hello>(a[0]).to, "");  // a Hello without the fields: three of them
+  EXPECT_EQ(std::get<Hello>(a[0]).flags, 0u);
+  auto b = decode_stream(routed, [] { return size_t(2); });
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(std::get<Hello>(b[0]).to, "tcp:10.0.0.2:9/a1");
+  EXPECT_EQ(std::get<Hello>(b[0]).session_id, 6u);
+  EXPECT_EQ(std::get<Hello>(b[1]).flags, kHelloReverse);
+  EXPECT_EQ(std::get<Hello>(b[1]).listen_address, "");
+}
+
 // Many frames, small and large, in one stream.
 std::pair<std::vector<std::byte>, std::vector<Envelope>> mixed_stream() {
   std::vector<std::byte> stream;

@@ -96,7 +96,7 @@ Result<Message> decode_hello(Reader& r) {
   Hello m;
   uint64_t n, version;
   std::string_view addr;
-  if (!r.array(n) || n != 3) return malformed("Hello", "expected an array of 3");
+  if (!r.array(n) || (n != 3 && n != 5)) return malformed("Hello", "expected an array of 3 or 5");
   if (!r.uint(version) || version > std::numeric_limits<uint32_t>::max()) {
     return malformed("Hello", "bad protocol_version");
   }
@@ -104,6 +104,14 @@ Result<Message> decode_hello(Reader& r) {
   if (!r.str(addr)) return malformed("Hello", "bad listen_address");
   m.protocol_version = static_cast<uint32_t>(version);
   m.listen_address = addr;
+  if (n == 5) {
+    std::string_view to;
+    uint64_t flags;
+    if (!r.str(to)) return malformed("Hello", "bad to");
+    if (!r.uint(flags) || flags > kHelloReverse) return malformed("Hello", "bad flags");
+    m.to = to;
+    m.flags = static_cast<uint32_t>(flags);
+  }
   return m;
 }
 
@@ -147,12 +155,18 @@ constexpr size_t kUintMax = 9;
 constexpr size_t kHeadMax = 5;
 
 void encode(const Hello& m, std::vector<std::byte>& out) {
-  HeadWriter w(out, FrameKind::kHello, {}, 1 + 2 * kUintMax + kHeadMax + m.listen_address.size());
+  bool routed = !m.to.empty() || m.flags != 0;
+  HeadWriter w(out, FrameKind::kHello, {},
+               1 + 3 * kUintMax + 2 * kHeadMax + m.listen_address.size() + m.to.size());
   Packer pk(w);
-  pk.pack_array(3);
+  pk.pack_array(routed ? 5 : 3);
   pk.pack_uint32(m.protocol_version);
   pk.pack_uint64(m.session_id);
   pack_str(pk, m.listen_address);
+  if (routed) {
+    pack_str(pk, m.to);
+    pk.pack_uint32(m.flags);
+  }
   w.finish();
 }
 

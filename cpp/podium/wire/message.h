@@ -26,7 +26,16 @@ struct Hello {
   uint32_t protocol_version = kSessionProtocolVersion;
   uint64_t session_id = 0;
   std::string listen_address;  // the sender's own address, for logs
+  // The address this connection's envelopes are for, when it is not the listener itself: a
+  // proc's address with an incarnation (a gateway routes it when it names a client attached
+  // through it), or a client's forward through its gateway (docs/channel.md, "Gateways").
+  // "": the listener. Encoded only when set, with `flags`.
+  std::string to;
+  uint32_t flags = 0;  // kHelloReverse
 };
+// Hello::flags: this connection is a client's duplex to its gateway (GW-1): the dialler
+// becomes the receiver, the listener sends its Hello and Data back on it.
+inline constexpr uint32_t kHelloReverse = 1;
 
 // Answer to Hello: the highest seq the receiver has delivered in this session (0: none).
 struct HelloAck {

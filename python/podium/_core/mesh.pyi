@@ -54,9 +54,9 @@ def set_poll(runners_us: float, drivers_us: float) -> None:
     How long idle runners and waiting callers poll the reactor before they sleep (µs).
     """
 
-def init_controller(proc_argv: Sequence[str], zygote_argv: Sequence[str] = [], listen: str | None = None) -> None:
+def init_controller(proc_argv: Sequence[str], zygote_argv: Sequence[str] = [], listen: str | None = None, via: str | None = None) -> None:
     """
-    Starts the controller runtime; procs are started with `proc_argv`, forked from a zygote started with `zygote_argv` when it is given. `listen`: this process's address ('tcp:HOST:0' puts the job on TCP); None: a private Unix socket. A second call does nothing.
+    Starts the controller runtime; procs are started with `proc_argv`, forked from a zygote started with `zygote_argv` when it is given. `listen`: this process's address ('tcp:HOST:0' puts the job on TCP); None: a private Unix socket. `via`: a worker's address ('tcp://HOST:PORT') to attach this client through (its gateway; then `listen` is unused and this process listens nowhere). A second call does nothing.
     """
 
 def default_host_address() -> str:

@@ -217,22 +217,21 @@ def returns_future(function: Callable[..., Coroutine[Any, Any, T]]) -> Callable[
 
 
 def attach(addr: str) -> None:
-    """Monarch routes a client's traffic through a remote host's gateway at ``addr``, so
-    that its procs need not reach the client. podium has no such gateway: its procs dial
-    the controller directly (enable_transport("tcp"), attach_to_workers). So this raises:
-    RuntimeError when podium already runs in this process (as Monarch's, which must come
-    first), NotImplementedError otherwise, naming what to use instead."""
+    """Bootstraps this process's client attached through the remote gateway at ``addr``, as
+    Monarch's: ``addr`` is a worker's listening address (``"tcp://host:port"``; the worker's
+    port doubles as the gateway, e.g. after ``kubectl port-forward``). This process dials that
+    one address and listens nowhere: its traffic to every proc goes through the worker, and
+    the worker routes the procs' traffic back over the connection this process opened, so
+    the procs need not reach the client (docs/multihost.md, "Attaching through a gateway").
+
+    Call it before the client starts (the first context()/this_host()/this_proc()/spawn):
+    repeating the same address does nothing; another address after attaching, or attaching
+    after the client started locally, raises RuntimeError. An unreachable gateway, or one
+    that does not answer within ``PODIUM_ATTACH_TIMEOUT_MS``, raises naming it."""
     if not isinstance(addr, str) or not addr:
         raise TypeError(f"attach(addr): addr is an address such as 'tcp://host:port', not "
                         f"{addr!r}")
-    if runtime.running():
-        raise RuntimeError(
-            "client was initialized without a remote attachment; call attach(addr) before the "
-            "first context()/this_host()/this_proc()")
-    raise NotImplementedError(
-        f"attach({addr!r}): podium has no gateway to route a client's traffic through; the "
-        f"procs must reach this process: use enable_transport('tcp') and "
-        f"attach_to_workers(workers=[...]) (docs/multihost.md)")
+    runtime.attach_via(addr)
 
 
 _shutdown_lock = threading.Lock()

@@ -29,6 +29,9 @@ _running = False
 # Where this process listens (enable_transport): None for a private Unix socket, else a TCP
 # address such as "tcp:10.0.0.1:0".
 _listen: Optional[str] = None
+# The gateway this client attached through (attach(addr)), as the caller wrote it; None: not
+# attached.
+_via: Optional[str] = None
 
 
 def _zygote_argv() -> list:
@@ -54,10 +57,43 @@ def ensure_runtime() -> None:
         if _running:
             return
         # Does nothing in a proc, whose runtime is serving.
-        _mesh.init_controller(PROC_ARGV, _zygote_argv(), _listen)
+        _mesh.init_controller(PROC_ARGV, _zygote_argv(), _listen, _via)
         server.start()
         atexit.register(_at_exit)
         _running = True
+
+
+def attach_via(addr: str) -> None:
+    """Starts this process's runtime as a client attached through the gateway (a worker) at
+    ``addr`` (channel GW-1..GW-4): it listens nowhere, and the procs reach it through the
+    duplex it dials. Same address again: nothing; another, or a runtime already started
+    without one: RuntimeError, in Monarch's words."""
+    global _via, _running
+    with _lock:
+        if _running or _mesh.is_proc():
+            if _via == addr:
+                return
+            if _via is not None:
+                raise RuntimeError(
+                    f"client is already attached through {_via}, not {addr}; detaching is not "
+                    f"supported, so use a new process to attach through a different address")
+            raise RuntimeError(
+                "client was initialized without a remote attachment; call attach(addr) before "
+                "the first context()/this_host()/this_proc()")
+        _via = addr
+        try:
+            _mesh.init_controller(PROC_ARGV, _zygote_argv(), None, addr)
+        except BaseException:
+            _via = None
+            raise
+        server.start()
+        atexit.register(_at_exit)
+        _running = True
+
+
+def attached_via() -> Optional[str]:
+    """The address attach() attached this client through, or None."""
+    return _via
 
 
 def _at_exit() -> None:
@@ -98,6 +134,8 @@ def enable_transport(transport: Any) -> None:
         raise ValueError(f"enable_transport({transport!r}): podium supports 'tcp', "
                          f"'tcp://HOST:PORT' and 'ipc'")
     with _lock:
+        if _via is not None:
+            return  # attached through a gateway: the job is on TCP already (GW-1)
         if _running or _mesh.is_proc():
             same = (listen is None) == (_listen is None) and (
                 listen is None or t.lower() == "tcp" or listen == _listen)
