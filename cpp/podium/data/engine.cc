@@ -5,6 +5,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <cstdlib>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -85,6 +88,17 @@ int cma_copy(const Op& o, size_t offset, size_t len) {
   return 0;
 }
 
+// DA-11: the data threads run `nice` steps below the process's own priority, so that a proc's
+// loop and actor threads, which carry control messages, win the CPU from a bulk copy.
+void lower_priority(int nice) {
+  if (nice <= 0) return;
+  pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  errno = 0;
+  int now = ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
+  if (errno != 0) return;
+  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), std::min(19, now + nice));
+}
+
 struct Transfer {
   actor::Promise<void> promise;
   std::vector<OpState> ops;
@@ -114,6 +128,8 @@ struct Engine::Impl {
   int efd = -1;      // the worker's event fd (-1: UCX gave none; the thread polls)
   int wake_fd = -1;  // eventfd: new work or stop
   std::thread progress;
+  std::vector<std::thread> copy_threads;  // DA-11
+  std::condition_variable cma_cv;         // with mu: CMA chunks to copy, or stopping
 
   bool tcp_only = false;  // UCX_TLS names TCP and no shared-memory transport (DA-9)
   bool cma_enabled = false;  // DA-10; turned off for good by a CMA copy the kernel refuses
@@ -384,7 +400,19 @@ struct Engine::Impl {
     }
   }
 
-  // DA-10: the next CMA chunk, round robin over the ops that have some left.
+  // DA-11: an operation of at least 2 * kMinCmaChunk bytes is cut into at least `copiers`
+  // chunks (page multiples), so one transfer keeps every copier busy.
+  size_t cma_chunk(size_t size) const {
+    size_t c = config.chunk_bytes;
+    if (config.copiers > 1 && size >= 2 * kMinCmaChunk) {
+      size_t share = (size + config.copiers - 1) / config.copiers;
+      share = (share + 4095) & ~size_t{4095};
+      c = std::min(c, std::max(share, kMinCmaChunk));
+    }
+    return c;
+  }
+
+  // DA-10, DA-11: the next CMA chunk, round robin over the ops that have some left.
   bool take_cma_job(CmaJob& job) {
     while (!cma_ops.empty()) {
       auto [t, i] = std::move(cma_ops.front());
@@ -394,7 +422,7 @@ struct Engine::Impl {
         maybe_retire(t);
         continue;
       }
-      job = CmaJob{t, i, o.next, std::min(config.chunk_bytes, o.op.size - o.next)};
+      job = CmaJob{t, i, o.next, std::min(cma_chunk(o.op.size), o.op.size - o.next)};
       o.next += job.len;
       ++o.inflight;
       ++t->outstanding;
@@ -428,8 +456,35 @@ struct Engine::Impl {
     maybe_retire(t);
   }
 
+  // DA-11: a copy thread. It copies with no lock held; the only UCX calls it makes (a retired
+  // transfer's rkeys) are made under mu, like every other.
+  void copy_loop() {
+    pthread_setname_np(pthread_self(), "podium-data-cp");
+    lower_priority(config.nice);
+    std::vector<std::pair<actor::Promise<void>, Status>> ready;
+    std::unique_lock lock(mu);
+    for (;;) {
+      cma_cv.wait(lock, [this] { return stopping || !cma_ops.empty(); });
+      if (stopping) return;
+      CmaJob job;
+      if (!take_cma_job(job)) continue;
+      lock.unlock();
+      int err = cma_copy(job.t->ops[job.op].op, job.offset, job.len);
+      lock.lock();
+      finish_cma_job(job, err);
+      job.t.reset();
+      if (!fire.empty()) {
+        ready.swap(fire);
+        lock.unlock();
+        fire_all(ready);
+        lock.lock();
+      }
+    }
+  }
+
   void run() {
     pthread_setname_np(pthread_self(), "podium-data");
+    lower_priority(config.nice);
     std::vector<std::pair<actor::Promise<void>, Status>> ready;
     for (;;) {
       bool armed = false;
@@ -444,6 +499,7 @@ struct Engine::Impl {
         sweep_closing();
         sweep_timeouts(Clock::now());
         copy = take_cma_job(job);
+        if (copy && !cma_ops.empty()) cma_cv.notify_one();  // DA-11: a copier takes the next
         busy = !active.empty() || !closing.empty();
         if (!copy) {
           ucs_status_t st = efd >= 0 ? ucp_worker_arm(worker) : UCS_OK;
@@ -503,9 +559,9 @@ std::string Engine::ucx_version() {
 }
 
 Result<std::unique_ptr<Engine>> Engine::make(EngineConfig config) {
-  if (config.chunk_bytes == 0 || config.window == 0) {
-    return std::unexpected(
-        make_error(DataErrc::kInvalidArgument, "chunk_bytes and window must be positive"));
+  if (config.chunk_bytes == 0 || config.window == 0 || config.copiers == 0) {
+    return std::unexpected(make_error(DataErrc::kInvalidArgument,
+                                      "chunk_bytes, window and copiers must be positive"));
   }
   auto impl = std::make_shared<Impl>();
   impl->config = config;
@@ -550,6 +606,9 @@ Result<std::unique_ptr<Engine>> Engine::make(EngineConfig config) {
   impl->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (impl->wake_fd < 0) return std::unexpected(errno_error("eventfd", errno));
   impl->progress = std::thread([raw = impl.get()] { raw->run(); });
+  for (size_t i = 1; i < config.copiers; ++i) {
+    impl->copy_threads.emplace_back([raw = impl.get()] { raw->copy_loop(); });
+  }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -569,6 +628,13 @@ Result<Engine*> Engine::instance() {
     if (const char* c = std::getenv("PODIUM_RDMA_CHUNK_BYTES")) {
       long long v = std::atoll(c);
       if (v > 0) config.chunk_bytes = static_cast<size_t>(v);
+    }
+    if (const char* c = std::getenv("PODIUM_RDMA_NICE")) {
+      config.nice = std::clamp(std::atoi(c), 0, 19);
+    }
+    if (const char* c = std::getenv("PODIUM_RDMA_CMA_THREADS")) {
+      long long v = std::atoll(c);
+      if (v > 0) config.copiers = static_cast<size_t>(std::min<long long>(v, 16));
     }
     auto e = make(config);
     if (!e) {
@@ -686,6 +752,7 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
         m.cma_ops.emplace_back(t, i);
       }
     }
+    if (!m.cma_ops.empty()) m.cma_cv.notify_all();  // DA-11
     m.maybe_retire(t);
     ready.swap(m.fire);
   }
@@ -706,7 +773,10 @@ void Engine::stop() {
     impl_->stopping = true;
   }
   impl_->wake();
+  impl_->cma_cv.notify_all();
   if (impl_->progress.joinable()) impl_->progress.join();
+  for (auto& c : impl_->copy_threads) c.join();
+  impl_->copy_threads.clear();
   std::vector<std::pair<actor::Promise<void>, Status>> ready;
   {
     std::lock_guard lock(impl_->mu);
