@@ -48,7 +48,6 @@ struct Endpoint {
   std::string why;
   size_t users = 0;     // transfers that use it now
 };
-
 struct Transfer;
 
 struct OpState {
@@ -88,9 +87,8 @@ int cma_copy(const Op& o, size_t offset, size_t len) {
   return 0;
 }
 
-// DA-11: the data threads run `nice` steps below the process's own priority, so that a proc's
-// loop and actor threads, which carry control messages, win the CPU from a bulk copy.
-void lower_priority(int nice) {
+// DA-11: the data threads run `nice` steps below the process's priority: a proc's loop and
+void lower_priority(int nice) {  // actor threads, which carry control, win the CPU from bulk
   if (nice <= 0) return;
   pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
   errno = 0;
