@@ -105,6 +105,10 @@ def _us(samples: List[float]) -> float:
     return statistics.median(samples) * 1e6
 
 
+def _p90_us(samples: List[float]) -> float:
+    return sorted(samples)[len(samples) * 9 // 10] * 1e6
+
+
 def _say(text: str) -> None:
     print(f"rdma {text}", file=sys.stderr, flush=True)
 
@@ -188,8 +192,9 @@ def _rtt_under_bulk(owner: Any, n: int, write: bool, samples: int) -> Dict[str, 
     _say(f"call_one RTT idle {_us(idle):.1f} us, {_us(under) if under else float('nan'):.1f} "
          f"us while {n} B {kind}s run ({transfers[0]} of them): x{ratio:.2f}")
     return {"kind": kind, "bulk_bytes": n, "idle_rtt_median_us": _us(idle),
+            "idle_rtt_p90_us": _p90_us(idle),
             "rtt_median_us": _us(under) if under else None,
-            "rtt_p90_us": sorted(under)[len(under) * 9 // 10] * 1e6 if under else None,
+            "rtt_p90_us": _p90_us(under) if under else None,
             "samples": len(under),
             "transfers_during": transfers[0], "ratio": ratio}
 
