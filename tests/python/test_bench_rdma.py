@@ -29,6 +29,7 @@ def test_bench_rdma_json_report():  # DA-8
     assert report["benchmark"] == "rdma"
     assert report["backend"] in ("tcp", "ibverbs")
     assert report["same_host_path"] in ("cma", "ucx")
+    assert report["copiers"] in (1, 2)
     assert [row["bytes"] for row in report["sizes"]] == [4096, 16384, 65536, 262144, 1048576]
     for row in report["sizes"]:
         assert set(row) == {"bytes", "read_gbps", "write_gbps", "memcpy_gbps", "read_vs_memcpy",

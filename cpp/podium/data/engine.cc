@@ -2,12 +2,11 @@
 // chunked one-sided transfers.
 #include "podium/data/engine.h"
 
+#include "podium/data/cma.h"
+
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
@@ -68,34 +67,6 @@ struct CmaJob {
   size_t offset = 0;
   size_t len = 0;
 };
-
-// Copies [offset, offset + len) of `o` between this process and its peer: 0, or an errno.
-int cma_copy(const Op& o, size_t offset, size_t len) {
-  size_t done = 0;
-  while (done < len) {
-    iovec local{o.local + offset + done, len - done};
-    iovec remote{reinterpret_cast<void*>(o.remote_addr + offset + done), len - done};
-    ssize_t n = o.kind == Op::Kind::kGet ? ::process_vm_readv(o.peer_pid, &local, 1, &remote, 1, 0)
-                                         : ::process_vm_writev(o.peer_pid, &local, 1, &remote, 1, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (n == 0) return EFAULT;
-    done += static_cast<size_t>(n);
-  }
-  return 0;
-}
-
-// DA-11: the data threads run `nice` steps below the process's priority: a proc's loop and
-void lower_priority(int nice) {  // actor threads, which carry control, win the CPU from bulk
-  if (nice <= 0) return;
-  pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
-  errno = 0;
-  int now = ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
-  if (errno != 0) return;
-  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), std::min(19, now + nice));
-}
 
 struct Transfer {
   actor::Promise<void> promise;
@@ -458,7 +429,7 @@ struct Engine::Impl {
   // transfer's rkeys) are made under mu, like every other.
   void copy_loop() {
     pthread_setname_np(pthread_self(), "podium-data-cp");
-    lower_priority(config.nice);
+    cma::lower_priority(config.nice);
     std::vector<std::pair<actor::Promise<void>, Status>> ready;
     std::unique_lock lock(mu);
     for (;;) {
@@ -467,7 +438,7 @@ struct Engine::Impl {
       CmaJob job;
       if (!take_cma_job(job)) continue;
       lock.unlock();
-      int err = cma_copy(job.t->ops[job.op].op, job.offset, job.len);
+      int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len);
       lock.lock();
       finish_cma_job(job, err);
       job.t.reset();
@@ -482,7 +453,7 @@ struct Engine::Impl {
 
   void run() {
     pthread_setname_np(pthread_self(), "podium-data");
-    lower_priority(config.nice);
+    cma::lower_priority(config.nice);
     std::vector<std::pair<actor::Promise<void>, Status>> ready;
     for (;;) {
       bool armed = false;
@@ -507,7 +478,7 @@ struct Engine::Impl {
       }
       fire_all(ready);
       if (copy) {
-        int err = cma_copy(job.t->ops[job.op].op, job.offset, job.len);  // outside the lock
+        int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len);  // outside the lock
         std::lock_guard lock(mu);
         finish_cma_job(job, err);
         continue;
@@ -525,16 +496,6 @@ struct Engine::Impl {
     }
   }
 };
-
-bool Engine::cma_allowed() {
-  const char* env = std::getenv("PODIUM_RDMA_CMA");
-  if (env != nullptr && std::string(env) == "0") return false;
-  // A seccomp profile (containers) may refuse the calls outright.
-  char src[8] = "podium", dst[8] = {};
-  iovec local{dst, sizeof dst}, remote{src, sizeof src};
-  return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == sizeof dst &&
-         std::memcmp(src, dst, sizeof dst) == 0;
-}
 
 Registration::~Registration() {
   if (!memh_) return;
@@ -557,12 +518,14 @@ std::string Engine::ucx_version() {
 }
 
 Result<std::unique_ptr<Engine>> Engine::make(EngineConfig config) {
-  if (config.chunk_bytes == 0 || config.window == 0 || config.copiers == 0) {
-    return std::unexpected(make_error(DataErrc::kInvalidArgument,
-                                      "chunk_bytes, window and copiers must be positive"));
+  if (config.chunk_bytes == 0 || config.window == 0) {
+    return std::unexpected(
+        make_error(DataErrc::kInvalidArgument, "chunk_bytes and window must be positive"));
   }
+  if (config.copiers == 0) config.copiers = default_copiers();
   auto impl = std::make_shared<Impl>();
   impl->config = config;
+  impl->stats.copiers = config.copiers;
   if (const char* tls = std::getenv("UCX_TLS")) {
     std::string t(tls);
     bool shm = false;
@@ -622,18 +585,15 @@ void stop_instance() {
 
 Result<Engine*> Engine::instance() {
   std::call_once(g_instance_once, [] {
+    auto env = [](const char* name, long long low, long long high, auto fallback) {
+      const char* c = std::getenv(name);
+      long long v = c ? std::atoll(c) : 0;
+      return c && v >= low ? static_cast<decltype(fallback)>(std::min(v, high)) : fallback;
+    };
     EngineConfig config;
-    if (const char* c = std::getenv("PODIUM_RDMA_CHUNK_BYTES")) {
-      long long v = std::atoll(c);
-      if (v > 0) config.chunk_bytes = static_cast<size_t>(v);
-    }
-    if (const char* c = std::getenv("PODIUM_RDMA_NICE")) {
-      config.nice = std::clamp(std::atoi(c), 0, 19);
-    }
-    if (const char* c = std::getenv("PODIUM_RDMA_CMA_THREADS")) {
-      long long v = std::atoll(c);
-      if (v > 0) config.copiers = static_cast<size_t>(std::min<long long>(v, 16));
-    }
+    config.chunk_bytes = env("PODIUM_RDMA_CHUNK_BYTES", 1, 1LL << 40, config.chunk_bytes);
+    config.nice = env("PODIUM_RDMA_NICE", 0, 19, config.nice);
+    config.copiers = env("PODIUM_RDMA_CMA_THREADS", 1, 16, config.copiers);  // DA-11
     auto e = make(config);
     if (!e) {
       g_instance_error = new Error(e.error());

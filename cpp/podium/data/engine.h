@@ -49,7 +49,8 @@
 //        copy the kernel refuses (EPERM) fails its transfer and turns it off for the rest
 //        of the process. A dead peer fails the copy at once (ESRCH).
 //   DA-11 CMA chunks are copied by `copiers` threads at once (the progress thread and
-//        copiers - 1 copy threads, PODIUM_RDMA_CMA_THREADS), taken round robin over every
+//        copiers - 1 copy threads; by default 2 where the process may run on 4 CPUs or more,
+//        else 1, so bulk takes at most half of its cores; PODIUM_RDMA_CMA_THREADS), round robin over every
 //        operation that has chunks left, so a small transfer waits behind at most one chunk
 //        per thread of a large one; an operation of at least 2 * kMinCmaChunk bytes is cut
 //        into at least `copiers` chunks so that one transfer uses every copier. No lock is
@@ -72,14 +73,14 @@ namespace podium::data {
 
 inline constexpr size_t kDefaultChunkBytes = size_t{4} << 20;
 inline constexpr size_t kDefaultWindow = 4;
-inline constexpr size_t kDefaultCopiers = 2;
+inline constexpr size_t kMaxDefaultCopiers = 2;
 inline constexpr int kDefaultNice = 5;
 inline constexpr size_t kMinCmaChunk = size_t{256} << 10;
 
 struct EngineConfig {
   size_t chunk_bytes = kDefaultChunkBytes;  // DA-3
   size_t window = kDefaultWindow;           // DA-3
-  size_t copiers = kDefaultCopiers;         // DA-11: threads that copy CMA chunks at once
+  size_t copiers = 0;  // DA-11: threads that copy CMA chunks at once; 0: default_copiers()
   int nice = kDefaultNice;                  // DA-11: the data threads' nice, above the process's
 };
 
@@ -140,6 +141,9 @@ class Engine {
   // DA-10: whether same-host operations are copied with CMA (PODIUM_RDMA_CMA is not 0, and
   // the kernel lets this process use process_vm_readv).
   static bool cma_allowed();
+  // DA-11: kMaxDefaultCopiers where this process may run on 2 * kMaxDefaultCopiers CPUs or
+  // more (its affinity mask), else 1: bulk copies take at most half of its cores.
+  static size_t default_copiers();
 
   // DA-2. `keep` holds the memory alive while it is registered.
   [[nodiscard]] Result<std::shared_ptr<Registration>> register_memory(
@@ -156,6 +160,7 @@ class Engine {
     uint64_t timeouts = 0;     // transfers failed by their timeout (DA-5)
     uint64_t endpoints = 0;    // endpoints open now
     uint64_t active = 0;       // transfers (or their chunks) still in UCX's hands
+    uint64_t copiers = 0;      // threads that copy CMA chunks (DA-11)
   };
   Stats stats() const;
 

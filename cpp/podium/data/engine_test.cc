@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -245,12 +246,18 @@ TEST_P(EngineTransfer, ADeadPeerFailsTheTransfer) {  // DA-6, DA-9
 
 TEST_P(EngineTransfer, CmaChunksAreSharedByTheCopiers) {  // DA-11
   if (!cma_) GTEST_SKIP() << "copiers copy CMA chunks only";
-  // Two copiers (the default): 1 MiB is cut in two, so both copy one transfer.
+  // Two copiers: 1 MiB is cut in two, so both copy one transfer.
+  EngineConfig two;
+  two.copiers = 2;
+  auto e2 = Engine::make(two);
+  ASSERT_TRUE(e2) << e2.error().message;
+  engine_->stop();
+  engine_ = std::move(*e2);
+  EXPECT_EQ(engine_->stats().copiers, 2u);
   std::vector<uint8_t> into(1 << 20, 0);
-  auto before = engine_->stats().chunks;
   auto r = engine_->submit({get_op(into)}, 30s).get(60s);
   ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(engine_->stats().chunks - before, 2u);
+  EXPECT_EQ(engine_->stats().chunks, 2u);
   for (size_t i = 0; i < into.size(); ++i) ASSERT_EQ(into[i], pattern(i, 7)) << "byte " << i;
   // A large transfer and a small one at once: both complete, chunks round robin.
   std::vector<uint8_t> big(kBytes, 0), small(4096, 0);
@@ -342,7 +349,9 @@ std::vector<int> data_thread_nices() {
 TEST(EngineThreads, DataThreadsRunBelowTheProcessPriority) {  // DA-11
   int base = ::getpriority(PRIO_PROCESS, 0);
   int want = std::min(19, base + kDefaultNice);
-  auto e = Engine::make({});
+  EngineConfig two;
+  two.copiers = 2;
+  auto e = Engine::make(two);
   ASSERT_TRUE(e) << e.error().message;
   // The progress thread and one copier; each lowers its own priority when it starts.
   std::vector<int> nices;
@@ -350,13 +359,25 @@ TEST(EngineThreads, DataThreadsRunBelowTheProcessPriority) {  // DA-11
     nices = data_thread_nices();
     size_t low = 0;
     for (int n : nices) low += n == want ? 1 : 0;
-    if (nices.size() >= kDefaultCopiers && low == nices.size()) break;
+    if (nices.size() >= 2 && low == nices.size()) break;
     std::this_thread::sleep_for(10ms);
   }
-  ASSERT_GE(nices.size(), kDefaultCopiers);
+  ASSERT_GE(nices.size(), 2u);
   for (int n : nices) EXPECT_EQ(n, want);
   (*e)->stop();
   EXPECT_TRUE(data_thread_nices().empty());
+}
+
+TEST(EngineThreads, DefaultCopiersTakeAtMostHalfTheCpus) {  // DA-11
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+  size_t cpus = CPU_COUNT(&set);
+  EXPECT_EQ(Engine::default_copiers(), cpus >= 4 ? 2u : 1u);
+  auto e = Engine::make({});
+  ASSERT_TRUE(e) << e.error().message;
+  EXPECT_EQ((*e)->stats().copiers, Engine::default_copiers());
+  (*e)->stop();
 }
 
 TEST(EngineInstance, OneEnginePerProcess) {  // DA-1

@@ -253,6 +253,7 @@ def run(max_mib: int, reps: int, cycles: int, bulk_mib: int, tensor_max_mib: int
             "backend": get_rdma_backend(),
             "same_host_path": "cma" if _data.cma_allowed() else "ucx",
             "ucx_version": _data.ucx_version(),
+            "copiers": _data.stats()["copiers"],
             "sizes": rows,
             "read_4k_median_us": _us(lat),
             "call_one_rtt_median_us": _us(rtt),
