@@ -375,6 +375,39 @@ def test_torch_tensors_owned_by_an_actor(spawn, procs):  # RD-1
         b.drop().get(timeout=T)
 
 
+class BigOwner(Actor):
+    """Owns one large zeroed buffer, and answers pings."""
+
+    @endpoint
+    def make(self, n: int) -> RDMABuffer:
+        self.mem = bytearray(n)
+        return RDMABuffer(memoryview(self.mem))
+
+    @endpoint
+    def ping(self) -> int:
+        return os.getpid()
+
+
+def test_calls_are_answered_while_a_large_transfer_is_in_flight(spawn, procs):  # DA-11
+    """Control never waits behind bulk (issue 19 item 6): a call_one to the owner, made
+    while a 256 MiB read or write of its memory is in flight, is answered before that
+    transfer is done, because the bytes move on the data threads, never on a loop or actor
+    thread. Not a timing: the order of two completions (docs/data.md)."""
+    owner = spawn(BigOwner).slice(gpus=0)
+    n = 256 << 20
+    buf = owner.make.call_one(n).get(timeout=T)
+    local = memoryview(bytearray(n))
+    buf.read_into(local).get(timeout=T)  # warm: pages on both sides
+    answered_first = 0
+    for write in (False, True, False, True):
+        fut = buf.write_from(local) if write else buf.read_into(local)
+        owner.ping.call_one().get(timeout=T)
+        answered_first += 0 if fut.done() else 1
+        fut.get(timeout=T)
+    assert answered_first >= 1
+    buf.drop().get(timeout=T)
+
+
 def test_read_only_memory_can_be_read_but_not_written(pair):  # DA-7
     owner, peer = pair
     buf = RDMABuffer(memoryview(bytes(pattern(4096, 6))))  # owned by the controller
