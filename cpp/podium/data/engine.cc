@@ -2,8 +2,6 @@
 // chunked one-sided transfers.
 #include "podium/data/engine.h"
 
-#include "podium/data/cma.h"
-
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -12,17 +10,19 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <cstdlib>
-#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+
+#include "podium/data/cma.h"
 
 namespace podium::data {
 
@@ -47,6 +47,7 @@ struct Endpoint {
   std::string why;
   size_t users = 0;     // transfers that use it now
 };
+
 struct Transfer;
 
 struct OpState {
