@@ -383,6 +383,7 @@ void bind_data(nb::module_& m) {
         d["timeouts"] = s.timeouts;
         d["endpoints"] = s.endpoints;
         d["active"] = s.active;
+        d["copiers"] = s.copiers;
         return d;
       },
       "The engine's counters.");

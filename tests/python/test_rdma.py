@@ -348,6 +348,87 @@ def test_torch_tensors():
     buf.drop().get(timeout=T)
 
 
+class TensorOwner(Actor):
+    """Owns 1-D CPU tensors (torch imported in the proc)."""
+
+    @endpoint
+    def make(self) -> tuple:
+        import torch
+        self.t = torch.arange(4096, dtype=torch.float32)
+        self.half = torch.zeros(64, dtype=torch.bfloat16)
+        # A view with a storage offset: the buffer covers just [1000, 2000).
+        return RDMABuffer(self.t), RDMABuffer(self.t[1000:2000]), RDMABuffer(self.half)
+
+    @endpoint
+    def values(self) -> tuple:
+        return self.t.clone(), self.half.clone()
+
+
+def test_torch_tensors_owned_by_an_actor(spawn, procs):  # RD-1
+    """Tensor buffers of an actor read into tensors (and a slice of one) by the controller and
+    another actor, and written from tensor slices; views cover only their own elements."""
+    torch = pytest.importorskip("torch", reason="torch is not installed here; the memoryview "
+                                                "path is tested above")
+    owner = spawn(TensorOwner).slice(gpus=0)
+    peer = spawn(Peer).slice(gpus=1)
+    whole, part, half = owner.make.call_one().get(timeout=T)
+    assert (whole.size(), part.size(), half.size()) == (4096 * 4, 1000 * 4, 64 * 2)
+    out = torch.empty(4096, dtype=torch.float32)
+    whole.read_into(out).get(timeout=T)
+    assert torch.equal(out, torch.arange(4096, dtype=torch.float32))
+    big = torch.zeros(3000, dtype=torch.float32)
+    part.read_into(big[500:1500]).get(timeout=T)  # into a view with a storage offset
+    assert torch.equal(big[500:1500], torch.arange(1000, 2000, dtype=torch.float32))
+    assert not big[:500].any() and not big[1500:].any()
+    assert peer.read.call_one(part).get(timeout=T) == (
+        torch.arange(1000, 2000, dtype=torch.float32).numpy().tobytes())
+    src = torch.full((300,), -1.0)
+    part.write_from(src[100:200]).get(timeout=T)  # 100 floats into the view's start
+    half.write_from(torch.ones(64, dtype=torch.bfloat16)).get(timeout=T)
+    t, h = owner.values.call_one().get(timeout=T)
+    assert torch.equal(t[1000:1100], torch.full((100,), -1.0))
+    assert torch.equal(t[:1000], torch.arange(1000, dtype=torch.float32))
+    assert torch.equal(t[1100:], torch.arange(1100, 4096, dtype=torch.float32))
+    assert torch.equal(h, torch.ones(64, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="holds 40 bytes, fewer than the 16384"):
+        whole.read_into(torch.empty(10, dtype=torch.float32))
+    for b in (whole, part, half):
+        b.drop().get(timeout=T)
+
+
+class BigOwner(Actor):
+    """Owns one large zeroed buffer, and answers pings."""
+
+    @endpoint
+    def make(self, n: int) -> RDMABuffer:
+        self.mem = bytearray(n)
+        return RDMABuffer(memoryview(self.mem))
+
+    @endpoint
+    def ping(self) -> int:
+        return os.getpid()
+
+
+def test_calls_are_answered_while_a_large_transfer_is_in_flight(spawn, procs):  # DA-11
+    """Control never waits behind bulk (issue 19 item 6): a call_one to the owner, made
+    while a 256 MiB read or write of its memory is in flight, is answered before that
+    transfer is done, because the bytes move on the data threads, never on a loop or actor
+    thread. Not a timing: the order of two completions (docs/data.md)."""
+    owner = spawn(BigOwner).slice(gpus=0)
+    n = 256 << 20
+    buf = owner.make.call_one(n).get(timeout=T)
+    local = memoryview(bytearray(n))
+    buf.read_into(local).get(timeout=T)  # warm: pages on both sides
+    answered_first = 0
+    for write in (False, True, False, True):
+        fut = buf.write_from(local) if write else buf.read_into(local)
+        owner.ping.call_one().get(timeout=T)
+        answered_first += 0 if fut.done() else 1
+        fut.get(timeout=T)
+    assert answered_first >= 1
+    buf.drop().get(timeout=T)
+
+
 def test_read_only_memory_can_be_read_but_not_written(pair):  # DA-7
     owner, peer = pair
     buf = RDMABuffer(memoryview(bytes(pattern(4096, 6))))  # owned by the controller

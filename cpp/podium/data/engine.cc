@@ -5,12 +5,12 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
-#include <sys/uio.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -21,6 +21,8 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+
+#include "podium/data/cma.h"
 
 namespace podium::data {
 
@@ -67,24 +69,6 @@ struct CmaJob {
   size_t len = 0;
 };
 
-// Copies [offset, offset + len) of `o` between this process and its peer: 0, or an errno.
-int cma_copy(const Op& o, size_t offset, size_t len) {
-  size_t done = 0;
-  while (done < len) {
-    iovec local{o.local + offset + done, len - done};
-    iovec remote{reinterpret_cast<void*>(o.remote_addr + offset + done), len - done};
-    ssize_t n = o.kind == Op::Kind::kGet ? ::process_vm_readv(o.peer_pid, &local, 1, &remote, 1, 0)
-                                         : ::process_vm_writev(o.peer_pid, &local, 1, &remote, 1, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (n == 0) return EFAULT;
-    done += static_cast<size_t>(n);
-  }
-  return 0;
-}
-
 struct Transfer {
   actor::Promise<void> promise;
   std::vector<OpState> ops;
@@ -114,6 +98,8 @@ struct Engine::Impl {
   int efd = -1;      // the worker's event fd (-1: UCX gave none; the thread polls)
   int wake_fd = -1;  // eventfd: new work or stop
   std::thread progress;
+  std::vector<std::thread> copy_threads;  // DA-11
+  std::condition_variable cma_cv;         // with mu: CMA chunks to copy, or stopping
 
   bool tcp_only = false;  // UCX_TLS names TCP and no shared-memory transport (DA-9)
   bool cma_enabled = false;  // DA-10; turned off for good by a CMA copy the kernel refuses
@@ -384,7 +370,19 @@ struct Engine::Impl {
     }
   }
 
-  // DA-10: the next CMA chunk, round robin over the ops that have some left.
+  // DA-11: an operation of at least 2 * kMinCmaChunk bytes is cut into at least `copiers`
+  // chunks (page multiples), so one transfer keeps every copier busy.
+  size_t cma_chunk(size_t size) const {
+    size_t c = config.chunk_bytes;
+    if (config.copiers > 1 && size >= 2 * kMinCmaChunk) {
+      size_t share = (size + config.copiers - 1) / config.copiers;
+      share = (share + 4095) & ~size_t{4095};
+      c = std::min(c, std::max(share, kMinCmaChunk));
+    }
+    return c;
+  }
+
+  // DA-10, DA-11: the next CMA chunk, round robin over the ops that have some left.
   bool take_cma_job(CmaJob& job) {
     while (!cma_ops.empty()) {
       auto [t, i] = std::move(cma_ops.front());
@@ -394,7 +392,7 @@ struct Engine::Impl {
         maybe_retire(t);
         continue;
       }
-      job = CmaJob{t, i, o.next, std::min(config.chunk_bytes, o.op.size - o.next)};
+      job = CmaJob{t, i, o.next, std::min(cma_chunk(o.op.size), o.op.size - o.next)};
       o.next += job.len;
       ++o.inflight;
       ++t->outstanding;
@@ -428,8 +426,35 @@ struct Engine::Impl {
     maybe_retire(t);
   }
 
+  // DA-11: a copy thread. It copies with no lock held; the only UCX calls it makes (a retired
+  // transfer's rkeys) are made under mu, like every other.
+  void copy_loop() {
+    pthread_setname_np(pthread_self(), "podium-data-cp");
+    cma::lower_priority(config.nice);
+    std::vector<std::pair<actor::Promise<void>, Status>> ready;
+    std::unique_lock lock(mu);
+    for (;;) {
+      cma_cv.wait(lock, [this] { return stopping || !cma_ops.empty(); });
+      if (stopping) return;
+      CmaJob job;
+      if (!take_cma_job(job)) continue;
+      lock.unlock();
+      int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len);
+      lock.lock();
+      finish_cma_job(job, err);
+      job.t.reset();
+      if (!fire.empty()) {
+        ready.swap(fire);
+        lock.unlock();
+        fire_all(ready);
+        lock.lock();
+      }
+    }
+  }
+
   void run() {
     pthread_setname_np(pthread_self(), "podium-data");
+    cma::lower_priority(config.nice);
     std::vector<std::pair<actor::Promise<void>, Status>> ready;
     for (;;) {
       bool armed = false;
@@ -444,6 +469,7 @@ struct Engine::Impl {
         sweep_closing();
         sweep_timeouts(Clock::now());
         copy = take_cma_job(job);
+        if (copy && !cma_ops.empty()) cma_cv.notify_one();  // DA-11: a copier takes the next
         busy = !active.empty() || !closing.empty();
         if (!copy) {
           ucs_status_t st = efd >= 0 ? ucp_worker_arm(worker) : UCS_OK;
@@ -453,7 +479,7 @@ struct Engine::Impl {
       }
       fire_all(ready);
       if (copy) {
-        int err = cma_copy(job.t->ops[job.op].op, job.offset, job.len);  // outside the lock
+        int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len);  // outside the lock
         std::lock_guard lock(mu);
         finish_cma_job(job, err);
         continue;
@@ -471,16 +497,6 @@ struct Engine::Impl {
     }
   }
 };
-
-bool Engine::cma_allowed() {
-  const char* env = std::getenv("PODIUM_RDMA_CMA");
-  if (env != nullptr && std::string(env) == "0") return false;
-  // A seccomp profile (containers) may refuse the calls outright.
-  char src[8] = "podium", dst[8] = {};
-  iovec local{dst, sizeof dst}, remote{src, sizeof src};
-  return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == sizeof dst &&
-         std::memcmp(src, dst, sizeof dst) == 0;
-}
 
 Registration::~Registration() {
   if (!memh_) return;
@@ -507,8 +523,10 @@ Result<std::unique_ptr<Engine>> Engine::make(EngineConfig config) {
     return std::unexpected(
         make_error(DataErrc::kInvalidArgument, "chunk_bytes and window must be positive"));
   }
+  if (config.copiers == 0) config.copiers = default_copiers();
   auto impl = std::make_shared<Impl>();
   impl->config = config;
+  impl->stats.copiers = config.copiers;
   if (const char* tls = std::getenv("UCX_TLS")) {
     std::string t(tls);
     bool shm = false;
@@ -550,6 +568,9 @@ Result<std::unique_ptr<Engine>> Engine::make(EngineConfig config) {
   impl->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (impl->wake_fd < 0) return std::unexpected(errno_error("eventfd", errno));
   impl->progress = std::thread([raw = impl.get()] { raw->run(); });
+  for (size_t i = 1; i < config.copiers; ++i) {
+    impl->copy_threads.emplace_back([raw = impl.get()] { raw->copy_loop(); });
+  }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -565,11 +586,15 @@ void stop_instance() {
 
 Result<Engine*> Engine::instance() {
   std::call_once(g_instance_once, [] {
+    auto env = [](const char* name, long long low, long long high, auto fallback) {
+      const char* c = std::getenv(name);
+      long long v = c ? std::atoll(c) : 0;
+      return c && v >= low ? static_cast<decltype(fallback)>(std::min(v, high)) : fallback;
+    };
     EngineConfig config;
-    if (const char* c = std::getenv("PODIUM_RDMA_CHUNK_BYTES")) {
-      long long v = std::atoll(c);
-      if (v > 0) config.chunk_bytes = static_cast<size_t>(v);
-    }
+    config.chunk_bytes = env("PODIUM_RDMA_CHUNK_BYTES", 1, 1LL << 40, config.chunk_bytes);
+    config.nice = env("PODIUM_RDMA_NICE", 0, 19, config.nice);
+    config.copiers = env("PODIUM_RDMA_CMA_THREADS", 1, 16, config.copiers);  // DA-11
     auto e = make(config);
     if (!e) {
       g_instance_error = new Error(e.error());
@@ -686,6 +711,7 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
         m.cma_ops.emplace_back(t, i);
       }
     }
+    if (!m.cma_ops.empty()) m.cma_cv.notify_all();  // DA-11
     m.maybe_retire(t);
     ready.swap(m.fire);
   }
@@ -706,7 +732,10 @@ void Engine::stop() {
     impl_->stopping = true;
   }
   impl_->wake();
+  impl_->cma_cv.notify_all();
   if (impl_->progress.joinable()) impl_->progress.join();
+  for (auto& c : impl_->copy_threads) c.join();
+  impl_->copy_threads.clear();
   std::vector<std::pair<actor::Promise<void>, Status>> ready;
   {
     std::lock_guard lock(impl_->mu);

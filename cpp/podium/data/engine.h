@@ -11,9 +11,11 @@
 // one mutex (the worker is UCS_THREAD_MODE_SERIALIZED). One progress thread of the engine
 // drives the worker: it waits on the worker's event fd (and a wake-up eventfd) and runs
 // ucp_worker_progress, so a peer's software-emulated RMA is served and completions are
-// delivered without the caller polling. Completions set the transfer's Future after the
-// mutex is released, on the progress thread (or on the submitting thread when UCX completed
-// the transfer at once): on_ready callbacks must not block, and may submit again.
+// delivered without the caller polling. copiers - 1 copy threads (podium-data-cp) copy CMA
+// chunks beside it (DA-11), with no lock held while they copy. Completions set the
+// transfer's Future after the mutex is released, on the progress thread or a copy thread (or
+// on the submitting thread when UCX completed the transfer at once): on_ready callbacks must
+// not block, and may submit again.
 // Locks: Engine::Impl::mu (every UCX call, the endpoint, transfer and registration tables) is
 // a leaf: nothing else is taken under it and no callback runs under it.
 // Invariants:
@@ -46,6 +48,16 @@
 //        so its RMA there is emulated with messages. PODIUM_RDMA_CMA=0 turns this off; a
 //        copy the kernel refuses (EPERM) fails its transfer and turns it off for the rest
 //        of the process. A dead peer fails the copy at once (ESRCH).
+//   DA-11 CMA chunks are copied by `copiers` threads at once: the progress thread and
+//        copiers - 1 copy threads; by default 2 where the process may run on 4 CPUs or more,
+//        else 1, so bulk takes at most half of its cores (PODIUM_RDMA_CMA_THREADS). Chunks
+//        are taken round robin over every operation that has some left, so a small transfer
+//        waits behind at most one chunk per copier of a large one; an operation of at least
+//        2 * kMinCmaChunk bytes is cut into at least `copiers` chunks so that one transfer
+//        uses every copier. No lock is held while a chunk is copied, no copy runs on a proc's
+//        loop or actor thread, and the data threads run `nice` steps below the process
+//        (PODIUM_RDMA_NICE): bulk never holds up the control plane (docs/data.md, "Control
+//        never waits behind bulk").
 #pragma once
 
 #include <chrono>
@@ -63,10 +75,15 @@ namespace podium::data {
 
 inline constexpr size_t kDefaultChunkBytes = size_t{4} << 20;
 inline constexpr size_t kDefaultWindow = 4;
+inline constexpr size_t kMaxDefaultCopiers = 2;
+inline constexpr int kDefaultNice = 5;
+inline constexpr size_t kMinCmaChunk = size_t{256} << 10;
 
 struct EngineConfig {
   size_t chunk_bytes = kDefaultChunkBytes;  // DA-3
   size_t window = kDefaultWindow;           // DA-3
+  size_t copiers = 0;                       // DA-11: CMA copy threads; 0: default_copiers()
+  int nice = kDefaultNice;                  // DA-11: data threads' nice, above the process's
 };
 
 // One registered (ucp_mem_map'd) region. Unmapped when the last shared_ptr to it drops (DA-2).
@@ -110,8 +127,9 @@ struct Op {
 
 class Engine {
  public:
-  // DA-1: this process's engine, made on the first call (chunk size from
-  // PODIUM_RDMA_CHUNK_BYTES when set). Later calls return the same engine, or the same error.
+  // DA-1: this process's engine, made on the first call (chunk size, copiers and nice from
+  // PODIUM_RDMA_CHUNK_BYTES, PODIUM_RDMA_CMA_THREADS and PODIUM_RDMA_NICE, when set). Later
+  // calls return the same engine, or the same error.
   [[nodiscard]] static Result<Engine*> instance();
   // A separate engine (tests, benchmarks).
   [[nodiscard]] static Result<std::unique_ptr<Engine>> make(EngineConfig config = {});
@@ -126,6 +144,9 @@ class Engine {
   // DA-10: whether same-host operations are copied with CMA (PODIUM_RDMA_CMA is not 0, and
   // the kernel lets this process use process_vm_readv).
   static bool cma_allowed();
+  // DA-11: kMaxDefaultCopiers where this process may run on 2 * kMaxDefaultCopiers CPUs or
+  // more (its affinity mask), else 1: bulk copies take at most half of its cores.
+  static size_t default_copiers();
 
   // DA-2. `keep` holds the memory alive while it is registered.
   [[nodiscard]] Result<std::shared_ptr<Registration>> register_memory(
@@ -142,6 +163,7 @@ class Engine {
     uint64_t timeouts = 0;     // transfers failed by their timeout (DA-5)
     uint64_t endpoints = 0;    // endpoints open now
     uint64_t active = 0;       // transfers (or their chunks) still in UCX's hands
+    uint64_t copiers = 0;      // threads that copy CMA chunks (DA-11)
   };
   Stats stats() const;
 

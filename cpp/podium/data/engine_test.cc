@@ -7,13 +7,19 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <dirent.h>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace podium::data {
@@ -238,6 +244,41 @@ TEST_P(EngineTransfer, ADeadPeerFailsTheTransfer) {  // DA-6, DA-9
   }
 }
 
+TEST_P(EngineTransfer, CmaChunksAreSharedByTheCopiers) {  // DA-11
+  if (!cma_) GTEST_SKIP() << "copiers copy CMA chunks only";
+  // Two copiers: 1 MiB is cut in two, so both copy one transfer.
+  EngineConfig two;
+  two.copiers = 2;
+  auto e2 = Engine::make(two);
+  ASSERT_TRUE(e2) << e2.error().message;
+  engine_->stop();
+  engine_ = std::move(*e2);
+  EXPECT_EQ(engine_->stats().copiers, 2u);
+  std::vector<uint8_t> into(1 << 20, 0);
+  auto r = engine_->submit({get_op(into)}, 30s).get(60s);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(engine_->stats().chunks, 2u);
+  for (size_t i = 0; i < into.size(); ++i) ASSERT_EQ(into[i], pattern(i, 7)) << "byte " << i;
+  // A large transfer and a small one at once: both complete, chunks round robin.
+  std::vector<uint8_t> big(kBytes, 0), small(4096, 0);
+  auto fb = engine_->submit({get_op(big)}, 30s);
+  auto fs = engine_->submit({get_op(small)}, 30s);
+  ASSERT_TRUE(fs.get(60s));
+  ASSERT_TRUE(fb.get(60s));
+  for (size_t i = 0; i < small.size(); ++i) ASSERT_EQ(small[i], pattern(i, 7));
+  for (size_t i = 0; i < big.size(); i += 4093) ASSERT_EQ(big[i], pattern(i, 7));
+  // One copier: one chunk up to the chunk size.
+  EngineConfig one;
+  one.copiers = 1;
+  auto e1 = Engine::make(one);
+  ASSERT_TRUE(e1) << e1.error().message;
+  std::fill(into.begin(), into.end(), 0);
+  ASSERT_TRUE((*e1)->submit({get_op(into)}, 30s).get(60s));
+  EXPECT_EQ((*e1)->stats().chunks, 1u);
+  EXPECT_EQ(into[12345], pattern(12345, 7));
+  (*e1)->stop();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, EngineTransfer, ::testing::Values("", "tcp", "cma"),
                          [](const auto& info) {
                            return std::string(*info.param ? info.param : "default");
@@ -280,6 +321,63 @@ TEST(EngineRegistration, KeepHoldsTheMemoryWhileRegistered) {  // DA-2
   EXPECT_FALSE(watch.expired());
   r->reset();
   EXPECT_TRUE(watch.expired());
+}
+
+// The nice of every podium-data thread of this process, by thread id.
+std::vector<int> data_thread_nices() {
+  std::vector<int> out;
+  DIR* d = ::opendir("/proc/self/task");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/stat");
+    std::string line;
+    std::getline(f, line);
+    size_t open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    if (line.substr(open + 1, close - open - 1).rfind("podium-data", 0) != 0) continue;
+    std::istringstream rest(line.substr(close + 2));  // field 3 (state) onwards
+    std::string field;
+    for (int i = 3; i <= 19 && rest >> field; ++i) {
+      if (i == 19) out.push_back(std::stoi(field));
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+TEST(EngineThreads, DataThreadsRunBelowTheProcessPriority) {  // DA-11
+  int base = ::getpriority(PRIO_PROCESS, 0);
+  int want = std::min(19, base + kDefaultNice);
+  EngineConfig two;
+  two.copiers = 2;
+  auto e = Engine::make(two);
+  ASSERT_TRUE(e) << e.error().message;
+  // The progress thread and one copier; each lowers its own priority when it starts.
+  std::vector<int> nices;
+  for (int i = 0; i < 200; ++i) {
+    nices = data_thread_nices();
+    size_t low = 0;
+    for (int n : nices) low += n == want ? 1 : 0;
+    if (nices.size() >= 2 && low == nices.size()) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_GE(nices.size(), 2u);
+  for (int n : nices) EXPECT_EQ(n, want);
+  (*e)->stop();
+  EXPECT_TRUE(data_thread_nices().empty());
+}
+
+TEST(EngineThreads, DefaultCopiersTakeAtMostHalfTheCpus) {  // DA-11
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+  size_t cpus = CPU_COUNT(&set);
+  EXPECT_EQ(Engine::default_copiers(), cpus >= 4 ? 2u : 1u);
+  auto e = Engine::make({});
+  ASSERT_TRUE(e) << e.error().message;
+  EXPECT_EQ((*e)->stats().copiers, Engine::default_copiers());
+  (*e)->stop();
 }
 
 TEST(EngineInstance, OneEnginePerProcess) {  // DA-1

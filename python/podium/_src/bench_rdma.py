@@ -1,36 +1,58 @@
-"""`podium bench rdma [--max-mib 256] [--reps 5] [--json]`: podium.rdma between two procs of
-one host, with memcpy of the same sizes, measured in the same run, as the floor.
+"""`podium bench rdma [--quick] [--max-mib 1024] [--bulk-mib 1024] [--tensor-max-mib 256]
+[--reps 3] [--cycles 10000] [--json]`: podium.rdma between two procs of one host, each figure
+next to its floor measured in the same run (docs/data.md, "Figures").
 
-An actor on a spawned proc owns one buffer per size (4 KiB, then x4 up to ``--max-mib``); the
-controller reads each into its own memory (``read_into``) and writes it back
-(``write_from``), ``--reps`` times; the best time of each is reported as bandwidth, next to
-the bandwidth of a memcpy of the same size in this process (a memoryview slice assignment)
-and the ratio. It also reports the latency of a 4 KiB read next to the round trip of an empty
-``call_one`` to the same actor, that round trip again while another thread reads the
-largest buffer (at most 256 MiB) over and over, and ``--cycles`` create/drop cycles in the owner with its
-registration count before and after. Progress goes to stderr; ``--json`` prints one JSON
-object on one line. A benchmark, not a test: it asserts nothing about the figures (docs/data.md).
+An actor on a spawned proc (the owner) and the controller:
+
+- bandwidth: the owner makes one buffer per size (4 KiB, then x4 up to ``--max-mib``); the
+  controller reads it into its own memory (``read_into``) and writes it back (``write_from``),
+  best of ``--reps``, next to a memcpy of the same size in this process (a memoryview slice
+  assignment, best of ``--reps``) and the ratio;
+- latency: a 4 KiB read next to an empty ``call_one`` to the same actor (medians);
+- control under bulk (issue 19 item 6): the ``call_one`` round trip while another thread of
+  the controller reads, then writes, a ``--bulk-mib`` buffer of the same owner over and over,
+  next to the idle round trip measured just before, and their ratio;
+- tensors: a 1-D uint8 torch tensor of 1 MiB, then x4 up to ``--tensor-max-mib``, as the
+  argument of a plain endpoint call (out-of-band frame parts, docs/python.md), next to the
+  same bytes written into a tensor of the owner through ``RDMABuffer.write_from`` (best of
+  ``--reps``; skipped, with the reason, where torch is not installed);
+- lifetime: ``--cycles`` create/drop cycles in the owner, its registration count before and
+  after.
+
+``--quick`` (the test's): sizes up to 1 MiB, a 16 MiB bulk, 1 MiB tensors, 2 reps, 200
+cycles, fewer samples: seconds. Progress goes to stderr; ``--json`` prints one JSON object on
+one line. A benchmark, not a test: it asserts nothing about the figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 import podium.actor as pa
 from podium._core import data as _data
 from podium.rdma import RDMABuffer, get_rdma_backend
 
-_TIMEOUT_S = 120.0
+_TIMEOUT_S = 300.0
+_MIB = 1 << 20
+
+
+def _torch() -> Optional[Any]:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
 
 
 class _Owner(pa.Actor):
     def __init__(self) -> None:
-        self.mem: Dict[int, bytearray] = {}
+        self.mem: Dict[int, Any] = {}
 
     @pa.endpoint
     def make(self, n: int) -> RDMABuffer:
@@ -38,8 +60,23 @@ class _Owner(pa.Actor):
         return RDMABuffer(memoryview(self.mem[n]))
 
     @pa.endpoint
+    def make_tensor(self, n: int) -> RDMABuffer:
+        torch = _torch()
+        assert torch is not None
+        self.mem[n] = torch.zeros(n, dtype=torch.uint8)
+        return RDMABuffer(self.mem[n])
+
+    @pa.endpoint
+    def free(self, n: int) -> None:
+        self.mem.pop(n, None)
+
+    @pa.endpoint
     def ping(self) -> None:
         return None
+
+    @pa.endpoint
+    def take(self, t: Any) -> int:
+        return int(t.numel())
 
     @pa.endpoint
     def cycles(self, n: int) -> List[int]:
@@ -50,98 +87,192 @@ class _Owner(pa.Actor):
         return [before, _data.registration_count()]
 
 
-def _best(fn, reps: int) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+def _time(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _best(fn: Callable[[], Any], reps: int) -> float:
+    return min(_time(fn) for _ in range(reps))
 
 
 def _gbps(n: int, s: float) -> float:
     return n / s / 1e9 if s > 0 else float("inf")
 
 
-def _rtt_under_bulk(owner: Any, n: int) -> Tuple[float, int, int]:
-    """The median call_one round trip to the owner while another thread reads an n-byte
-    buffer of the same owner again and again; and how many reads ran meanwhile."""
+def _us(samples: List[float]) -> float:
+    return statistics.median(samples) * 1e6
+
+
+def _p90_us(samples: List[float]) -> float:
+    return sorted(samples)[len(samples) * 9 // 10] * 1e6
+
+
+def _say(text: str) -> None:
+    print(f"rdma {text}", file=sys.stderr, flush=True)
+
+
+def _bandwidth(owner: Any, sizes: List[int], reps: int) -> List[Dict[str, Any]]:
+    rows = []
+    for n in sizes:
+        buf = owner.make.call_one(n).get(timeout=_TIMEOUT_S)
+        local = memoryview(bytearray(n))
+        other = memoryview(bytearray(n))
+        buf.read_into(local).get(timeout=_TIMEOUT_S)  # warm: pages on both sides
+        r = _best(lambda: buf.read_into(local).get(timeout=_TIMEOUT_S), reps)
+        w = _best(lambda: buf.write_from(local).get(timeout=_TIMEOUT_S), reps)
+
+        def copy() -> None:
+            other[:] = local
+
+        copy()
+        m = _best(copy, reps)
+        rows.append({"bytes": n, "read_gbps": _gbps(n, r), "write_gbps": _gbps(n, w),
+                     "memcpy_gbps": _gbps(n, m), "read_vs_memcpy": m / r,
+                     "write_vs_memcpy": m / w})
+        _say(f"{n:>11} B: read {_gbps(n, r):7.2f} GB/s, write {_gbps(n, w):7.2f} GB/s, "
+             f"memcpy {_gbps(n, m):7.2f} GB/s")
+        buf.drop().get(timeout=_TIMEOUT_S)
+        owner.free.call_one(n).get(timeout=_TIMEOUT_S)
+        del local, other
+    return rows
+
+
+def _rtts(owner: Any, samples: int) -> List[float]:
+    return [_time(lambda: owner.ping.call_one().get(timeout=_TIMEOUT_S))
+            for _ in range(samples)]
+
+
+def _rtt_under_bulk(owner: Any, n: int, write: bool, samples: int) -> Dict[str, Any]:
+    """Item 6: the call_one round trip to the owner while another thread reads (or writes)
+    an n-byte buffer of the same owner over and over, next to the idle round trip measured
+    just before. Only round trips that start and end while one transfer is in flight count;
+    sampling goes on until `samples` of them are in and two transfers have finished, so the
+    samples span whole transfers."""
     buf = owner.make.call_one(n).get(timeout=_TIMEOUT_S)
-    dst = memoryview(bytearray(n))
+    local = memoryview(bytearray(n))
+    buf.read_into(local).get(timeout=_TIMEOUT_S)  # warm: pages on both sides
+    idle = _rtts(owner, samples)
     stop = threading.Event()
-    reads = [0]
+    transfers = [0]
+    busy = threading.Event()  # set while a transfer is in flight
 
     def bulk() -> None:
         while not stop.is_set():
-            buf.read_into(dst).get(timeout=_TIMEOUT_S)
-            reads[0] += 1
+            busy.set()
+            if write:
+                buf.write_from(local).get(timeout=_TIMEOUT_S)
+            else:
+                buf.read_into(local).get(timeout=_TIMEOUT_S)
+            busy.clear()
+            transfers[0] += 1
 
     t = threading.Thread(target=bulk, name="rdma-bench-bulk", daemon=True)
+    under: List[float] = []
     t.start()
     try:
-        while reads[0] == 0 and t.is_alive():  # bounded: each read has its own timeout
-            time.sleep(0.001)
-        rtts = sorted(_best(lambda: owner.ping.call_one().get(timeout=_TIMEOUT_S), 1)
-                      for _ in range(200))
+        busy.wait(timeout=_TIMEOUT_S)
+        deadline = time.monotonic() + 60.0
+        while ((len(under) < samples or transfers[0] < 2) and t.is_alive()
+               and time.monotonic() < deadline):
+            start = transfers[0]
+            if not busy.is_set():
+                continue
+            rtt = _time(lambda: owner.ping.call_one().get(timeout=_TIMEOUT_S))
+            if busy.is_set() and transfers[0] == start:  # one transfer ran throughout
+                under.append(rtt)
     finally:
         stop.set()
         t.join(timeout=_TIMEOUT_S)
     buf.drop().get(timeout=_TIMEOUT_S)
-    return rtts[100], n, reads[0]
+    owner.free.call_one(n).get(timeout=_TIMEOUT_S)
+    ratio = _us(under) / _us(idle) if under else float("nan")
+    kind = "write" if write else "read"
+    _say(f"call_one RTT idle {_us(idle):.1f} us, {_us(under) if under else float('nan'):.1f} "
+         f"us while {n} B {kind}s run ({transfers[0]} of them): x{ratio:.2f}")
+    return {"kind": kind, "bulk_bytes": n, "idle_rtt_median_us": _us(idle),
+            "idle_rtt_p90_us": _p90_us(idle),
+            "rtt_median_us": _us(under) if under else None,
+            "rtt_p90_us": _p90_us(under) if under else None,
+            "samples": len(under),
+            "transfers_during": transfers[0], "ratio": ratio}
 
 
-def run(max_mib: int, reps: int, cycles: int) -> Dict[str, Any]:
+def _tensor_args(owner: Any, sizes: List[int], reps: int) -> List[Dict[str, Any]]:
+    torch = _torch()
+    assert torch is not None
+    rows = []
+    for n in sizes:
+        src = torch.ones(n, dtype=torch.uint8)
+        buf = owner.make_tensor.call_one(n).get(timeout=_TIMEOUT_S)
+        buf.write_from(src).get(timeout=_TIMEOUT_S)  # warm
+        owner.take.call_one(src).get(timeout=_TIMEOUT_S)
+        call = _best(lambda: owner.take.call_one(src).get(timeout=_TIMEOUT_S), reps)
+        rdma = _best(lambda: buf.write_from(src).get(timeout=_TIMEOUT_S), reps)
+        rows.append({"bytes": n, "endpoint_arg_ms": call * 1e3, "rdma_write_ms": rdma * 1e3,
+                     "endpoint_vs_rdma": call / rdma})
+        _say(f"tensor {n:>11} B: endpoint arg {call * 1e3:8.2f} ms, RDMABuffer "
+             f"{rdma * 1e3:8.2f} ms (x{call / rdma:.2f})")
+        buf.drop().get(timeout=_TIMEOUT_S)
+        owner.free.call_one(n).get(timeout=_TIMEOUT_S)
+        del src
+    return rows
+
+
+def _sizes(first: int, last: int) -> List[int]:
+    out, n = [], first
+    while n <= last:
+        out.append(n)
+        n *= 4
+    return out
+
+
+def run(max_mib: int, reps: int, cycles: int, bulk_mib: int, tensor_max_mib: int,
+        samples: int) -> Dict[str, Any]:
     pm = pa.this_host().spawn_procs(per_host={"procs": 1})
     try:
         pm.initialized.get(timeout=_TIMEOUT_S)
         owner = pm.spawn("rdma_bench_owner", _Owner).slice(procs=0)
-        sizes = []
-        n = 4096
-        while n <= max_mib << 20:
-            sizes.append(n)
-            n *= 4
-        rows = []
-        for n in sizes:
-            buf = owner.make.call_one(n).get(timeout=_TIMEOUT_S)
-            local = memoryview(bytearray(n))
-            other = memoryview(bytearray(n))
-            buf.read_into(local).get(timeout=_TIMEOUT_S)  # warm: endpoint, pages
-            r = _best(lambda: buf.read_into(local).get(timeout=_TIMEOUT_S), reps)
-            w = _best(lambda: buf.write_from(local).get(timeout=_TIMEOUT_S), reps)
-
-            def copy() -> None:
-                other[:] = local
-
-            copy()
-            m = _best(copy, reps)
-            rows.append({"bytes": n, "read_gbps": _gbps(n, r), "write_gbps": _gbps(n, w),
-                         "memcpy_gbps": _gbps(n, m), "read_vs_memcpy": m / r,
-                         "write_vs_memcpy": m / w})
-            print(f"rdma {n:>11} B: read {_gbps(n, r):7.2f} GB/s, write {_gbps(n, w):7.2f} "
-                  f"GB/s, memcpy {_gbps(n, m):7.2f} GB/s", file=sys.stderr)
-            buf.drop().get(timeout=_TIMEOUT_S)
+        rows = _bandwidth(owner, _sizes(4096, max_mib * _MIB), reps)
         small = owner.make.call_one(4096).get(timeout=_TIMEOUT_S)
         dst = memoryview(bytearray(4096))
-        lat = sorted(_best(lambda: small.read_into(dst).get(timeout=_TIMEOUT_S), 1)
-                     for _ in range(200))[100]
-        rtt = sorted(_best(lambda: owner.ping.call_one().get(timeout=_TIMEOUT_S), 1)
-                     for _ in range(200))[100]
-        under = _rtt_under_bulk(owner, min(max(sizes), 256 << 20))
+        lat = [_time(lambda: small.read_into(dst).get(timeout=_TIMEOUT_S))
+               for _ in range(samples)]
+        rtt = _rtts(owner, samples)
+        small.drop().get(timeout=_TIMEOUT_S)
+        under = [_rtt_under_bulk(owner, bulk_mib * _MIB, write, samples)
+                 for write in (False, True)]
+        torch = _torch()
+        tensors = (_tensor_args(owner, _sizes(_MIB, tensor_max_mib * _MIB), reps)
+                   if torch is not None else [])
         before, after = owner.cycles.call_one(cycles).get(timeout=_TIMEOUT_S * 10)
+        big = [r for r in rows if r["bytes"] >= _MIB]
         return {
             "benchmark": "rdma",
             "backend": get_rdma_backend(),
             "same_host_path": "cma" if _data.cma_allowed() else "ucx",
             "ucx_version": _data.ucx_version(),
+            "copiers": _data.stats()["copiers"],
             "sizes": rows,
-            "read_4k_median_us": lat * 1e6,
-            "call_one_rtt_median_us": rtt * 1e6,
-            "call_one_rtt_under_bulk_median_us": under[0] * 1e6,
-            "bulk_bytes": under[1],
-            "bulk_reads_during": under[2],
+            "read_4k_median_us": _us(lat),
+            "call_one_rtt_median_us": _us(rtt),
+            "rtt_under_bulk": under,
+            "tensor_args": tensors,
+            "tensor_args_skipped": None if torch is not None else "torch is not installed",
             "create_drop_cycles": cycles,
             "registrations_before": before,
             "registrations_after": after,
+            # The issue's targets, each figure over its floor measured in this run.
+            "targets": {
+                "min_read_vs_memcpy_1mib_up": min((r["read_vs_memcpy"] for r in big),
+                                                  default=None),
+                "min_write_vs_memcpy_1mib_up": min((r["write_vs_memcpy"] for r in big),
+                                                   default=None),
+                "largest_tensor_endpoint_vs_rdma": (tensors[-1]["endpoint_vs_rdma"]
+                                                    if tensors else None),
+                "max_rtt_under_bulk_ratio": max(u["ratio"] for u in under),
+            },
         }
     finally:
         pm.stop().get(timeout=_TIMEOUT_S)
@@ -149,23 +280,43 @@ def run(max_mib: int, reps: int, cycles: int) -> Dict[str, Any]:
 
 def main(argv: List[str]) -> int:
     p = argparse.ArgumentParser(prog="podium bench rdma", description=__doc__.split("\n\n")[0])
-    p.add_argument("--max-mib", type=int, default=256, help="largest size, MiB (default 256)")
-    p.add_argument("--reps", type=int, default=5, help="repetitions per size (best is kept)")
-    p.add_argument("--cycles", type=int, default=10000, help="create/drop cycles (default 10000)")
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes, few reps: seconds (what the test runs)")
+    p.add_argument("--max-mib", type=int, default=None, help="largest size, MiB (default 1024)")
+    p.add_argument("--bulk-mib", type=int, default=None,
+                   help="the transfer in flight while call_one is timed, MiB (default 1024)")
+    p.add_argument("--tensor-max-mib", type=int, default=None,
+                   help="largest tensor argument, MiB (default 256)")
+    p.add_argument("--reps", type=int, default=None, help="repetitions per size (best is kept)")
+    p.add_argument("--cycles", type=int, default=None, help="create/drop cycles (default 10000)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     a = p.parse_args(argv)
-    result = run(a.max_mib, a.reps, a.cycles)
+
+    def pick(value: Optional[int], quick: int, full: int) -> int:
+        return value if value is not None else (quick if a.quick else full)
+
+    result = run(max_mib=pick(a.max_mib, 1, 1024), reps=pick(a.reps, 2, 3),
+                 cycles=pick(a.cycles, 200, 10000), bulk_mib=pick(a.bulk_mib, 16, 1024),
+                 tensor_max_mib=pick(a.tensor_max_mib, 1, 256),
+                 samples=50 if a.quick else 200)
     if a.json:
         print(json.dumps(result))
-    else:
-        for row in result["sizes"]:
-            print(f"{row['bytes']:>11} B  read {row['read_gbps']:7.2f} GB/s "
-                  f"({row['read_vs_memcpy']:.0%} of memcpy)  write {row['write_gbps']:7.2f} GB/s "
-                  f"({row['write_vs_memcpy']:.0%})  memcpy {row['memcpy_gbps']:7.2f} GB/s")
-        print(f"4 KiB read median {result['read_4k_median_us']:.1f} us; call_one RTT median "
-              f"{result['call_one_rtt_median_us']:.1f} us, "
-              f"{result['call_one_rtt_under_bulk_median_us']:.1f} us while "
-              f"{result['bulk_bytes']} B reads run ({result['bulk_reads_during']} of them)")
-        print(f"{result['create_drop_cycles']} create/drop cycles: registrations "
-              f"{result['registrations_before']} -> {result['registrations_after']}")
+        return 0
+    for row in result["sizes"]:
+        print(f"{row['bytes']:>11} B  read {row['read_gbps']:7.2f} GB/s "
+              f"({row['read_vs_memcpy']:.0%} of memcpy)  write {row['write_gbps']:7.2f} GB/s "
+              f"({row['write_vs_memcpy']:.0%})  memcpy {row['memcpy_gbps']:7.2f} GB/s")
+    print(f"4 KiB read median {result['read_4k_median_us']:.1f} us; call_one RTT median "
+          f"{result['call_one_rtt_median_us']:.1f} us")
+    for u in result["rtt_under_bulk"]:
+        print(f"call_one RTT median {u['idle_rtt_median_us']:.1f} us idle, "
+              f"{u['rtt_median_us'] or float('nan'):.1f} us while {u['bulk_bytes']} B "
+              f"{u['kind']}s run: x{u['ratio']:.2f}")
+    for row in result["tensor_args"]:
+        print(f"tensor {row['bytes']:>11} B  endpoint arg {row['endpoint_arg_ms']:8.2f} ms  "
+              f"RDMABuffer {row['rdma_write_ms']:8.2f} ms  x{row['endpoint_vs_rdma']:.2f}")
+    if result["tensor_args_skipped"]:
+        print(f"tensor arguments skipped: {result['tensor_args_skipped']}")
+    print(f"{result['create_drop_cycles']} create/drop cycles: registrations "
+          f"{result['registrations_before']} -> {result['registrations_after']}")
     return 0

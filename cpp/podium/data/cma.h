@@ -1,0 +1,20 @@
+// podium::data::cma — the engine's same-host copies with process_vm_readv/writev (DA-10) and
+// the priority of the threads that run them (DA-11); internal to the data plane (engine.cc).
+// Threads: any; no state.
+#pragma once
+
+#include <cstddef>
+
+#include "podium/data/engine.h"
+
+namespace podium::data::cma {
+
+// Copies [offset, offset + len) of `o` between this process and o.peer_pid: 0, or an errno
+// (ESRCH: the peer ended; EPERM: the kernel refuses CMA).
+int copy(const Op& o, size_t offset, size_t len);
+
+// DA-11: the calling thread runs `nice` steps below its current priority (at most 19), so a
+// proc's loop and actor threads, which carry control, win the CPU from a bulk copy.
+void lower_priority(int nice);
+
+}  // namespace podium::data::cma
