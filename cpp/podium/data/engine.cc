@@ -111,6 +111,7 @@ struct Engine::Impl {
   ucp_context_h ctx = nullptr;
   ucp_worker_h worker = nullptr;
   std::string address;
+  std::string net_devices;  // DA-21: what UCX was restricted to ("": every device)
   int efd = -1;      // the worker's event fd (-1: UCX gave none; the thread polls)
   int wake_fd = -1;  // eventfd: new work or stop
   std::thread progress;
@@ -526,6 +527,18 @@ Result<std::unique_ptr<Engine>> Engine::make(EngineConfig config) {
   ucp_config_t* cfg = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
   if (st != UCS_OK) return std::unexpected(ucx_error(DataErrc::kUnavailable, "ucp_config_read", st));
+  // DA-21: the environment's choice wins; else the devices the caller named.
+  if (const char* env = std::getenv("UCX_NET_DEVICES"); env != nullptr && *env != '\0') {
+    impl->net_devices = env;
+  } else if (!config.net_devices.empty()) {
+    st = ucp_config_modify(cfg, "NET_DEVICES", config.net_devices.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(cfg);
+      return std::unexpected(ucx_error(
+          DataErrc::kUnavailable, "UCX refused NET_DEVICES=" + config.net_devices, st));
+    }
+    impl->net_devices = config.net_devices;
+  }
   ucp_params_t p{};
   p.field_mask = UCP_PARAM_FIELD_FEATURES;
   p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
@@ -563,9 +576,10 @@ void stop_instance() {
 }
 }  // namespace
 
-Result<Engine*> Engine::instance() {
-  std::call_once(g_instance_once, [] {
+Result<Engine*> Engine::instance(std::string_view net_devices) {
+  std::call_once(g_instance_once, [net_devices] {
     EngineConfig config;
+    config.net_devices = std::string(net_devices);
     if (const char* c = std::getenv("PODIUM_RDMA_CHUNK_BYTES")) {
       long long v = std::atoll(c);
       if (v > 0) config.chunk_bytes = static_cast<size_t>(v);
@@ -585,6 +599,8 @@ Result<Engine*> Engine::instance() {
 }
 
 const std::string& Engine::address() const { return impl_->address; }
+
+const std::string& Engine::net_devices() const { return impl_->net_devices; }
 
 Result<std::shared_ptr<Registration>> Engine::register_memory(const void* addr, size_t size,
                                                                 std::shared_ptr<const void> keep) {

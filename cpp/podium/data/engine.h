@@ -46,6 +46,9 @@
 //        so its RMA there is emulated with messages. PODIUM_RDMA_CMA=0 turns this off; a
 //        copy the kernel refuses (EPERM) fails its transfer and turns it off for the rest
 //        of the process. A dead peer fails the copy at once (ESRCH).
+//   DA-21 UCX_NET_DEVICES in the environment wins; else EngineConfig::net_devices, when set,
+//        restricts UCX's network transports (and so the TCP listener UCX's tcp transport
+//        opens on every device it uses) to those devices (ucp_config_modify before ucp_init).
 #pragma once
 
 #include <chrono>
@@ -53,6 +56,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "podium/actor/future.h"
@@ -67,6 +71,9 @@ inline constexpr size_t kDefaultWindow = 4;
 struct EngineConfig {
   size_t chunk_bytes = kDefaultChunkBytes;  // DA-3
   size_t window = kDefaultWindow;           // DA-3
+  // DA-21: the network devices UCX may use (UCX_NET_DEVICES' syntax: "eth0", "eth0,ib0"),
+  // when the environment does not set UCX_NET_DEVICES itself. Empty: UCX's default (all).
+  std::string net_devices;
 };
 
 // One registered (ucp_mem_map'd) region. Unmapped when the last shared_ptr to it drops (DA-2).
@@ -111,8 +118,9 @@ struct Op {
 class Engine {
  public:
   // DA-1: this process's engine, made on the first call (chunk size from
-  // PODIUM_RDMA_CHUNK_BYTES when set). Later calls return the same engine, or the same error.
-  [[nodiscard]] static Result<Engine*> instance();
+  // PODIUM_RDMA_CHUNK_BYTES when set; `net_devices` as EngineConfig's, DA-21). Later calls
+  // return the same engine, or the same error, whatever they pass.
+  [[nodiscard]] static Result<Engine*> instance(std::string_view net_devices = {});
   // A separate engine (tests, benchmarks).
   [[nodiscard]] static Result<std::unique_ptr<Engine>> make(EngineConfig config = {});
   ~Engine();
@@ -121,6 +129,9 @@ class Engine {
 
   // This worker's address (opaque bytes), for peers that will reach this process.
   const std::string& address() const;
+  // The network devices UCX was restricted to (DA-21): EngineConfig::net_devices, or
+  // UCX_NET_DEVICES from the environment; empty: UCX's default (every device).
+  const std::string& net_devices() const;
   // The UCX version this engine runs on ("1.13.1").
   static std::string ucx_version();
   // DA-10: whether same-host operations are copied with CMA (PODIUM_RDMA_CMA is not 0, and
