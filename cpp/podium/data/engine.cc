@@ -28,6 +28,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// DA-22: UCX's software RMA over TCP moves a get's reply and a put in active messages of at
+// most one TCP segment each (8 KiB by default), and acknowledges every put segment; 1 MiB
+// segments cut the messages and acknowledgements 128-fold (docs/data.md, "Across hosts").
+constexpr std::pair<const char*, const char*> kTcpSegDefaults[] = {
+    {"TX_SEG_SIZE", "1m"}, {"RX_SEG_SIZE", "1m"}};
+
 Error ucx_error(DataErrc code, std::string_view what, ucs_status_t st) {
   return make_error(code, std::string(what) + ": " + ucs_status_string(st));
 }
@@ -538,6 +544,19 @@ Result<std::unique_ptr<Engine>> Engine::make(EngineConfig config) {
           DataErrc::kUnavailable, "UCX refused NET_DEVICES=" + config.net_devices, st));
     }
     impl->net_devices = config.net_devices;
+  }
+  // DA-22: UCX's TCP segments, large unless the environment sets them (see engine.h). The
+  // names are the tcp transport's own (UCX applies them to every transport that has them);
+  // set only where tcp may run, since UCX warns about options no transport takes.
+  const char* tls_env = std::getenv("UCX_TLS");
+  std::string tls = tls_env ? tls_env : "";
+  if (tls.empty() || tls[0] == '^' || tls.find("tcp") != std::string::npos ||
+      tls.find("all") != std::string::npos) {
+    for (const auto& [name, value] : kTcpSegDefaults) {
+      if (std::getenv(("UCX_TCP_" + std::string(name)).c_str()) == nullptr) {
+        ucp_config_modify(cfg, name, value);
+      }
+    }
   }
   ucp_params_t p{};
   p.field_mask = UCP_PARAM_FIELD_FEATURES;

@@ -49,6 +49,8 @@
 //   DA-21 UCX_NET_DEVICES in the environment wins; else EngineConfig::net_devices, when set,
 //        restricts UCX's network transports (and so the TCP listener UCX's tcp transport
 //        opens on every device it uses) to those devices (ucp_config_modify before ucp_init).
+//   DA-22 UCX's TCP segments are 1 MiB (UCX_TCP_TX_SEG_SIZE, UCX_TCP_RX_SEG_SIZE) unless the
+//        environment sets them: UCX emulates RMA over TCP with one message per segment.
 #pragma once
 
 #include <chrono>
