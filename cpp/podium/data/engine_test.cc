@@ -291,8 +291,9 @@ TEST(EngineInstance, OneEnginePerProcess) {  // DA-1
   EXPECT_FALSE(Engine::ucx_version().empty());
 }
 
-// DA-21, DA-22: an engine restricted to loopback reaches another such engine over TCP (PEER mode,
-// as between hosts; 3 MiB in 1 MiB TCP segments), unless the environment names the devices.
+// DA-21, DA-22: an engine restricted to loopback reaches another such engine over TCP (PEER
+// mode, as between hosts; 3 MiB in 1 MiB TCP segments), unless the environment names the
+// devices.
 TEST(EngineNetDevices, RestrictedToLoopbackAndStillTransfers) {
   if (const char* env = std::getenv("UCX_NET_DEVICES"); env != nullptr && *env != '\0') {
     auto e = Engine::make({.net_devices = "lo"});

@@ -13,9 +13,8 @@ data plane; DA-21: UCX is restricted to each proc's veth; DA-22: 1 MiB TCP segme
 
 The floor: a TCP server in host A sends N bytes on request over one connection to a client in
 host B, which times request to last byte received (kernel-autotuned socket buffers,
-TCP_NODELAY, 4 MiB send and receive calls). The pump is Python's socket module, whose
-sendall/recv_into are one system call per 4 MiB, so the figure is the kernel's TCP over the
-veth pair. Per size, ``--reps`` rounds each move the size once through the pump, once as a
+TCP_NODELAY, send and receive calls of up to 4 MiB): `podium-tcp-pump` (cpp/tools/
+tcp_pump.cc, plain sockets), or where it is not built the same protocol in Python sockets. Per size, ``--reps`` rounds each move the size once through the pump, once as a
 read and once as a write (best of each kept), so the floor and the figures see the same load.
 
 Sizes: 4 KiB, then x4, up to ``--max-mib``. Progress goes to stderr; ``--json`` prints one
@@ -42,6 +41,7 @@ from typing import Any, Dict, List, Optional
 import podium.actor as pa
 from podium._core import data as _data
 from podium._core import mesh as _mesh
+from podium._src import find_binary
 from podium.rdma import RDMABuffer
 
 _TIMEOUT_S = 300.0
@@ -171,18 +171,25 @@ class _Pump:
     client in host B, which times request to last byte received."""
 
     def __init__(self, net: "_Net", max_bytes: int) -> None:
+        # podium-tcp-pump (cpp/tools/tcp_pump.cc) where built; else the same protocol in
+        # Python, whose sendall/recv_into are one system call per 4 MiB.
+        binary = find_binary("podium-tcp-pump")
+        where = [net.hosts[0]["addr"], str(_PUMP_PORT), str(max_bytes)]
+        if binary is not None:
+            self.kind = "c++ (podium-tcp-pump)"
+            serve, fetch = [str(binary), "serve", *where], [str(binary), "fetch", *where]
+        else:
+            self.kind = "python sockets"
+            serve = [sys.executable, "-c", _SERVER, *where]
+            fetch = [sys.executable, "-c", _CLIENT, *where]
         self.client: Optional[subprocess.Popen] = None
-        self.server = subprocess.Popen(
-            net.wrap(0, [sys.executable, "-c", _SERVER, net.hosts[0]["addr"], str(_PUMP_PORT),
-                         str(max_bytes)]),
-            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        self.server = subprocess.Popen(net.wrap(0, serve), stdout=subprocess.PIPE,
+                                       stdin=subprocess.DEVNULL, text=True)
         try:
             if self.server.stdout.readline().strip() != "ready":
                 raise RuntimeError("the TCP pump's server did not start")
-            self.client = subprocess.Popen(
-                net.wrap(1, [sys.executable, "-c", _CLIENT, net.hosts[0]["addr"],
-                             str(_PUMP_PORT), str(max_bytes)]),
-                stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
+            self.client = subprocess.Popen(net.wrap(1, fetch), stdout=subprocess.PIPE,
+                                           stdin=subprocess.PIPE, text=True)
             if self.client.stdout.readline().strip() != "ready":
                 raise RuntimeError("the TCP pump's client did not connect")
         except BaseException:
@@ -327,7 +334,7 @@ def _measure(net: _Net, sizes: List[int], reps: int) -> Dict[str, Any]:
     finally:
         pump.close()
     procs.stop().get(timeout=_TIMEOUT_S)
-    return {"rows": rows, "where": where, "ucx": _data.ucx_version()}
+    return {"rows": rows, "where": where, "ucx": _data.ucx_version(), "pump": pump.kind}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -366,7 +373,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               "owner": got["where"]["owner"], "reader": got["where"]["reader"],
               "tls": os.environ.get("UCX_TLS", "UCX's default"),
               "floor": "raw TCP, one connection, host A to host B, interleaved with the "
-                       "transfers", "sizes": rows}
+                       "transfers", "pump": got["pump"], "sizes": rows}
     if args.json:
         print(json.dumps(report))
     else:
