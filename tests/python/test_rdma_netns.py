@@ -16,6 +16,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+from podium.actor import Actor, endpoint
+from podium.rdma import RDMABuffer
+from podium._core import data as _data
 from conftest import CHILD_TIMEOUT_S
 from test_multihost_netns import PORT, start_workers, stop_workers
 
@@ -297,3 +302,23 @@ def test_an_owner_host_killed_mid_transfer_fails_the_read_naming_it(network):
     assert actor_id.startswith(proc_a) or proc_a in actor_id, (actor_id, proc_a)
     assert actor_id in message and f"pid {pid_a}" in message, message
     print(f"the owner host's death failed the read after {float(took):.3f} s")
+
+
+class _Local(Actor):
+    @endpoint
+    def where(self):
+        buf = RDMABuffer(memoryview(bytearray(4096)))  # starts the data plane
+        buf.drop().get(timeout=30)
+        return os.getpid(), _data.net_devices()
+
+
+# DA-21 on one host: procs on Unix sockets (the default) keep UCX's TCP listener on loopback.
+def test_a_one_host_job_keeps_ucx_on_loopback(spawn):
+    if os.environ.get("UCX_NET_DEVICES"):
+        pytest.skip("UCX_NET_DEVICES is set: the environment chooses the devices")
+    pid, dev = spawn(_Local).slice(gpus=0).where.call_one().get(timeout=30)
+    assert dev == "lo"
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, timeout=20).stdout
+    addrs = [l.split()[3] for l in out.splitlines() if f"pid={pid}," in l]
+    assert addrs and all(a.startswith("127.0.0.1:") or a.startswith("[::1]:")
+                         for a in addrs), addrs
