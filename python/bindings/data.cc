@@ -18,11 +18,18 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -39,6 +46,7 @@
 #include "podium/data/engine.h"
 #include "podium/mesh/cast.h"
 #include "podium/mesh/runtime.h"
+#include "podium/channel/address.h"
 
 namespace podium::python {
 namespace {
@@ -50,10 +58,82 @@ data::BufferTable& table() {
   return *t;
 }
 
+// The name of the network interface that holds `host` (an IP literal or a name), or "".
+std::string interface_of(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return {};
+  std::string found;
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) == 0) {
+    for (addrinfo* a = res; a != nullptr && found.empty(); a = a->ai_next) {
+      for (ifaddrs* i = ifs; i != nullptr && found.empty(); i = i->ifa_next) {
+        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != a->ai_family) continue;
+        if (a->ai_family == AF_INET) {
+          auto* x = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+          auto* y = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+          if (x->sin_addr.s_addr == y->sin_addr.s_addr) found = i->ifa_name;
+        } else if (a->ai_family == AF_INET6) {
+          auto* x = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+          auto* y = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+          if (std::memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0) {
+            found = i->ifa_name;
+          }
+        }
+      }
+    }
+    ::freeifaddrs(ifs);
+  }
+  ::freeaddrinfo(res);
+  return found;
+}
+
+// DA-21: the network device UCX may use in this process: the interface of the address its
+// control plane listens on, so that UCX's TCP transport connects, and listens, only where
+// the job's traffic goes (a wildcard address stands for default_host_address()). A proc on
+// a Unix socket belongs to a job of one host: loopback ("lo"). "" when no interface holds
+// the address (a NAT'ed DIAL@BIND address): UCX's default, every device.
+std::string control_plane_device() {
+  const auto& addr = mesh::Runtime::get().proc().id().addr;
+  if (addr.transport != channel::Transport::kTcp) return "lo";
+  std::string host = addr.target;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty() || host == "0.0.0.0" || host == "::") host = podium::default_host_address();
+  return interface_of(host);
+}
+
+// This process's engine (DA-1), restricted to the control plane's device (DA-21): made
+// only once the runtime runs, since the device follows from the proc's address.
+Result<data::Engine*> instance() {
+  if (mesh::Runtime::current() == nullptr) {
+    return std::unexpected(make_error(data::DataErrc::kUnavailable,
+                                      "the podium runtime has not started in this process"));
+  }
+  static std::once_flag once;
+  static std::string devices;
+  std::call_once(once, [] { devices = control_plane_device(); });
+  return data::Engine::instance(devices);
+}
+
 data::Engine& engine() {
-  auto e = data::Engine::instance();
+  auto e = instance();
   if (!e) throw_error(e.error());
   return **e;
+}
+
+// Whether UCX can start here, before the runtime runs: a throwaway engine (no devices
+// restricted), made once.
+std::pair<bool, std::string> probe() {
+  static std::once_flag once;
+  static std::pair<bool, std::string> result;
+  std::call_once(once, [] {
+    auto e = data::Engine::make();
+    result = e ? std::make_pair(true, std::string()) : std::make_pair(false, e.error().message);
+  });
+  return result;
 }
 
 Error tagged(size_t op, const Error& e) {
@@ -110,11 +190,16 @@ struct Outcome {
   actor::Promise<mesh::Replies> promise;
   std::atomic<bool> finished{false};
   std::shared_ptr<asio::steady_timer> timer;  // set once by bound(), before any finish
-  void finish(const Status& st) {  // AC-4: the first finish wins
-    if (finished.exchange(true)) return;
-    if (timer) {  // cancelled on the loop, which owns the timer
+  // Cancels the timer of bound() (on the loop, which owns it); a timer that fired already
+  // has finished the outcome.
+  void disarm() {
+    if (timer) {
       asio::post(mesh::Runtime::get().proc().io(), [t = timer] { t->cancel(); });
     }
+  }
+  void finish(const Status& st) {  // AC-4: the first finish wins
+    if (finished.exchange(true)) return;
+    disarm();
     if (st) {
       promise.set(mesh::Replies{mesh::Reply(std::vector<Buffer>{})});
     } else {
@@ -285,6 +370,9 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
                   }
                   // DA-5: a transfer whose caller was told it timed out never starts.
                   if (!run || out->finished.load()) return;
+                  // From here the engine keeps the deadline, and its timeout also cancels
+                  // what is in flight (DA-5): the check's timer would only race it.
+                  out->disarm();
                   auto left = deadline - Clock::now();
                   if (left <= Clock::duration::zero()) left = Clock::duration::zero();
                   eng.submit(std::move(*ops), left).on_ready([out](const Result<void>& r) {
@@ -302,12 +390,23 @@ void bind_data(nb::module_& m) {
   m.def(
       "available",
       [] {
-        auto e = data::Engine::instance();
+        if (mesh::Runtime::current() == nullptr) {
+          auto [ok, why] = probe();
+          return nb::make_tuple(ok, why);
+        }
+        auto e = instance();
         return nb::make_tuple(e.has_value(), e ? std::string() : e.error().message);
       },
       "(True, '') when this process's data plane (a UCX context and worker) runs, starting "
-      "it on first use (DA-1); else (False, why).");
+      "it on first use (DA-1); else (False, why). Before the podium runtime runs: whether "
+      "UCX can start (a throwaway engine), since the engine is made for the proc's address "
+      "(DA-21).");
   m.def("ucx_version", &data::Engine::ucx_version, "The version of the UCX library in use.");
+  m.def(
+      "net_devices", [] { return engine().net_devices(); },
+      "The network devices UCX may use in this process (DA-21): UCX_NET_DEVICES when set, "
+      "else the interface of this process's control-plane address ('lo' on Unix sockets); "
+      "'' when neither applies (UCX's default, every device). Starts the data plane.");
   m.def("cma_allowed", &data::Engine::cma_allowed,
         "Whether same-host transfers are copied with CMA (DA-10; PODIUM_RDMA_CMA=0: never).");
   m.def(
@@ -367,7 +466,8 @@ void bind_data(nb::module_& m) {
   m.def(
       "registration_count",
       [] {
-        auto e = data::Engine::instance();
+        if (mesh::Runtime::current() == nullptr) return size_t{0};
+        auto e = instance();
         return e ? (*e)->registration_count() : size_t{0};
       },
       "Regions this process has registered now (DA-2).");

@@ -30,6 +30,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// DA-22: UCX's software RMA over TCP moves a get's reply and a put in active messages of at
+// most one TCP segment each (8 KiB by default), and acknowledges every put segment; 1 MiB
+// segments cut the messages and acknowledgements 128-fold (docs/data.md, "Across hosts").
+constexpr std::pair<const char*, const char*> kTcpSegDefaults[] = {
+    {"TX_SEG_SIZE", "1m"}, {"RX_SEG_SIZE", "1m"}};
+
 Error ucx_error(DataErrc code, std::string_view what, ucs_status_t st) {
   return make_error(code, std::string(what) + ": " + ucs_status_string(st));
 }
@@ -95,6 +101,7 @@ struct Engine::Impl {
   ucp_context_h ctx = nullptr;
   ucp_worker_h worker = nullptr;
   std::string address;
+  std::string net_devices;  // DA-21: what UCX was restricted to ("": every device)
   int efd = -1;      // the worker's event fd (-1: UCX gave none; the thread polls)
   int wake_fd = -1;  // eventfd: new work or stop
   std::thread progress;
@@ -544,6 +551,31 @@ Result<std::unique_ptr<Engine>> Engine::make(EngineConfig config) {
   ucp_config_t* cfg = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
   if (st != UCS_OK) return std::unexpected(ucx_error(DataErrc::kUnavailable, "ucp_config_read", st));
+  // DA-21: the environment's choice wins; else the devices the caller named.
+  if (const char* env = std::getenv("UCX_NET_DEVICES"); env != nullptr && *env != '\0') {
+    impl->net_devices = env;
+  } else if (!config.net_devices.empty()) {
+    st = ucp_config_modify(cfg, "NET_DEVICES", config.net_devices.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(cfg);
+      return std::unexpected(ucx_error(
+          DataErrc::kUnavailable, "UCX refused NET_DEVICES=" + config.net_devices, st));
+    }
+    impl->net_devices = config.net_devices;
+  }
+  // DA-22: UCX's TCP segments, large unless the environment sets them (see engine.h). The
+  // names are the tcp transport's own (UCX applies them to every transport that has them);
+  // set only where tcp may run, since UCX warns about options no transport takes.
+  const char* tls_env = std::getenv("UCX_TLS");
+  std::string tls = tls_env ? tls_env : "";
+  if (tls.empty() || tls[0] == '^' || tls.find("tcp") != std::string::npos ||
+      tls.find("all") != std::string::npos) {
+    for (const auto& [name, value] : kTcpSegDefaults) {
+      if (std::getenv(("UCX_TCP_" + std::string(name)).c_str()) == nullptr) {
+        ucp_config_modify(cfg, name, value);
+      }
+    }
+  }
   ucp_params_t p{};
   p.field_mask = UCP_PARAM_FIELD_FEATURES;
   p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
@@ -584,14 +616,15 @@ void stop_instance() {
 }
 }  // namespace
 
-Result<Engine*> Engine::instance() {
-  std::call_once(g_instance_once, [] {
+Result<Engine*> Engine::instance(std::string_view net_devices) {
+  std::call_once(g_instance_once, [net_devices] {
     auto env = [](const char* name, long long low, long long high, auto fallback) {
       const char* c = std::getenv(name);
       long long v = c ? std::atoll(c) : 0;
       return c && v >= low ? static_cast<decltype(fallback)>(std::min(v, high)) : fallback;
     };
     EngineConfig config;
+    config.net_devices = std::string(net_devices);
     config.chunk_bytes = env("PODIUM_RDMA_CHUNK_BYTES", 1, 1LL << 40, config.chunk_bytes);
     config.nice = env("PODIUM_RDMA_NICE", 0, 19, config.nice);
     config.copiers = env("PODIUM_RDMA_CMA_THREADS", 1, 16, config.copiers);  // DA-11
@@ -610,6 +643,8 @@ Result<Engine*> Engine::instance() {
 }
 
 const std::string& Engine::address() const { return impl_->address; }
+
+const std::string& Engine::net_devices() const { return impl_->net_devices; }
 
 Result<std::shared_ptr<Registration>> Engine::register_memory(const void* addr, size_t size,
                                                                 std::shared_ptr<const void> keep) {

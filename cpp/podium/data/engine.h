@@ -58,6 +58,11 @@
 //        loop or actor thread, and the data threads run `nice` steps below the process
 //        (PODIUM_RDMA_NICE): bulk never holds up the control plane (docs/data.md, "Control
 //        never waits behind bulk").
+//   DA-21 UCX_NET_DEVICES in the environment wins; else EngineConfig::net_devices, when set,
+//        restricts UCX's network transports (and so the TCP listener UCX's tcp transport
+//        opens on every device it uses) to those devices (ucp_config_modify before ucp_init).
+//   DA-22 UCX's TCP segments are 1 MiB (UCX_TCP_TX_SEG_SIZE, UCX_TCP_RX_SEG_SIZE) unless the
+//        environment sets them: UCX emulates RMA over TCP with one message per segment.
 #pragma once
 
 #include <chrono>
@@ -65,6 +70,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "podium/actor/future.h"
@@ -84,6 +90,9 @@ struct EngineConfig {
   size_t window = kDefaultWindow;           // DA-3
   size_t copiers = 0;                       // DA-11: CMA copy threads; 0: default_copiers()
   int nice = kDefaultNice;                  // DA-11: data threads' nice, above the process's
+  // DA-21: the network devices UCX may use (UCX_NET_DEVICES' syntax: "eth0", "eth0,ib0"),
+  // when the environment does not set UCX_NET_DEVICES itself. Empty: UCX's default (all).
+  std::string net_devices;
 };
 
 // One registered (ucp_mem_map'd) region. Unmapped when the last shared_ptr to it drops (DA-2).
@@ -128,9 +137,10 @@ struct Op {
 class Engine {
  public:
   // DA-1: this process's engine, made on the first call (chunk size, copiers and nice from
-  // PODIUM_RDMA_CHUNK_BYTES, PODIUM_RDMA_CMA_THREADS and PODIUM_RDMA_NICE, when set). Later
-  // calls return the same engine, or the same error.
-  [[nodiscard]] static Result<Engine*> instance();
+  // PODIUM_RDMA_CHUNK_BYTES, PODIUM_RDMA_CMA_THREADS and PODIUM_RDMA_NICE, when set;
+  // `net_devices` as EngineConfig's, DA-21). Later calls return the same engine, or the same
+  // error, whatever they pass.
+  [[nodiscard]] static Result<Engine*> instance(std::string_view net_devices = {});
   // A separate engine (tests, benchmarks).
   [[nodiscard]] static Result<std::unique_ptr<Engine>> make(EngineConfig config = {});
   ~Engine();
@@ -139,6 +149,9 @@ class Engine {
 
   // This worker's address (opaque bytes), for peers that will reach this process.
   const std::string& address() const;
+  // The network devices UCX was restricted to (DA-21): EngineConfig::net_devices, or
+  // UCX_NET_DEVICES from the environment; empty: UCX's default (every device).
+  const std::string& net_devices() const;
   // The UCX version this engine runs on ("1.13.1").
   static std::string ucx_version();
   // DA-10: whether same-host operations are copied with CMA (PODIUM_RDMA_CMA is not 0, and

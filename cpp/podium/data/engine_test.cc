@@ -389,5 +389,37 @@ TEST(EngineInstance, OneEnginePerProcess) {  // DA-1
   EXPECT_FALSE(Engine::ucx_version().empty());
 }
 
+// DA-21, DA-22: an engine restricted to loopback reaches another such engine over TCP (PEER
+// mode, as between hosts; 3 MiB in 1 MiB TCP segments), unless the environment names the
+// devices.
+TEST(EngineNetDevices, RestrictedToLoopbackAndStillTransfers) {
+  if (const char* env = std::getenv("UCX_NET_DEVICES"); env != nullptr && *env != '\0') {
+    auto e = Engine::make({.net_devices = "lo"});
+    ASSERT_TRUE(e) << e.error().message;
+    EXPECT_EQ((*e)->net_devices(), env);  // the environment wins
+    return;
+  }
+  auto owner = Engine::make({.net_devices = "lo"});
+  auto reader = Engine::make({.net_devices = "lo"});
+  ASSERT_TRUE(owner && reader) << (owner ? reader.error().message : owner.error().message);
+  EXPECT_EQ((*owner)->net_devices(), "lo");
+  EXPECT_TRUE(Engine::make({})->get()->net_devices().empty());
+  std::vector<uint8_t> remote(3 << 20), local(remote.size());
+  for (size_t i = 0; i < remote.size(); ++i) remote[i] = static_cast<uint8_t>(i * 7);
+  auto reg = (*owner)->register_memory(remote.data(), remote.size(), nullptr);
+  ASSERT_TRUE(reg) << reg.error().message;
+  Op op;
+  op.kind = Op::Kind::kGet;
+  op.peer = (*owner)->address();
+  op.remote_addr = (*reg)->addr();
+  op.rkey = (*reg)->rkey();
+  op.local = reinterpret_cast<std::byte*>(local.data());
+  op.size = local.size();
+  op.same_host = false;  // PEER mode: UCX's network transports, here loopback only
+  auto done = (*reader)->submit({op}, 20s).get(60s);
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_EQ(local, remote);
+}
+
 }  // namespace
 }  // namespace podium::data

@@ -233,6 +233,8 @@ Result<Boot> Boot::decode(std::string_view line) {
   return b;
 }
 
+Runtime* Runtime::current() { return g_current.load(std::memory_order_acquire); }
+
 Runtime& Runtime::get() {
   // Every cast asks; the runtime is set once and lives until the process exits.
   Runtime* rt = g_current.load(std::memory_order_acquire);

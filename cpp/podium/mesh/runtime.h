@@ -208,6 +208,7 @@ struct HostMeshState {
 class Runtime {
  public:
   static Runtime& get();  // after podium::init()
+  static Runtime* current();  // the runtime, or nullptr before podium::init()
 
   actor::Proc& proc();
   // proc().id().to_string(), cached.

@@ -7,11 +7,16 @@ import podium._core.mesh
 
 def available() -> tuple:
     """
-    (True, '') when this process's data plane (a UCX context and worker) runs, starting it on first use (DA-1); else (False, why).
+    (True, '') when this process's data plane (a UCX context and worker) runs, starting it on first use (DA-1); else (False, why). Before the podium runtime runs: whether UCX can start (a throwaway engine), since the engine is made for the proc's address (DA-21).
     """
 
 def ucx_version() -> str:
     """The version of the UCX library in use."""
+
+def net_devices() -> str:
+    """
+    The network devices UCX may use in this process (DA-21): UCX_NET_DEVICES when set, else the interface of this process's control-plane address ('lo' on Unix sockets); '' when neither applies (UCX's default, every device). Starts the data plane.
+    """
 
 def cma_allowed() -> bool:
     """

@@ -27,6 +27,7 @@ _PYTHON_BENCHMARKS = {
     "attack": "podium._src.bench_attack",
     "soak": "podium._src.bench_soak",
     "rdma": "podium._src.bench_rdma",
+    "rdma-net": "podium._src.bench_rdma_net",
 }
 
 

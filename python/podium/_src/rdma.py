@@ -18,6 +18,11 @@ the bytes one-sidedly (``read_into``, ``write_from``, ``RDMAAction``).
     RuntimeError saying so; a wrong token with PermissionError; a timeout with TimeoutError.
   RD-3 The buffers an actor owns are released (their memory unregistered) when the actor
     stops, as when they are dropped.
+  RD-6 A buffer's owner is on the reader's host (CMA or UCX's shared memory, DA-9, DA-10)
+    only when both run on one kernel in the same network and pid namespaces (``_node()``):
+    hosts that share a machine's name but not its network namespace (containers, the
+    network-namespace hosts of the tests) are other hosts, reached over UCX's network
+    transports, whose pids mean nothing to each other.
 """
 
 from __future__ import annotations
@@ -115,23 +120,48 @@ _HOST = socket.gethostname()
 
 
 def _hostname() -> str:
-    """This host's name: a buffer whose owner has the same one is reached through UCX's
-    shared-memory transports (DA-9)."""
+    """This host's name, as errors name a buffer's owner."""
     return _HOST
+
+
+def _read_id(path: str) -> str:
+    try:
+        return str(os.stat(path).st_ino)
+    except OSError:
+        return "?"
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+# RD-6: the kernel (boot id), and this process's network and pid namespaces.
+_NODE = f"{_boot_id()}/{_read_id('/proc/self/ns/net')}/{_read_id('/proc/self/ns/pid')}"
+
+
+def _node() -> str:
+    """Where this process runs, for the data plane (RD-6): equal for two processes only when
+    one may reach the other's memory by pid (CMA) and shared memory."""
+    return _NODE
 
 
 class _Owner:
     """Who owns a buffer, for error messages."""
 
-    __slots__ = ("actor_id", "proc", "rank", "point", "host", "pid")
+    __slots__ = ("actor_id", "proc", "rank", "point", "host", "pid", "node")
 
     def __init__(self, actor_id: str, proc: str, rank: int, point: str, host: str,
-                 pid: int) -> None:
+                 pid: int, node: str) -> None:
         self.actor_id, self.proc, self.rank, self.point = actor_id, proc, rank, point
-        self.host, self.pid = host, pid
+        self.host, self.pid, self.node = host, pid, node
 
-    def state(self) -> Tuple[str, str, int, str, str, int]:
-        return (self.actor_id, self.proc, self.rank, self.point, self.host, self.pid)
+    def state(self) -> Tuple[str, str, int, str, str, int, str]:
+        return (self.actor_id, self.proc, self.rank, self.point, self.host, self.pid,
+                self.node)
 
     def __str__(self) -> str:
         return (f"{self.actor_id} (rank {self.rank} {self.point}, host {self.host}, "
@@ -161,7 +191,7 @@ class RDMABuffer:
         ins = context().actor_instance
         rank = ins.rank
         self._owner = _Owner(ins.actor_id, _mesh.this_proc_id(), rank.rank if len(rank) else 0,
-                             str(rank), _hostname(), os.getpid())
+                             str(rank), _hostname(), os.getpid(), _node())
         (self._id, self._token, self._addr, self._size, self._rkey, self._worker,
          _writable) = _data.register_buffer(view, ins.actor_id)
         self._dropped = False
@@ -260,9 +290,9 @@ class RDMAAction:
         for _w, b, _v, _n in self._ops:
             b._check_live()
         runtime.ensure_runtime()
-        here = _hostname()
+        here = _node()
         ops = [(w, b._owner.proc, b._id, b._token, b._addr, b._rkey, b._worker, v, n,
-                b._owner.host == here, b._owner.pid) for w, b, v, n in self._ops]
+                b._owner.node == here, b._owner.pid) for w, b, v, n in self._ops]
         kinds = [("write" if w else "read", b) for w, b, _v, _n in self._ops]
         return Future(_data.transfer(ops, float(timeout)), _decode, ("transfer", kinds))
 

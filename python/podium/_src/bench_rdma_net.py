@@ -1,0 +1,389 @@
+"""`podium bench rdma-net [--max-mib 1024] [--reps 3] [--json]` (as root): podium.rdma between
+two hosts, each a network namespace of this machine, with raw TCP socket throughput between
+the same two namespaces, measured in the same run, as the floor (docs/data.md, "Across
+hosts").
+
+The benchmark makes two namespaces, each with a veth link to a bridge in the root namespace on
+a free 10.78.X.0/24 (the controller, this process, is .1 on the bridge; host A is .2, host B
+.3), and deletes them at the end. It starts a `podium worker` in each namespace and attaches
+them over TCP with a fresh secret: an actor on host A owns one buffer per size, an actor on
+host B reads it (``read_into``) and writes it (``write_from``). UCX moves the bytes over its
+tcp transport between the veth addresses (RD-6: the namespaces are different hosts for the
+data plane; DA-21: UCX is restricted to each proc's veth; DA-22: 1 MiB TCP segments).
+
+The floor: a TCP server in host A sends N bytes on request over one connection to a client in
+host B, which times request to last byte received (kernel-autotuned socket buffers,
+TCP_NODELAY, send and receive calls of up to 4 MiB): `podium-tcp-pump` (cpp/tools/
+tcp_pump.cc, plain sockets), or where it is not built the same protocol in Python sockets. Per size, ``--reps`` rounds each move the size once through the pump, once as a
+read and once as a write (best of each kept), so the floor and the figures see the same load.
+
+Sizes: 4 KiB, then x4, up to ``--max-mib``. Progress goes to stderr; ``--json`` prints one
+JSON object. A benchmark, not a test: it asserts nothing about the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any, Dict, List, Optional
+
+import podium.actor as pa
+from podium._core import data as _data
+from podium._core import mesh as _mesh
+from podium._src import find_binary
+from podium.rdma import RDMABuffer
+
+_TIMEOUT_S = 300.0
+_PORT = 7000  # the workers' port, in each namespace's own stack
+_PUMP_PORT = 7100
+
+
+def _ip(*args: str, netns: Optional[str] = None, check: bool = True) -> str:
+    argv = ["ip", *(["-n", netns] if netns else []), *args]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30,
+                         stdin=subprocess.DEVNULL)
+    if check and out.returncode != 0:
+        raise RuntimeError(f"`{' '.join(argv)}` failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+class _Net:
+    """Two namespaces ("hosts" A and B) on a bridge; close() deletes what was made."""
+
+    def __init__(self) -> None:
+        tag = f"{os.getpid():x}{random.randrange(256):02x}"
+        self.bridge = f"pbnb{tag}"[:15]
+        self.hosts: List[Dict[str, str]] = []
+        self._made: List[tuple] = []
+        self._rules: List[List[str]] = []
+        try:
+            net = self._free_subnet()
+            addrs = [str(a) for a in list(net.hosts())[:3]]
+            self.controller_addr = addrs[0]
+            _ip("link", "add", self.bridge, "type", "bridge")
+            self._made.append(("link", self.bridge))
+            _ip("addr", "add", f"{addrs[0]}/24", "dev", self.bridge)
+            _ip("link", "set", self.bridge, "up")
+            for i, name in enumerate("ab"):
+                ns, root, inner = f"pbn{tag}{name}", f"pbv{tag}{name}"[:15], f"pbi{tag}{name}"[:15]
+                _ip("netns", "add", ns)
+                self._made.append(("netns", ns))
+                _ip("link", "add", root, "type", "veth", "peer", "name", inner)
+                self._made.append(("link", root))
+                _ip("link", "set", inner, "netns", ns)
+                _ip("link", "set", inner, "name", "eth0", netns=ns)
+                _ip("addr", "add", f"{addrs[i + 1]}/24", "dev", "eth0", netns=ns)
+                _ip("link", "set", "eth0", "up", netns=ns)
+                _ip("link", "set", "lo", "up", netns=ns)
+                _ip("link", "set", root, "master", self.bridge)
+                _ip("link", "set", root, "up")
+                self.hosts.append({"netns": ns, "addr": addrs[i + 1]})
+            if shutil.which("iptables"):
+                for rule in (["FORWARD", "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"],
+                             ["INPUT", "-i", self.bridge, "-j", "ACCEPT"]):
+                    subprocess.run(["iptables", "-I", *rule], check=True, timeout=30,
+                                   capture_output=True)
+                    self._rules.append(rule)
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _free_subnet() -> ipaddress.IPv4Network:
+        used = [ipaddress.ip_network(t, strict=False) for args in
+                (("-4", "-o", "addr", "show"), ("-4", "route", "show", "table", "all"))
+                for t in re.findall(r"\b(\d+\.\d+\.\d+\.\d+(?:/\d+)?)", _ip(*args))]
+        for x in random.sample(range(256), 256):
+            net = ipaddress.ip_network(f"10.78.{x}.0/24")
+            if not any(net.overlaps(u) for u in used):
+                return net
+        raise RuntimeError("no free 10.78.X.0/24 subnet on this machine")
+
+    def wrap(self, h: int, argv: List[str]) -> List[str]:
+        return ["ip", "netns", "exec", self.hosts[h]["netns"], *argv]
+
+    def close(self) -> None:
+        for rule in reversed(self._rules):
+            subprocess.run(["iptables", "-D", *rule], timeout=30, capture_output=True)
+        self._rules.clear()
+        for kind, name in reversed(self._made):
+            if kind == "link":
+                _ip("link", "del", name, check=False)
+            else:
+                _ip("netns", "del", name, check=False)
+        self._made.clear()
+
+
+_SERVER = textwrap.dedent("""
+    import socket, struct, sys
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((sys.argv[1], int(sys.argv[2])))
+    s.listen(1)
+    print("ready", flush=True)
+    c, _ = s.accept()
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    data = memoryview(bytearray(int(sys.argv[3])))
+    step = 4 << 20
+    while True:
+        head = c.recv(8, socket.MSG_WAITALL)
+        if len(head) < 8:
+            break
+        n = struct.unpack("<Q", head)[0]
+        for off in range(0, n, step):
+            c.sendall(data[off:min(n, off + step)])
+    """)
+
+_CLIENT = textwrap.dedent("""
+    import socket, struct, sys, time
+    c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60)
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = memoryview(bytearray(int(sys.argv[3])))
+    step = 4 << 20
+    print("ready", flush=True)
+    for line in sys.stdin:  # one size a line: the seconds from request to last byte
+        n = int(line)
+        t0 = time.perf_counter()
+        c.sendall(struct.pack("<Q", n))
+        got = 0
+        while got < n:
+            r = c.recv_into(buf[got:min(n, got + step)])
+            if r == 0:
+                raise SystemExit("the server closed the connection")
+            got += r
+        print(time.perf_counter() - t0, flush=True)
+    """)
+
+
+class _Pump:
+    """The floor: a TCP server in host A sends N bytes on request over one connection to a
+    client in host B, which times request to last byte received."""
+
+    def __init__(self, net: "_Net", max_bytes: int) -> None:
+        # podium-tcp-pump (cpp/tools/tcp_pump.cc) where built; else the same protocol in
+        # Python, whose sendall/recv_into are one system call per 4 MiB.
+        binary = find_binary("podium-tcp-pump")
+        where = [net.hosts[0]["addr"], str(_PUMP_PORT), str(max_bytes)]
+        if binary is not None:
+            self.kind = "c++ (podium-tcp-pump)"
+            serve, fetch = [str(binary), "serve", *where], [str(binary), "fetch", *where]
+        else:
+            self.kind = "python sockets"
+            serve = [sys.executable, "-c", _SERVER, *where]
+            fetch = [sys.executable, "-c", _CLIENT, *where]
+        self.client: Optional[subprocess.Popen] = None
+        self.server = subprocess.Popen(net.wrap(0, serve), stdout=subprocess.PIPE,
+                                       stdin=subprocess.DEVNULL, text=True)
+        try:
+            if self.server.stdout.readline().strip() != "ready":
+                raise RuntimeError("the TCP pump's server did not start")
+            self.client = subprocess.Popen(net.wrap(1, fetch), stdout=subprocess.PIPE,
+                                           stdin=subprocess.PIPE, text=True)
+            if self.client.stdout.readline().strip() != "ready":
+                raise RuntimeError("the TCP pump's client did not connect")
+        except BaseException:
+            self.close()
+            raise
+
+    def seconds(self, n: int) -> float:
+        self.client.stdin.write(f"{n}\n")
+        self.client.stdin.flush()
+        line = self.client.stdout.readline()
+        if not line:
+            raise RuntimeError("the TCP pump's client ended")
+        return float(line)
+
+    def close(self) -> None:
+        for p in (self.client, self.server):
+            if p is not None:
+                if p.poll() is None:
+                    p.kill()
+                p.wait(timeout=30)
+
+
+class NetOwner(pa.Actor):
+    def __init__(self) -> None:
+        self.mem: Dict[int, bytearray] = {}
+
+    @pa.endpoint
+    def where(self) -> List[str]:
+        _data.available()
+        return [_mesh.this_proc_id(), _data.net_devices()]
+
+    @pa.endpoint
+    def make(self, n: int) -> RDMABuffer:
+        self.mem[n] = bytearray(n)
+        return RDMABuffer(memoryview(self.mem[n]))
+
+    @pa.endpoint
+    def free(self, n: int) -> None:
+        self.mem.pop(n, None)
+
+
+class NetReader(pa.Actor):
+    @pa.endpoint
+    def where(self) -> List[str]:
+        _data.available()
+        return [_mesh.this_proc_id(), _data.net_devices()]
+
+    @pa.endpoint
+    def prepare(self, n: int) -> None:
+        self.mem = memoryview(bytearray(n))
+
+    @pa.endpoint
+    def read(self, buf: RDMABuffer) -> float:
+        t0 = time.perf_counter()
+        buf.read_into(self.mem, timeout=_TIMEOUT_S).get(timeout=_TIMEOUT_S)
+        return time.perf_counter() - t0
+
+    @pa.endpoint
+    def write(self, buf: RDMABuffer) -> float:
+        t0 = time.perf_counter()
+        buf.write_from(self.mem[:buf.size()], timeout=_TIMEOUT_S).get(timeout=_TIMEOUT_S)
+        return time.perf_counter() - t0
+
+
+def _start_workers(net: _Net, env: Dict[str, str]) -> List[subprocess.Popen]:
+    procs: List[subprocess.Popen] = []
+    try:
+        for h in range(2):
+            procs.append(subprocess.Popen(
+                net.wrap(h, [sys.executable, "-m", "podium", "worker", "--listen",
+                             f"tcp://{net.hosts[h]['addr']}:{_PORT}"]),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True, env=env, start_new_session=True))
+        for p in procs:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                line = p.stdout.readline()
+                if not line or line.startswith("podium worker listening on "):
+                    break
+            else:
+                line = ""
+            if not line.startswith("podium worker listening on "):
+                raise RuntimeError(f"a worker did not start: {line.strip()}")
+    except BaseException:
+        _stop_workers(procs)
+        raise
+    return procs
+
+
+def _stop_workers(procs: List[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p.wait(timeout=30)
+
+
+def _gbps(n: int, s: float) -> float:
+    return n / s / 1e9 if s > 0 else 0.0
+
+
+def _sizes(max_mib: int) -> List[int]:
+    sizes, n = [], 4096
+    while n <= max_mib << 20:
+        sizes.append(n)
+        n *= 4
+    return sizes
+
+
+def _measure(net: _Net, sizes: List[int], reps: int) -> Dict[str, Any]:
+    """Per size, best of ``reps`` rounds; each round moves the size once over the TCP pump,
+    once as an RDMA read and once as an RDMA write, so that the floor and the figures see the
+    same machine load."""
+    pa.enable_transport(f"tcp://{net.controller_addr}:0")
+    hosts = pa.attach_to_workers(workers=[f"tcp://{h['addr']}:{_PORT}" for h in net.hosts])
+    hosts.initialized.get(timeout=60)
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    owner = procs.spawn("rdma_net_owner", NetOwner).slice(hosts=0)
+    reader = procs.spawn("rdma_net_reader", NetReader).slice(hosts=1)
+    where = {"owner": owner.where.call_one().get(timeout=_TIMEOUT_S),
+             "reader": reader.where.call_one().get(timeout=_TIMEOUT_S)}
+    pump = _Pump(net, max(sizes))
+    rows: Dict[int, List[float]] = {}
+    try:
+        for n in sizes:
+            buf = owner.make.call_one(n).get(timeout=_TIMEOUT_S)
+            reader.prepare.call_one(n).get(timeout=_TIMEOUT_S)
+            best = [float("inf")] * 3  # tcp, read, write
+            for _ in range(reps):
+                best[0] = min(best[0], pump.seconds(n))
+                best[1] = min(best[1], reader.read.call_one(buf).get(timeout=_TIMEOUT_S))
+                best[2] = min(best[2], reader.write.call_one(buf).get(timeout=_TIMEOUT_S))
+            buf.drop().get(timeout=_TIMEOUT_S)
+            owner.free.call_one(n).get(timeout=_TIMEOUT_S)
+            reader.prepare.call_one(0).get(timeout=_TIMEOUT_S)
+            rows[n] = best
+            print(f"  {n >> 10:>8} KiB: tcp {_gbps(n, best[0]):6.2f} GB/s, read "
+                  f"{_gbps(n, best[1]):6.2f} GB/s, write {_gbps(n, best[2]):6.2f} GB/s",
+                  file=sys.stderr, flush=True)
+    finally:
+        pump.close()
+    procs.stop().get(timeout=_TIMEOUT_S)
+    return {"rows": rows, "where": where, "ucx": _data.ucx_version(), "pump": pump.kind}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="podium bench rdma-net", description=__doc__.split("\n")[0])
+    ap.add_argument("--max-mib", type=int, default=1024, help="largest size, MiB (1024)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per size; best kept (3)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        print("podium bench rdma-net needs root and `ip` (network namespaces, veth, bridge)",
+              file=sys.stderr)
+        return 2
+    sizes = _sizes(args.max_mib)
+    # One secret for this controller and both workers (SE-1 would make the controller's
+    # only once its runtime starts, after the workers).
+    os.environ.setdefault("PODIUM_SECRET", secrets.token_hex(32))
+    net = _Net()
+    workers: List[subprocess.Popen] = []
+    try:
+        print(f"hosts A {net.hosts[0]['addr']}, B {net.hosts[1]['addr']} (namespaces "
+              f"{net.hosts[0]['netns']}, {net.hosts[1]['netns']})", file=sys.stderr, flush=True)
+        workers = _start_workers(net, dict(os.environ))
+        got = _measure(net, sizes, args.reps)
+    finally:
+        _stop_workers(workers)
+        net.close()
+    rows = []
+    for n in sizes:
+        tcp_s, read_s, write_s = got["rows"][n]
+        tcp = _gbps(n, tcp_s)
+        rows.append({"bytes": n, "read_gbps": round(_gbps(n, read_s), 3),
+                     "write_gbps": round(_gbps(n, write_s), 3), "tcp_gbps": round(tcp, 3),
+                     "read_vs_tcp": round(_gbps(n, read_s) / tcp, 3) if tcp else None,
+                     "write_vs_tcp": round(_gbps(n, write_s) / tcp, 3) if tcp else None})
+    report = {"benchmark": "rdma-net", "ucx": got["ucx"], "reps": args.reps,
+              "owner": got["where"]["owner"], "reader": got["where"]["reader"],
+              "tls": os.environ.get("UCX_TLS", "UCX's default"),
+              "floor": "raw TCP, one connection, host A to host B, interleaved with the "
+                       "transfers", "pump": got["pump"], "sizes": rows}
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"{'size':>10} {'read GB/s':>10} {'write GB/s':>11} {'TCP GB/s':>9} "
+              f"{'read/TCP':>9} {'write/TCP':>10}")
+        for r in rows:
+            print(f"{r['bytes'] >> 10:>6} KiB {r['read_gbps']:>10.2f} {r['write_gbps']:>11.2f} "
+                  f"{r['tcp_gbps']:>9.2f} {r['read_vs_tcp']:>9.2f} {r['write_vs_tcp']:>10.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""`podium bench rdma-net`: podium.rdma between two network-namespace hosts, next to raw TCP
+between the same namespaces. One run prints one JSON object; the test checks its shape, that
+each side's UCX was restricted to its veth (DA-21), and that the namespaces it made are gone
+afterwards, never the figures (a benchmark, not a test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import skip_or_fail
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _namespaces() -> set:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=20)
+    return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+
+
+def test_bench_rdma_net_json_report():  # DA-21
+    import netns
+
+    reason = netns.unavailable_reason()
+    if reason is not None:
+        skip_or_fail(reason)
+    before = _namespaces()
+    r = subprocess.run(
+        [sys.executable, "-m", "podium", "bench", "rdma-net", "--max-mib", "1", "--reps", "1",
+         "--json"],
+        env=os.environ.copy(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=120)
+    assert r.returncode == 0, r.stderr
+    (line,) = [l for l in r.stdout.splitlines() if l.strip()]  # one JSON object, nothing else
+    report = json.loads(line)
+    assert report["benchmark"] == "rdma-net"
+    assert report["pump"] == "c++ (podium-tcp-pump)"
+    owner, reader = report["owner"], report["reader"]
+    assert owner[0].startswith("tcp:10.78.") and reader[0].startswith("tcp:10.78.")
+    assert owner[0].split(":")[1] != reader[0].split(":")[1]  # two hosts
+    assert owner[1] == reader[1] == "eth0"
+    assert [row["bytes"] for row in report["sizes"]] == [4096, 16384, 65536, 262144, 1048576]
+    for row in report["sizes"]:
+        for key in ("read_gbps", "write_gbps", "tcp_gbps", "read_vs_tcp", "write_vs_tcp"):
+            assert _number(row[key]) and row[key] > 0, row
+    assert not {n for n in _namespaces() - before if n.startswith("pbn")}

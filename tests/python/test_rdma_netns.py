@@ -1,0 +1,324 @@
+"""podium.rdma across hosts: each host a network namespace (tests/python/netns.py, the
+`network` fixture) running `python -m podium worker`; the controller attaches from the root
+namespace over TCP (the authenticated control plane), and the bytes go over UCX's tcp
+transport between the veth addresses (docs/data.md, "Across hosts").
+
+The namespaces share this machine's kernel, name and pid namespace, so without RD-6 podium
+would take them for one host and copy with CMA; these tests check that it does not: every
+transfer here goes through UCX, restricted to the interface of the control plane (DA-21).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from podium.actor import Actor, endpoint
+from podium.rdma import RDMABuffer
+from podium._core import data as _data
+from conftest import CHILD_TIMEOUT_S
+from test_multihost_netns import PORT, start_workers, stop_workers
+
+COMMON = textwrap.dedent("""
+    import hashlib, os, signal, sys, time
+    from podium.actor import (Actor, endpoint, attach_to_workers, enable_transport,
+                              SupervisionError)
+    from podium.rdma import RDMAAction, RDMABuffer
+    from podium._core import data as _data
+    from podium._core import mesh as _mesh
+    import podium.actor
+
+    T = 60
+
+    def digest(b):
+        return hashlib.sha256(b).hexdigest()
+
+    class Node(Actor):
+        def __init__(self):
+            self.mem = {}
+            self.bufs = {}
+
+        @endpoint
+        def where(self):
+            _data.available()
+            return _mesh.this_proc_id(), os.getpid(), _data.net_devices()
+
+        @endpoint
+        def make(self, key, n):
+            self.mem[key] = bytearray(os.urandom(n))
+            self.bufs[key] = RDMABuffer(memoryview(self.mem[key]))
+            return self.bufs[key]
+
+        @endpoint
+        def digest(self, key):
+            return digest(self.mem[key])
+
+        @endpoint
+        def read(self, buf):
+            out = bytearray(buf.size())
+            buf.read_into(memoryview(out)).get(timeout=T)
+            return digest(out)
+
+        @endpoint
+        def write(self, buf, n):
+            src = os.urandom(n)
+            buf.write_from(memoryview(src)).get(timeout=T)
+            return digest(src)
+
+        @endpoint
+        def action(self, dst_buf, src_buf, n):
+            # One action over two owners: a read of src_buf, a write into dst_buf.
+            out = bytearray(src_buf.size())
+            src = os.urandom(n)
+            RDMAAction().read_remote(memoryview(out), src_buf).write_remote(
+                dst_buf, memoryview(src)).submit(timeout=T).get(timeout=T)
+            return digest(out), digest(src)
+
+    def attach(controller_addr, workers):
+        enable_transport(f"tcp://{controller_addr}:0")
+        hosts = attach_to_workers(workers=workers)
+        hosts.initialized.get(timeout=30)
+        procs = hosts.spawn_procs(per_host={"gpus": 1})
+        nodes = procs.spawn("node", Node)
+        a, b = nodes.slice(hosts=0), nodes.slice(hosts=1)
+        return a, b
+
+    def in_flight(fut, before):
+        # The transfer is past its owner's check and has chunks in UCX's hands.
+        deadline = time.monotonic() + 30
+        while _data.stats()["chunks"] == before and time.monotonic() < deadline:
+            if fut.done():
+                return False
+            time.sleep(0.0005)
+        return not fut.done()
+    """)
+
+CONTROLLER = COMMON + textwrap.dedent("""
+    controller_addr, workers = sys.argv[1], sys.argv[2:]
+    a, b = attach(controller_addr, workers)
+    for name, node in (("A", a), ("B", b)):
+        proc, pid, dev = node.where.call_one().get(timeout=T)
+        print("WHERE", name, proc, pid, dev, flush=True)
+    _data.available()
+    print("CONTROLLER", _mesh.this_proc_id(), os.getpid(), _data.net_devices(), flush=True)
+
+    # An actor on host A owns a buffer; an actor on host B and the controller read and write it.
+    buf = a.make.call_one("small", 1 << 20).get(timeout=T)
+    want = a.digest.call_one("small").get(timeout=T)
+    print("B_READ", b.read.call_one(buf).get(timeout=T) == want, flush=True)
+    out = bytearray(buf.size())
+    buf.read_into(memoryview(out)).get(timeout=T)
+    print("C_READ", digest(out) == want, flush=True)
+    wrote = b.write.call_one(buf, 1 << 20).get(timeout=T)
+    print("B_WRITE", a.digest.call_one("small").get(timeout=T) == wrote, flush=True)
+    src = os.urandom(1000)
+    buf.write_from(memoryview(src)).get(timeout=T)
+    after = bytearray(buf.size())
+    buf.read_into(memoryview(after)).get(timeout=T)
+    print("C_WRITE", bytes(after[:1000]) == src, flush=True)
+
+    # An RDMAAction on host B over buffers of host A and of the controller's own.
+    mine = bytearray(os.urandom(300_000))
+    own = RDMABuffer(memoryview(mine))
+    got, put = b.action.call_one(own, buf, 300_000).get(timeout=T)
+    print("ACTION", got == a.digest.call_one("small").get(timeout=T), put == digest(mine),
+          flush=True)
+
+    # A large transfer, content checked both ways.
+    big = a.make.call_one("big", 64 << 20).get(timeout=T)
+    dst = bytearray(big.size())
+    big.read_into(memoryview(dst)).get(timeout=T)
+    print("BIG_READ", digest(dst) == a.digest.call_one("big").get(timeout=T), flush=True)
+    src = os.urandom(64 << 20)
+    big.write_from(memoryview(src)).get(timeout=T)
+    print("BIG_WRITE", a.digest.call_one("big").get(timeout=T) == digest(src), flush=True)
+    print("B_BIG_READ", b.read.call_one(big).get(timeout=T) == digest(src), flush=True)
+    # Through UCX endpoints, not CMA: the owner is on another host for the data plane (RD-6).
+    from podium._src import rdma as _rdma
+    print("UCX_ONLY", _data.stats()["endpoints"] >= 1 and big._owner.node != _rdma._node(),
+          flush=True)
+
+    # The listeners UCX opened, for the test to look at while everything is up.
+    print("LISTENERS?", flush=True)
+    sys.stdin.readline()
+
+    # A timeout cancels: the owner stops (SIGSTOP) while chunks are in flight.
+    _, pid_a, _ = a.where.call_one().get(timeout=T)
+    huge = a.make.call_one("huge", 256 << 20).get(timeout=T)
+    sink = bytearray(huge.size())
+    outcome = "never in flight"
+    for attempt in range(5):
+        before = _data.stats()
+        fut = huge.read_into(memoryview(sink), timeout=2)
+        if not in_flight(fut, before["chunks"]):
+            fut.get(timeout=T)
+            continue
+        os.kill(pid_a, signal.SIGSTOP)
+        try:
+            fut.get(timeout=T)
+            outcome = "finished"
+        except TimeoutError as e:
+            outcome = "TIMEOUT " + str(e)
+        finally:
+            os.kill(pid_a, signal.SIGCONT)
+        print("TIMEOUTS", _data.stats()["timeouts"] - before["timeouts"], flush=True)
+        break
+    print("TIMED_OUT", outcome, flush=True)
+    # The owner serves again, over a new endpoint.
+    huge.read_into(memoryview(sink), timeout=T).get(timeout=T)
+    print("AFTER_TIMEOUT", digest(sink) == a.digest.call_one("huge").get(timeout=T),
+          flush=True)
+    print("DONE", flush=True)
+    """)
+
+
+def _listeners(net, h: int, pid: int) -> list[str]:
+    """The local addresses of the TCP sockets that process `pid` listens on inside host h."""
+    out = net.run(h, ["ss", "-Hltnp"]).stdout
+    return sorted(line.split()[3] for line in out.splitlines() if f"pid={pid}," in line)
+
+
+def _run(net, workers, script: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", script, net.controller_addr,
+         *[f"tcp://{h.addr}:{PORT}" for h in net.hosts]],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+# RD-6, DA-21: reads, writes and actions between hosts over UCX's tcp transport, on the
+# interface of the control plane only; DA-5: a timeout across hosts.
+def test_reads_writes_and_actions_between_namespace_hosts(network):
+    net = network(2)
+    workers = start_workers(net)
+    c = _run(net, workers, CONTROLLER)
+    lines: list[str] = []
+    try:
+        while True:
+            line = c.stdout.readline()
+            assert line, "".join(lines) + c.stderr.read()
+            lines.append(line)
+            if line.startswith("LISTENERS?"):
+                break
+        where = {l.split()[1]: l.split()[2:] for l in lines if l.startswith("WHERE")}
+        ctl = next(l.split()[1:] for l in lines if l.startswith("CONTROLLER"))
+        listening = {name: _listeners(net, i, int(where[name][1]))
+                     for i, name in enumerate(("A", "B"))}
+        root = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, timeout=20)
+        ctl_listening = sorted(l.split()[3] for l in root.stdout.splitlines()
+                               if f"pid={ctl[1]}," in l)
+        c.stdin.write("\n")
+        c.stdin.flush()
+        out, err = c.communicate(timeout=CHILD_TIMEOUT_S * 2)
+    finally:
+        if c.poll() is None:
+            c.kill()
+        stop_workers(workers)
+    text = "".join(lines) + out
+    print(text, listening, ctl_listening)
+    # Each actor's proc is on its own host; UCX is restricted to the control plane's device.
+    for i, name in enumerate(("A", "B")):
+        proc, _pid, dev = where[name]
+        assert proc.startswith(f"tcp:{net.hosts[i].addr}:"), where
+        assert dev == "eth0", where
+    assert ctl[2] == net.bridge, ctl
+    # What each process listens on: its control-plane port and UCX's tcp port, both on the
+    # host's own address only (nothing on 0.0.0.0, nothing on loopback).
+    for i, name in enumerate(("A", "B")):
+        addrs = listening[name]
+        assert addrs and all(a.startswith(f"{net.hosts[i].addr}:") for a in addrs), listening
+        assert len(addrs) == 2, listening  # podium's port and UCX's
+    assert ctl_listening and all(a.startswith(f"{net.controller_addr}:")
+                                 for a in ctl_listening), ctl_listening
+    for key in ("B_READ", "C_READ", "B_WRITE", "C_WRITE", "BIG_READ", "BIG_WRITE",
+                "B_BIG_READ", "UCX_ONLY"):
+        assert f"{key} True" in text, (key, text, err)
+    assert "ACTION True True" in text, text + err
+    m = re.search(r"TIMED_OUT (.*)", text)
+    assert m and m.group(1).startswith("TIMEOUT "), text + err
+    assert "did not finish within" in m.group(1) and "check" not in m.group(1), m.group(1)
+    assert "TIMEOUTS 1" in text, text
+    assert "AFTER_TIMEOUT True" in text and "DONE" in text, text + err
+
+
+KILL = COMMON + textwrap.dedent("""
+    controller_addr, worker_a_pgid, workers = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    podium.actor.unhandled_fault_hook = lambda f: None
+    a, b = attach(controller_addr, workers)
+    proc_a, pid_a, _ = a.where.call_one().get(timeout=T)
+    big = a.make.call_one("big", 256 << 20).get(timeout=T)
+    sink = bytearray(big.size())
+    before = _data.stats()["chunks"]
+    fut = big.read_into(memoryview(sink), timeout=T)
+    mid = in_flight(fut, before)
+    # Host A dies: its worker and its proc.
+    os.kill(pid_a, signal.SIGKILL)
+    os.killpg(worker_a_pgid, signal.SIGKILL)
+    print("MIDWAY", mid, flush=True)
+    t = time.monotonic()
+    try:
+        if not mid:  # it finished first: the next read meets the dead host
+            fut = big.read_into(memoryview(sink), timeout=T)
+        fut.get(timeout=T)
+        print("READ?!", flush=True)
+    except SupervisionError as e:
+        print("FAILED %.3f %s|%s|%s|%s|%s" % (time.monotonic() - t, e.actor_id, e.rank, e.host,
+                                            e.pid, e), flush=True)
+    # Host B still serves.
+    buf = b.make.call_one("b", 4096).get(timeout=T)
+    out = bytearray(4096)
+    buf.read_into(memoryview(out)).get(timeout=T)
+    print("B_OK", digest(out) == b.digest.call_one("b").get(timeout=T), proc_a, pid_a,
+          flush=True)
+    """)
+
+
+# RD-2 across hosts: the owner's host dies mid-transfer; the reader gets a SupervisionError
+# naming the owner, its rank and host, at once rather than at its timeout.
+def test_an_owner_host_killed_mid_transfer_fails_the_read_naming_it(network):
+    net = network(2)
+    workers = start_workers(net)
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", KILL, net.controller_addr, str(os.getpgid(workers[0].pid)),
+             *[f"tcp://{h.addr}:{PORT}" for h in net.hosts]],
+            capture_output=True, text=True, timeout=CHILD_TIMEOUT_S * 2,
+            stdin=subprocess.DEVNULL)
+    finally:
+        stop_workers(workers)
+    m = re.search(r"FAILED ([\d.]+) (.*?)\|(.*?)\|(.*?)\|(.*?)\|(.*)", r.stdout)
+    assert m, r.stdout + r.stderr
+    print(r.stdout)
+    took, actor_id, rank, host, pid, message = m.groups()
+    b_ok = re.search(r"B_OK True (\S+) (\d+)", r.stdout)
+    assert b_ok, r.stdout + r.stderr
+    proc_a, pid_a = b_ok.groups()
+    assert proc_a.startswith(f"tcp:{net.hosts[0].addr}:"), proc_a
+    assert rank == "0" and pid == pid_a and host == os.uname().nodename, m.group(0)
+    assert actor_id.startswith(proc_a) or proc_a in actor_id, (actor_id, proc_a)
+    assert actor_id in message and f"pid {pid_a}" in message, message
+    print(f"the owner host's death failed the read after {float(took):.3f} s")
+
+
+class _Local(Actor):
+    @endpoint
+    def where(self):
+        buf = RDMABuffer(memoryview(bytearray(4096)))  # starts the data plane
+        buf.drop().get(timeout=30)
+        return os.getpid(), _data.net_devices()
+
+
+# DA-21 on one host: procs on Unix sockets (the default) keep UCX's TCP listener on loopback.
+def test_a_one_host_job_keeps_ucx_on_loopback(spawn):
+    if os.environ.get("UCX_NET_DEVICES"):
+        pytest.skip("UCX_NET_DEVICES is set: the environment chooses the devices")
+    pid, dev = spawn(_Local).slice(gpus=0).where.call_one().get(timeout=30)
+    assert dev == "lo"
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, timeout=20).stdout
+    addrs = [l.split()[3] for l in out.splitlines() if f"pid={pid}," in l]
+    assert addrs and all(a.startswith("127.0.0.1:") or a.startswith("[::1]:")
+                         for a in addrs), addrs
