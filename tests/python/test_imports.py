@@ -27,6 +27,8 @@ _ALLOWED_IN_FUNCTIONS = {
     # A received torch storage is rebuilt with torch (PK-1); senders without torch never
     # make one, and podium must import without torch.
     ("podium._src.pickling", "torch"): "optional dependency",
+    # The benchmark's tensor-argument figures, where torch is installed.
+    ("podium._src.bench_rdma", "torch"): "optional dependency",
     # The zygote's purpose is to preload, in its main() before it forks; not a podium module.
     ("podium._src.zygote", "cloudpickle"): "preloaded on purpose",
 }
