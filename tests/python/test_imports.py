@@ -167,3 +167,19 @@ def test_each_private_module_imports_alone_in_a_fresh_interpreter():
         if p.returncode != 0:
             failed.append(f"import {m} failed:\n{out}")
     assert not failed, "\n".join(failed)
+
+
+def test_importing_podium_puts_libstdcxx_in_the_global_scope():
+    """podium/__init__.py loads libstdc++ RTLD_GLOBAL before podium._core: loaded only as the
+    dependency of an RTLD_LOCAL extension, it made PyTorch's CUDA build abort at a later
+    `import torch` ("free(): invalid pointer"), in the controller and in every proc. A fresh
+    interpreter (which does not link libstdc++ itself) finds std::terminate in the global
+    scope after `import podium`, and not before."""
+    probe = ("import ctypes, sys\n"
+             "before = hasattr(ctypes.CDLL(None), '_ZSt9terminatev')\n"
+             "import podium\n"
+             "after = hasattr(ctypes.CDLL(None), '_ZSt9terminatev')\n"
+             "print(before, after)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.split() == ["False", "True"], out.stdout + out.stderr
