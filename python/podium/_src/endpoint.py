@@ -26,6 +26,23 @@ class Actor:
         lgr.setLevel(logging.DEBUG)
         return lgr
 
+    @classmethod
+    def options(cls, **opts: Any) -> Any:
+        """Service options, as TorchForge's: ``MyActor.options(procs=1, num_replicas=2)
+        .as_service(*args)`` starts a service (podium.service, docs/services.md)."""
+        if _service_options is None:
+            raise RuntimeError("services need podium.service (import podium.actor first)")
+        return _service_options(cls, opts)
+
+
+# podium._src.service's ServiceOptions maker, handed in by it when imported (it sits above).
+_service_options: Optional[Callable[[type, Dict[str, Any]], Any]] = None
+
+
+def set_service_options(fn: Callable[[type, Dict[str, Any]], Any]) -> None:
+    global _service_options
+    _service_options = fn
+
 
 class EndpointProperty:
     """What @endpoint puts on the class. On an actor instance (inside the actor) it is the
@@ -264,3 +281,19 @@ def check_call(
             signature.bind(None, *args, **kwargs)
     except TypeError as e:
         raise TypeError(f"{what}: {e}") from None
+
+
+def _init_signature(cls: type) -> inspect.Signature:
+    try:
+        return inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        return inspect.Signature([inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
+                                  inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+                                  inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
+
+
+def check_spawn(Class: Any, args: tuple, kwargs: dict) -> None:
+    """What spawning ``Class(*args, **kwargs)`` checks first: the class (check_actor_class),
+    then that the arguments fit its ``__init__`` (TypeError naming the class)."""
+    check_actor_class(Class)
+    check_call(f"{Class.__qualname__}()", _init_signature(Class), args, kwargs)

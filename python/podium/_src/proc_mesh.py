@@ -46,10 +46,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
 from podium._src import context, logs, pickling, runtime, server, supervision, tls
+from podium._src import restart as _restart
 from podium._src.bootstrap_cmd import _launches, _prod, _python_command
 from podium._src.actor_mesh import ActorMesh, _decode_bootstrap, _decode_none
 from podium._src.context import actor_context
-from podium._src.endpoint import Actor, check_actor_class, check_call, endpoint
+from podium._src.endpoint import Actor, check_actor_class, endpoint
+from podium._src.endpoint import check_spawn as _check_spawn
 from podium._src.errors import PROC_MESH_IS_STOPPED, SupervisionError
 from podium._src.future import CoroFuture, Future
 from podium._src.runtime import enable_transport, ensure_runtime
@@ -106,20 +108,6 @@ def attach_to_workers(*, workers: Any, name: Optional[str] = None,
     hm = HostMesh(None, _mesh.HostMesh.attach(addrs))
     hm._name = name
     return hm
-
-
-def _init_signature(cls: type) -> Any:
-    try:
-        return inspect.signature(cls.__init__)
-    except (TypeError, ValueError):
-        return inspect.Signature([inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
-                                  inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
-                                  inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
-
-
-def _check_spawn(Class: Any, args: tuple, kwargs: dict) -> None:
-    check_actor_class(Class)
-    check_call(f"{Class.__qualname__}()", _init_signature(Class), args, kwargs)
 
 
 # --- HostMesh -------------------------------------------------------------------------------
@@ -491,9 +479,13 @@ class ProcMesh(MeshShape):
 
     def spawn(self, name: str, Class: Type[T], *args: Any, **kwargs: Any) -> ActorMesh[T]:
         """Creates one ``Class(*args, **kwargs)`` per proc, named ``name``; returns the
-        ActorMesh at once (``.initialized`` resolves after every ``__init__``)."""
+        ActorMesh at once (``.initialized`` resolves after every ``__init__``). With
+        ``restart=RestartPolicy(...)``: a RestartingActorMesh (restart.py, RS-1..RS-5)."""
         if not isinstance(name, str):
             raise TypeError(f"spawn(name, Class, ...): name must be a str, not {name!r}")
+        if isinstance(kwargs.get("restart"), _restart.RestartPolicy):
+            _check_spawn(Class, args, {k: v for k, v in kwargs.items() if k != "restart"})
+            return _restart.spawn(self, name, Class, args, kwargs, this_host)
         _check_spawn(Class, args, kwargs)
         return self._spawn(name, Class, args, kwargs, "wait" if self._shared.bootstrap else None)
 

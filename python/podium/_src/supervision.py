@@ -23,6 +23,12 @@ Invariants stated here (docs/supervision.md sums them up):
        runs the supervision itself, on its thread. A proc exit that raised no fault (its
        ProcMesh was stopped, SV-2) is not waited for; an actor's report is, up to
        _GATE_WAIT_S.
+  SV-8 A failure of a mesh that a restart policy or a service keeps (``keep_mesh``) goes to
+       its keeper first, on the thread that would supervise it: "quiet" (a service
+       replica) handles it without telling the owner; "tell" (a restart policy) handles it
+       and still runs the owner's ``__supervise__`` for it, whose answer then does not
+       fail the owner (the root's unhandled_fault_hook is not run); None (restarts
+       exhausted) leaves it to the owner as any other failure.
 
 See docs/supervision.md for the model and the texts users see.
 """
@@ -133,6 +139,27 @@ def register_mesh(mesh: Any) -> None:
     _meshes[mesh.name] = mesh
 
 
+# SV-8: the keepers of meshes by mesh name (restart.py), each a function of a MeshFailure
+# returning "quiet", "tell" or None. Guarded by _lock.
+_keepers: Dict[str, Callable[[MeshFailure], Optional[str]]] = {}
+
+
+def keep_mesh(mesh_name: str, keeper: Optional[Callable[[MeshFailure], Optional[str]]]) -> None:
+    """Makes ``keeper`` see the failures of mesh ``mesh_name`` first (SV-8); None: no more."""
+    with _lock:
+        if keeper is None:
+            _keepers.pop(mesh_name, None)
+        else:
+            _keepers[mesh_name] = keeper
+
+
+def _kept(failure: MeshFailure) -> Optional[str]:
+    """What the keeper of the failed mesh did with the failure (SV-8); None: not kept."""
+    with _lock:
+        keeper = _keepers.get(failure.mesh_name)
+    return keeper(failure) if keeper is not None else None
+
+
 def start() -> None:
     """Failures of meshes owned by this process's root go to the hook thread (idempotent)."""
     global _thread
@@ -155,6 +182,8 @@ def _fault_main() -> None:
 
 
 def _run_hook(failure: MeshFailure) -> None:
+    if _kept(failure) is not None:  # a restart policy or a service handles it (SV-8)
+        return
     hook = getattr(_hook_module, "unhandled_fault_hook", unhandled_fault_hook)
     try:
         hook(failure)
@@ -301,7 +330,8 @@ class OwnerSupervision:
         actor fails too, which its own owner learns (SV-3)."""
         failure = MeshFailure(d)
         try:
-            found = self._supervisor_of(failure)
+            kept = _kept(failure)  # SV-8
+            found = None if kept == "quiet" else self._supervisor_of(failure, kept)
             if found is None:
                 return
             token = self._enter()
@@ -313,6 +343,7 @@ class OwnerSupervision:
                         result = loop.run_until_complete(result)
                     finally:
                         loop.close()
+                result = result or kept
             except BaseException as e:
                 return self._unhandled(failure, e)
             finally:
@@ -358,7 +389,8 @@ class OwnerSupervision:
     async def _supervise_async(self, d: Dict[str, Any]) -> None:
         failure = MeshFailure(d)
         try:
-            found = self._supervisor_of(failure)
+            kept = _kept(failure)  # SV-8
+            found = None if kept == "quiet" else self._supervisor_of(failure, kept)
             if found is None:
                 return
             token = self._enter()
@@ -366,6 +398,7 @@ class OwnerSupervision:
                 result = found(failure)
                 if inspect.isawaitable(result):
                     result = await result
+                result = result or kept
             except asyncio.CancelledError:  # the actor stops: the failure goes with it
                 return
             except BaseException as e:
@@ -427,12 +460,15 @@ class OwnerSupervision:
                         waiter.set_result(None)
             self._sup_waiters.clear()
 
-    def _supervisor_of(self, failure: "MeshFailure") -> Optional[Callable[..., Any]]:
+    def _supervisor_of(self, failure: "MeshFailure", kept: Optional[str] = None
+                       ) -> Optional[Callable[..., Any]]:
         """The owner's __supervise__, or None when this actor cannot handle the failure (no
-        __supervise__, or failed already): then it is unhandled here."""
+        __supervise__, or failed already): then it is unhandled here, unless its keeper
+        handled it (SV-8)."""
         fn = getattr(self.instance, "__supervise__", None)
         if fn is None or self.inbox.failed:
-            self._unhandled(failure, None)
+            if kept is None:
+                self._unhandled(failure, None)
             return None
         return fn
 

@@ -36,6 +36,8 @@ from podium._src.compat import (
     Uid,
 )
 from podium._src.telemetry import get_meter, span, traced
+from podium._src.restart import RestartPolicy
+from podium._src import service as _service  # noqa: F401  (Actor.options makes services)
 
 __all__ = [
     "Accumulator",
@@ -56,6 +58,7 @@ __all__ = [
     "PortReceiver",
     "ProcId",
     "ProcMesh",
+    "RestartPolicy",
     "SupervisionError",
     "Uid",
     "ValueMesh",
