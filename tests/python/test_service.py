@@ -130,6 +130,16 @@ def test_call_one_on_a_chosen_replica(service):
         svc.boom.route().get(WAIT_S)
 
 
+def test_replicas_of_several_procs(service):
+    svc = service(procs=2, num_replicas=1)
+    st = svc.status()[0]
+    assert [p["rank"] for p in st["procs"]] == [0, 1]
+    routed = svc.pid.route().get(WAIT_S)  # every proc of the replica runs it
+    assert list(routed.values()) == [p["pid"] for p in st["procs"]]
+    (fanned,) = svc.pid.fanout().get(WAIT_S)
+    assert list(fanned.values()) == list(routed.values())
+
+
 def test_status_reports_each_replica(service):
     svc = service()
     st = svc.status()
@@ -213,6 +223,40 @@ def test_a_failed_replica_is_replaced(service):  # SR-3
     assert new != pids[1] and str(pids[1]) in st[1]["last_failure"]
     assert gone_within([pids[1]]) == []
     assert svc.pid.fanout().get(WAIT_S) == [pids[0], new]
+
+
+class Tally(Actor):
+    def __init__(self) -> None:
+        self.n = 0
+
+    @endpoint
+    def add(self, k: int) -> int:
+        self.n += k
+        return self.n
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    def __checkpoint__(self) -> int:
+        return self.n
+
+    def __restore__(self, state: int) -> None:
+        self.n = state
+
+
+def test_a_replacement_is_restored_from_its_checkpoint():  # SR-3, RS-2, RS-4
+    svc = Tally.options(num_replicas=1).as_service().get(WAIT_S)
+    try:
+        assert [svc.add.route(k).get(WAIT_S) for k in (1, 2, 3)] == [1, 3, 6]
+        pid = svc.pid.route().get(WAIT_S)
+        os.kill(pid, signal.SIGKILL)
+        eventually(lambda: svc.status()[0]["restarts"] == 1 and svc.status()[0]["healthy"],
+                   WAIT_S, "the replica replaced")
+        assert svc.add.route(4).get(WAIT_S) == 10
+        assert svc.pid.route().get(WAIT_S) != pid
+    finally:
+        svc.shutdown().get(WAIT_S * 2)
 
 
 def test_shutdown_leaves_no_process(service):  # SR-6

@@ -62,6 +62,7 @@ _spawn_lock = threading.Lock()
 # How long a restart may take to stop a failed incarnation, and to start a new one.
 STOP_WAIT_S = 20.0
 START_WAIT_S = 60.0
+_POLL_S = 0.01  # how often a call waiting for a restart looks again
 
 
 @dataclass(frozen=True)
@@ -341,20 +342,28 @@ class Keeper:
 
     # --- calls ----------------------------------------------------------------------------
 
+    def _now(self) -> Any:
+        """Under the lock: the current ActorMesh if it runs, None while it (re)starts and
+        calls wait; raises as RS-3 says otherwise."""
+        if self.state == "running":
+            return self.mesh
+        if self.state == "stopped":
+            raise SupervisionError(f"{self.what} was stopped")
+        if self.state == "failed":
+            raise SupervisionError(self.error or f"{self.what} failed")
+        if self.state == "restarting" and self.policy.on_restart == "fail":
+            raise self._restarting("is restarting")
+        return None
+
     def current(self, timeout: Optional[float] = None) -> Any:
         """The current incarnation's ActorMesh, as RS-3 says (blocks while it restarts)."""
         wait = self.policy.wait_timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
         with self._cond:
-            deadline = time.monotonic() + wait
             while True:
-                if self.state == "running":
-                    return self.mesh
-                if self.state == "stopped":
-                    raise SupervisionError(f"{self.what} was stopped")
-                if self.state == "failed":
-                    raise SupervisionError(self.error or f"{self.what} failed")
-                if self.state == "restarting" and self.policy.on_restart == "fail":
-                    raise self._restarting("is restarting")
+                mesh = self._now()
+                if mesh is not None:
+                    return mesh
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise self._restarting(f"did not come back within {wait:g} s")
@@ -367,10 +376,17 @@ class Keeper:
                                f"{self.policy.max_restarts}) after: {cause}", f, self.restarts)
 
     async def current_async(self, timeout: Optional[float] = None) -> Any:
-        with self._cond:
-            if self.state == "running":
-                return self.mesh
-        return await asyncio.get_running_loop().run_in_executor(None, self.current, timeout)
+        """current() for a coroutine: looks again every _POLL_S, never blocks the loop."""
+        wait = self.policy.wait_timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        while True:
+            with self._cond:
+                mesh = self._now()
+                if mesh is not None:
+                    return mesh
+                if time.monotonic() > deadline:
+                    raise self._restarting(f"did not come back within {wait:g} s")
+            await asyncio.sleep(_POLL_S)
 
     async def checkpoint_async(self, mesh: Any) -> None:
         """Takes every rank's ``__checkpoint__`` of ``mesh`` and stores it, if ``mesh`` is

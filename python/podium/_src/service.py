@@ -452,22 +452,26 @@ class _ReplicaView:
         self._service = service
         self._index = index
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> "_ReplicaEndpoint":
         if name.startswith("_"):
             raise AttributeError(name)
-        ep = getattr(self._service, name)
-        index = self._index
-
-        class _One:
-            def call_one(self, *args: Any, **kwargs: Any) -> "Future[Any]":
-                return ep.call_one(*args, replica=index, **kwargs)
-
-        return _One()
+        return _ReplicaEndpoint(getattr(self._service, name), self._index)
 
     @property
     def actor_mesh(self) -> Any:
         """The replica's current actor mesh (waits, bounded, while it restarts)."""
         return self._service._replicas[self._index].keeper.current()
+
+
+class _ReplicaEndpoint:
+    """``service.replica(i).ep``: call_one goes to replica i."""
+
+    def __init__(self, ep: ServiceEndpoint, index: int) -> None:
+        self._ep = ep
+        self._index = index
+
+    def call_one(self, *args: Any, **kwargs: Any) -> "Future[Any]":
+        return self._ep.call_one(*args, replica=self._index, **kwargs)
 
 
 class _Session:
