@@ -310,6 +310,26 @@ def test_a_service_started_inside_an_actor(new_procs, faults):
     assert faults() == []
 
 
+class Broken(Actor):
+    def __init__(self, pid_file: str) -> None:
+        with open(pid_file, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        raise RuntimeError("no model here")
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_a_service_that_cannot_start_raises_and_leaves_no_process(tmp_path, faults):
+    pid_file = tmp_path / "pids"
+    with pytest.raises(Exception, match="no model here"):
+        Broken.options(num_replicas=2).as_service(str(pid_file)).get(WAIT_S * 2)
+    pids = [int(p) for p in pid_file.read_text().split()]
+    assert pids and gone_within(pids) == []
+    assert faults() == []
+
+
 def test_awaitable_as_service_and_options_checks():
     async def main():
         svc = await Worker.options(num_replicas=1, hosts=this_host()).as_service()

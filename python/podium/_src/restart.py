@@ -28,9 +28,9 @@ Invariants:
        ``__checkpoint__``) a call through the mesh resolves only once the checkpoint taken
        right after it (every rank's ``__checkpoint__``) is stored; ``"on_request"`` takes
        one only on ``checkpoint()``. A restart restores the newest stored checkpoint.
-  RS-5 ``stop()`` ends the keeping, waits (bounded) for a restart in progress, stops the
-       current incarnation's actors and every ProcMesh the policy spawned: no proc the policy
-       started outlives it.
+  RS-5 ``stop()`` ends the restarts (a failure reported after it is absorbed, told to
+       nobody), waits (bounded) for a restart in progress, stops the current incarnation's
+       actors and every ProcMesh the policy spawned: no proc the policy started outlives it.
 """
 
 from __future__ import annotations
@@ -174,18 +174,15 @@ class Keeper:
     """Keeps one mesh alive (RS-1..RS-5). ``respawn(gen)`` returns ``(procs, mesh)``: the
     ProcMesh it spawned (stopped with the incarnation) and the ActorMesh, not yet
     initialized. ``quiet``: failures are not told to the owner and exhausted restarts leave
-    the keeper "failed" instead of failing the owner (a service's replica).
-    ``on_change(keeper)`` runs whenever its state changes (any thread)."""
+    the keeper "failed" instead of failing the owner (a service's replica)."""
 
     def __init__(self, what: str, cls: type, respawn: Callable[[int], Tuple[Any, Any]],
-                 policy: RestartPolicy, quiet: bool = False,
-                 on_change: Optional[Callable[["Keeper"], None]] = None) -> None:
+                 policy: RestartPolicy, quiet: bool = False) -> None:
         self.what = what
         self.cls = cls
         self.policy = policy
         self._respawn = respawn
         self._quiet = quiet
-        self._on_change = on_change
         # The spawner's context: restarts spawn as it did (the same owner supervises them).
         self._ctx = contextvars.copy_context()
         self._cond = threading.Condition()  # guards every field below
@@ -197,8 +194,11 @@ class Keeper:
         self.failure: Any = None  # the last MeshFailure
         self.error: Optional[str] = None  # why it is failed
         self._states: Optional[List[Any]] = None  # the newest checkpoint, per rank
-        self._names: List[str] = []  # the mesh names kept (SV-8), every incarnation's
         self._thread: Optional[threading.Thread] = None
+        # The incarnation whose failure started the restart in progress, and a failure of
+        # the one a restart (or start_first) is bringing up, which must not become current.
+        self._failed_name: Optional[str] = None
+        self._pending: Any = None
         self.checkpoints = _has(cls, "__checkpoint__")
         self.restores = self.checkpoints and _has(cls, "__restore__")
 
@@ -208,12 +208,10 @@ class Keeper:
         """Incarnation 0: ``mesh`` (on ``procs`` when the keeper spawned them)."""
         with self._cond:
             self.procs, self.mesh = procs, mesh
-            self._names.append(mesh.name)
             if running:
                 self.state = "running"
             self._cond.notify_all()
         supervision.keep_mesh(mesh.name, self._on_failure)
-        self._changed()
 
     def start_first(self, timeout: float = START_WAIT_S) -> None:
         """Spawns incarnation 0 with ``respawn(0)`` and waits until it is up (raises why
@@ -223,31 +221,32 @@ class Keeper:
         self.start(procs, mesh, running=False)
         try:
             mesh.initialized.get(timeout)
+            with self._cond:
+                pending, self._pending = self._pending, None
+                if pending is None and self.state == "starting":
+                    self.state = "running"
+                self._cond.notify_all()
+            if pending is not None:  # it failed as it came up
+                raise SupervisionError(f"{self.what} failed as it started: "
+                                       f"{pending.report()}")
         except BaseException:
             self.stop(STOP_WAIT_S)
             raise
-        with self._cond:
-            if self.state == "starting":
-                self.state = "running"
-            self._cond.notify_all()
-        self._changed()
-
-    def _changed(self) -> None:
-        if self._on_change is not None:
-            try:
-                self._on_change(self)
-            except Exception:  # a listener's bug must not stop a restart
-                logger.exception("%s: state listener raised", self.what)
 
     def _on_failure(self, failure: Any) -> Optional[str]:
         """SV-8: the keeper's answer to a failure of one of its meshes (RS-1)."""
         tell = "quiet" if self._quiet else "tell"
         with self._cond:
-            if self.state == "stopped" or self.mesh is None or \
-                    failure.mesh_name != self.mesh.name:
+            if self.state == "stopped":
+                return "quiet"  # late news of what stop() stopped
+            if self.mesh is None or failure.mesh_name != self.mesh.name:
                 return tell  # an older incarnation's, or one being started by a restart
-            if self.state == "restarting":
-                return tell  # another rank of the incarnation being restarted
+            if self.state in ("starting", "restarting"):
+                # Another rank of the incarnation being restarted is not news; the one being
+                # brought up failed: its start or restart fails with it.
+                if failure.mesh_name != self._failed_name:
+                    self._pending = failure
+                return tell
             self.failure = failure
             if self.restarts >= self.policy.max_restarts:
                 self.state = "failed"
@@ -258,6 +257,7 @@ class Keeper:
                 answer: Optional[str] = "quiet" if self._quiet else None
             else:
                 self.state = "restarting"
+                self._failed_name = failure.mesh_name
                 self.restarts += 1
                 k = self.restarts
                 self._thread = threading.Thread(
@@ -271,7 +271,6 @@ class Keeper:
         elif answer is not None:
             logger.warning("%s: restarting (restart %d of at most %d) after: %s", self.what,
                            self.restarts, self.policy.max_restarts, failure.report())
-        self._changed()
         return answer
 
     def _restart(self, k: int) -> None:
@@ -292,8 +291,8 @@ class Keeper:
             else:
                 error = None
                 with self._cond:
-                    self._names.append(mesh.name)
                     self.procs, self.mesh, self.gen = procs, mesh, gen
+                    self._pending = None
                 supervision.keep_mesh(mesh.name, self._on_failure)
                 try:
                     mesh.initialized.get(START_WAIT_S)
@@ -303,6 +302,10 @@ class Keeper:
             with self._cond:
                 if self.state == "stopped":
                     break  # stop() stops what this made
+                if error is None and self._pending is not None:
+                    error = SupervisionError(self._pending.report())
+                self._pending = None
+                self._failed_name = self.mesh.name if self.mesh is not None else None
                 if error is None:
                     self.state = "running"
                     self._cond.notify_all()
@@ -318,7 +321,6 @@ class Keeper:
                 self.restarts += 1
                 k = self.restarts
                 logger.warning("%s: restart failed (%s); trying again", self.what, error)
-        self._changed()
 
     def _retire(self, mesh: Any, procs: Any) -> None:
         """Stops a failed incarnation: its actors, and the procs spawned for it."""
@@ -411,9 +413,7 @@ class Keeper:
             self.state = "stopped"
             self._cond.notify_all()
             thread = self._thread
-            names = list(self._names)
-        for name in names:
-            supervision.keep_mesh(name, None)
+        # Its mesh names stay kept: a failure reported after the stop is absorbed (RS-5).
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout + START_WAIT_S)
         with self._cond:
@@ -423,7 +423,6 @@ class Keeper:
             _quiet_get(mesh.stop(), timeout, f"{self.what}: stopping the actors")
         if procs is not None and not procs._shared.stopped:
             procs.stop().get(timeout)
-        self._changed()
 
 
 class RestartingActorMesh(MeshShape, Generic[T]):
