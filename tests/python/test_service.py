@@ -289,6 +289,29 @@ class Starter(Actor):
         return {"pids": pids, "routed": routed, "fanned": fanned}
 
 
+class Healer(Actor):
+    """Owns a service and, within one endpoint call (so its own __supervise__ path is busy),
+    kills a replica and routes until the replica is replaced."""
+
+    @endpoint
+    def run(self) -> dict:
+        svc = Worker.options(procs=1, num_replicas=2).as_service().get(WAIT_S)
+        try:
+            pids = [r["procs"][0]["pid"] for r in svc.status()]
+            os.kill(pids[0], signal.SIGKILL)
+            routed = []
+            deadline = time.monotonic() + WAIT_S
+            while time.monotonic() < deadline:
+                routed.append(svc.pid.route().get(WAIT_S))
+                st = svc.status()[0]
+                if st["restarts"] == 1 and st["healthy"]:
+                    break
+                time.sleep(0.01)
+            return {"pids": pids, "routed": routed, "status": svc.status()}
+        finally:
+            svc.shutdown().get(WAIT_S * 2)
+
+
 class AsyncStarter(Actor):
     @endpoint
     async def run(self) -> list:
@@ -327,6 +350,14 @@ def test_a_service_that_cannot_start_raises_and_leaves_no_process(tmp_path, faul
         Broken.options(num_replicas=2).as_service(str(pid_file)).get(WAIT_S * 2)
     pids = [int(p) for p in pid_file.read_text().split()]
     assert pids and gone_within(pids) == []
+    assert faults() == []
+
+
+def test_a_service_in_a_busy_sync_actor_replaces_its_replica(new_procs, faults):  # SR-3
+    out = new_procs(procs=1).spawn("healer", Healer).run.call_one().get(WAIT_S * 3)
+    st = out["status"][0]
+    assert st["restarts"] == 1 and st["healthy"], out
+    assert out["pids"][0] not in out["routed"][1:]  # at most the first call saw it die
     assert faults() == []
 
 

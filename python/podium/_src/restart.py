@@ -6,7 +6,8 @@ A Keeper holds one mesh's current incarnation (its ActorMesh, and the ProcMesh i
 for it, if any). The failures of its incarnations reach it first (supervision SV-8).
 
 Invariants:
-  RS-1 A failure of the current incarnation (an actor failed, or its proc ended) starts one
+  RS-1 A failure of the current incarnation (an actor failed, or its proc ended), reported
+       by supervision or seen by a call through the mesh, whichever comes first, starts one
        restart of that incarnation (failures of its other ranks, or of older incarnations,
        start none), and the owner's ``__supervise__`` still runs for it (its answer does not
        fail the owner; the root's unhandled_fault_hook is not run). Once ``max_restarts``
@@ -170,6 +171,23 @@ def _quiet_get(fut: Any, timeout: float, what: str) -> None:
         logger.info("%s: %s", what, e)
 
 
+class _CallFailure:
+    """A failure a call saw (its SupervisionError), as the keeper keeps a MeshFailure."""
+
+    def __init__(self, e: SupervisionError) -> None:
+        self.mesh_name = e.mesh_name
+        self.actor_id = e.actor_id
+        self.rank = e.rank
+        self.point = e.point
+        self.host = e.host
+        self.pid = e.pid
+        self.cause = e.cause
+        self._report = e.message
+
+    def report(self) -> str:
+        return self._report
+
+
 class Keeper:
     """Keeps one mesh alive (RS-1..RS-5). ``respawn(gen)`` returns ``(procs, mesh)``: the
     ProcMesh it spawned (stopped with the incarnation) and the ActorMesh, not yet
@@ -272,6 +290,17 @@ class Keeper:
             logger.warning("%s: restarting (restart %d of at most %d) after: %s", self.what,
                            self.restarts, self.policy.max_restarts, failure.report())
         return answer
+
+    def call_failed(self, mesh: Any, e: BaseException) -> None:
+        """A call on incarnation ``mesh`` raised ``e``: when ``e`` says that its actor
+        failed or its proc ended, the restart starts now, without waiting for the
+        supervision event (which a sync owner busy in an endpoint handles only after it)."""
+        if not isinstance(e, SupervisionError) or not getattr(e, "_child_failure", None):
+            return
+        with self._cond:
+            if self.state != "running" or mesh is not self.mesh:
+                return
+        self._on_failure(_CallFailure(e))
 
     def _restart(self, k: int) -> None:
         """RS-2, on a thread of its own, in the spawner's context."""
@@ -511,7 +540,11 @@ class _RestartingEndpoint:
 
         async def run() -> Any:
             mesh = await keeper.current_async()
-            result = await getattr(getattr(mesh, name), adverb)(*args, **kwargs)
+            try:
+                result = await getattr(getattr(mesh, name), adverb)(*args, **kwargs)
+            except SupervisionError as e:
+                keeper.call_failed(mesh, e)
+                raise
             if keeper.auto_checkpoint:
                 await keeper.checkpoint_async(mesh)  # RS-4
             return result

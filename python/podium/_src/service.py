@@ -17,8 +17,8 @@ Invariants:
   SR-2 fanout() calls every healthy replica once and returns their results in replica order.
   SR-3 A replica whose actor fails or whose proc ends leaves routing at once: on its
        supervision event (SV-8, not by polling), or on the first call through the service
-       that fails with its SupervisionError, whichever comes first. It is replaced in the
-       background (new procs, a new actor, restored from its last checkpoint when its class
+       that fails with its SupervisionError, whichever comes first (a sync owner busy in an
+       endpoint supervises only after it). It is replaced in the background, from then on (new procs, a new actor, restored from its last checkpoint when its class
        has ``__checkpoint__``/``__restore__``; RS-2), counted in its restarts, and routed to
        again once its new actor is up. Replicas are never told to the owner's
        ``__supervise__``; a replica out of restarts stays out of routing ("failed").
@@ -283,6 +283,7 @@ class Service:
         with self._lock:
             if r.keeper.mesh is mesh:
                 r.suspect = mesh
+        r.keeper.call_failed(mesh, e)
         return ServiceError(f"service '{self.name}' replica {r.index}: {what} failed: {e}",
                             self.name, r.index, e)
 
