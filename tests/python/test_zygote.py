@@ -144,3 +144,47 @@ def test_a_dead_zygote_fails_its_procs_and_the_next_spawn_starts_a_new_one():
             again.stop().get(timeout=T)
     finally:
         procs.stop().get(timeout=T)
+
+
+CONCURRENT_FIRST_SPAWNS = textwrap.dedent(
+    """
+    import json, os, threading
+    from podium.actor import Actor, endpoint, this_host
+
+    class Pid(Actor):
+        @endpoint
+        def pid(self):
+            return os.getpid(), os.getppid()
+
+    barrier = threading.Barrier(4)
+    results, errors = [None] * 4, []
+
+    def spawn(i):
+        try:
+            barrier.wait(timeout=20)
+            procs = this_host().spawn_procs(per_host={"procs": 1})
+            results[i] = procs.spawn("pid", Pid).pid.call_one().get(timeout=20)
+        except BaseException as e:
+            errors.append(f"{i}: {e}")
+
+    threads = [threading.Thread(target=spawn, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    print(json.dumps({"results": results, "errors": errors}), flush=True)
+    """
+)
+
+
+def test_first_spawns_from_several_threads_at_once_share_one_zygote(tmp_path):
+    # PS-3: each thread's first spawn found no zygote and started its own; the last one
+    # replaced the others, whose stop SIGKILLed the procs already forked from them.
+    r = run_script(tmp_path, "first_spawns.py", CONCURRENT_FIRST_SPAWNS)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["errors"] == [], (out["errors"], r.stderr[-2000:])
+    parents = {ppid for _, ppid in out["results"]}
+    assert len(parents) == 1, out
+    if os.environ.get("PODIUM_ZYGOTE", "1") != "0":
+        assert "killed by signal" not in r.stderr, r.stderr[-2000:]

@@ -103,25 +103,36 @@ std::shared_ptr<host::Zygote> ProcSpawner::zygote_for_spawn() {
     if (zygote_failed_) return nullptr;
     if (zygote_ && zygote_->alive()) return zygote_;
   }
+  // PS-3: the check and the start run together on the spawner's one thread, so callers that
+  // raced past the check above share the zygote the first of them started; replacing a live
+  // one would SIGKILL the procs already forked from it (ME-3).
   auto started = thread_.run<std::shared_ptr<host::Zygote>>(
       [&]() -> Result<std::shared_ptr<host::Zygote>> {
+        {
+          std::lock_guard lock(mu_);
+          if (zygote_failed_) return std::shared_ptr<host::Zygote>{};
+          if (zygote_ && zygote_->alive()) return zygote_;
+        }
         host::ChildSpec spec;
         spec.path = zygote_argv_[0];
         spec.argv = zygote_argv_;
         add_output_fds(spec);
-        return host::Zygote::start(io_, watcher_, spec);
+        auto zygote = host::Zygote::start(io_, watcher_, spec);
+        if (!zygote) return std::unexpected(zygote.error());
+        std::lock_guard lock(mu_);
+        zygote_ = std::move(*zygote);
+        return zygote_;
       },
       kSpawnWait);
+  if (started) return *started;
+  if (started.error().is(MeshErrc::kShutDown)) return nullptr;
   std::lock_guard lock(mu_);
-  if (!started) {
-    if (started.error().is(MeshErrc::kShutDown)) return nullptr;
+  if (!zygote_failed_) {
     spdlog::warn("podium: cannot start the zygote ({}); procs start as new processes",
                  started.error().to_string());
-    zygote_failed_ = true;
-    return nullptr;
   }
-  zygote_ = std::move(*started);
-  return zygote_;
+  zygote_failed_ = true;
+  return nullptr;
 }
 
 // A launch's binding goes to the proc in PODIUM_PROC_BIND (LA-1), its variables after the

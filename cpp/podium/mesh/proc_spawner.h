@@ -20,6 +20,8 @@
 //        for (a fork is bounded).
 //   PS-2 stop() returns once the thread has ended and been joined; jobs queued behind it are
 //        dropped with kShutDown, and post()/run() after it refuse at once.
+//   PS-3 At most one zygote is live: callers that ask for it at once share the one the first
+//        of them started (its start and the check for a live one are one job on the thread).
 #pragma once
 
 #include <sys/types.h>
