@@ -456,14 +456,15 @@ class Communicator:
         else:
             group = self._group(members, "nccl" if t.device.type == "cuda" else "gloo")
             try:
-                result = _run(group, t, reduction, scatter, self._waiter(group))
+                result = _run(group, t, reduction, scatter, inplace, self._waiter(group))
                 group.seq += 1
             except Exception as e:
                 raise self._failed(group, e) from e
         result = result.to(out_dtype) if result.dtype != out_dtype else result
         assert tuple(result.shape) == tuple(out_shape), (result.shape, out_shape)
         if inplace:
-            t.copy_(result)
+            if result is not t:
+                t.copy_(result)
             return t
         return result
 
@@ -530,23 +531,27 @@ class Communicator:
         timeout = self.timeout_s
 
         def wait(work: Any) -> None:
-            if not work.is_completed():
-                start = time.monotonic()
-                deadline = start + timeout
-                check = start + _CHECK_AFTER_S
-                pause = 20e-6
-                while not work.is_completed():
-                    now = time.monotonic()
-                    if now >= deadline:
-                        raise TimeoutError(f"not done within {timeout:g} s")
-                    if now >= check:
-                        failed = self._reported_failed(group)
-                        if failed:
-                            raise PeerFailed(f"ranks {failed} reported that this call failed")
-                        check = now + _CHECK_EVERY_S
-                    time.sleep(pause)
-                    pause = min(pause * 2, 0.005)
-            work.wait()
+            if group.backend != "gloo":
+                # NCCL: wait() orders the current stream after the collective; a stuck
+                # collective is NCCL's watchdog's (the group's timeout), not the CPU's.
+                work.wait()
+                return
+            deadline = time.monotonic() + timeout
+            piece = _CHECK_AFTER_S
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"not done within {timeout:g} s")
+                try:
+                    work.wait(datetime.timedelta(seconds=min(piece, left)))
+                    return
+                except RuntimeError as e:
+                    if "timed out" not in str(e):
+                        raise
+                failed = self._reported_failed(group)
+                if failed:
+                    raise PeerFailed(f"ranks {failed} reported that this call failed")
+                piece = _CHECK_EVERY_S
 
         return wait
 
@@ -619,8 +624,8 @@ def _local(t: Any, reduction: str, scatter: bool) -> Any:
     return out[0] if scatter else out
 
 
-def _run(group: _Group, t: Any, reduction: str, scatter: bool, wait: Any) -> Any:
-
+def _run(group: _Group, t: Any, reduction: str, scatter: bool, inplace: bool, wait: Any
+         ) -> Any:
     pg, n = group.pg, group.size
     x = t.contiguous()
     if reduction == "stack":
@@ -636,7 +641,7 @@ def _run(group: _Group, t: Any, reduction: str, scatter: bool, wait: Any) -> Any
         x = x.to(torch.int64)
     op = getattr(dist.ReduceOp, _OPS[reduction])
     if scatter and group.backend == "gloo":
-        # gloo's reduce-scatter work never reports completion until waited on, so it could
+        # gloo's reduce-scatter runs inside wait() and ignores wait's timeout, so it could
         # not be bounded (CO-5): all-reduce, then keep this member's row.
         full = x.clone() if x is t else x
         opts = dist.AllreduceOptions()
@@ -649,7 +654,8 @@ def _run(group: _Group, t: Any, reduction: str, scatter: bool, wait: Any) -> Any
         opts.reduceOp = op
         wait(pg._reduce_scatter_base(out.view(-1), x.reshape(-1), opts))
     else:
-        out = x.clone() if x is t else x
+        # in place on a contiguous input: reduce t itself (no copy, as DDP's gradients want)
+        out = x.clone() if (x is t and not inplace) else x
         opts = dist.AllreduceOptions()
         opts.reduceOp = op
         wait(pg.allreduce([out], opts))
