@@ -30,10 +30,13 @@ class Member(Actor):
         Communicator.configure(store, namespace=namespace, timeout_s=timeout_s)
 
     @endpoint
-    def reduce(self, members, reduction, scatter, inplace, data, dtype="float32"):
+    def reduce(self, members, reduction, scatter, inplace, data, dtype="float32", root=None):
         t = torch.tensor(data, dtype=getattr(torch, dtype))
+        before = t.clone()
         out = Communicator.get().reduce(t, members=tuple(members), reduction=reduction,
-                                        scatter=scatter, inplace=inplace)
+                                        scatter=scatter, inplace=inplace, root=root)
+        if out is None:
+            return None, None, torch.equal(t, before)  # not the root: nothing, t untouched
         return out.tolist(), str(out.dtype), out is t
 
     @endpoint
@@ -98,13 +101,15 @@ def _points(mesh):
 
 
 def _reduce_along(actors, view, dims, reduction, scatter=False, inplace=False, data=None,
-                  dtype="float32"):
-    """Every proc of ``view`` reduces data(global_rank) along dims; results by view rank."""
+                  dtype="float32", root=None):
+    """Every proc of ``view`` reduces data(global_rank) along dims; results by view rank.
+    root(members) picks a group's root."""
     base = view._region.base_ranks()
     args = []
     for p, g in zip(_points(view), base):
         members = members_along(view, dims, g)
-        args.append((g, (list(members), reduction, scatter, inplace, data(g), dtype)))
+        r = None if root is None else root(members)
+        args.append((g, (list(members), reduction, scatter, inplace, data(g), dtype, r)))
     # the actors are addressed on the root mesh by global rank
     root_points = {g: p for g, p in zip(range(len(_points(actors))), _points(actors))}
     futs = [actors.slice(**root_points[g]).reduce.call_one(*a) for g, a in args]
@@ -190,11 +195,29 @@ def test_after_rename_split_and_slice(members4, mesh4):  # CO-1
 
 
 def test_reduce_to_one_rank(members4, mesh4):
-    """The engine's reduce/gather to one rank (mesh=...): the group is the members of the
-    reduced dims; the target keeps its result (the others drop theirs)."""
-    results = _reduce_along(members4, mesh4.flatten("all"), "all", "stack",
-                            data=lambda g: [float(g)])
-    assert results[0][0] == [[0.0], [1.0], [2.0], [3.0]]
+    """The engine's reduce / gather to one rank (``mesh=`` a sub-mesh): only the root gets the
+    result; the others get None and their input stays as it was, even in place."""
+    data = lambda g: [float(g + 1)]  # noqa: E731
+    flat = mesh4.flatten("all")
+    results = _reduce_along(members4, flat, "all", "sum", data=data, root=lambda m: m[2])
+    assert results == [(None, None, True), (None, None, True), ([10.0], "torch.float32", False),
+                       (None, None, True)]
+    results = _reduce_along(members4, flat, "all", "stack", data=data, root=lambda m: m[0])
+    assert results[0][0] == [[1.0], [2.0], [3.0], [4.0]]
+    assert [r[0] for r in results[1:]] == [None] * 3
+    # along x of the 2x2 mesh, in place, to the x=0 member of each group
+    results = _reduce_along(members4, mesh4, "x", "avg", inplace=True, data=data,
+                            root=lambda m: m[0])
+    # roots 0 and 1 hold the averages; ranks 2 and 3 get their own t back, unchanged
+    assert results == [([2.0], "torch.float32", True), ([3.0], "torch.float32", True),
+                       ([3.0], "torch.float32", True), ([4.0], "torch.float32", True)]
+
+
+def test_rank_comes_from_the_actors_proc(spawn, mesh4, store):
+    """Without configure(rank=), a proc's rank is its rank in the root mesh, also for actors
+    spawned on a slice."""
+    row = spawn(Member, store, "mesh4", on=mesh4.slice(x=1))
+    assert sorted(row.rank.call().get(timeout=T).values()) == [2, 3]
 
 
 def test_rendezvous_goes_through_the_store_and_gloo_listens_on_loopback(members4, mesh4,
@@ -220,6 +243,8 @@ def test_bad_input_is_refused_and_the_proc_still_serves(members4, mesh4):  # CO-
         (members, "sum", True, False, [1.0, 2.0, 3.0], "float32"),  # 3 rows for 4 members
         (members, "median", False, False, [1.0], "float32"),  # unknown reduction
         (members, "sum", True, True, [[1.0]] * 4, "float32"),  # scatter in place
+        (members, "sum", True, False, [[1.0]] * 4, "float32", 0),  # scatter to one rank
+        (members, "sum", False, False, [1.0], "float32", 7),  # a root outside the group
         ([1, 2, 3], "sum", False, False, [1.0], "float32"),  # rank 0 not a member
     ]:
         with pytest.raises(Exception) as info:
@@ -333,3 +358,6 @@ def test_reduce_meta_shapes_and_refusals():  # CO-2
         reduce_meta((2, 2), f, 2, "sum", True, inplace=True)
     with pytest.raises(ValueError):
         reduce_meta((2,), f, 2, "stack", False, inplace=True)
+    with pytest.raises(ValueError):
+        reduce_meta((2, 2), f, 2, "sum", True, to_one=True)
+    assert reduce_meta((2,), f, 2, "stack", False, to_one=True) == ((2, 2), f)

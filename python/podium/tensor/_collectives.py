@@ -16,7 +16,8 @@ pickles into endpoint arguments. ``rank`` is the proc's rank in the root proc me
 that ``members`` are made of). ``namespace`` keeps groups of two engines (two root meshes with
 the same ranks) apart in one store. Without ``configure`` the Communicator finds the
 controller's singleton store itself (``get_or_spawn_controller``), takes its rank from the
-calling actor's proc and its namespace from that proc's root mesh (its first proc's address); ``timeout_s=None`` takes ``collective_timeout`` of podium's config
+calling actor's proc and its namespace from that proc's root mesh (its first proc's
+address); ``timeout_s=None`` takes ``collective_timeout`` of podium's config
 (``podium.config.configure(collective_timeout="30s")``) as the controller has it when the
 proc first needs it (60 s by default).
 
@@ -153,9 +154,11 @@ def members_along(shape: Any, dims: "str | Sequence[str]", rank: int) -> Tuple[i
 
 
 def reduce_meta(shape: Sequence[int], dtype: Any, group_size: int, reduction: str,
-                scatter: bool, inplace: bool = False) -> Tuple[tuple, Any]:
+                scatter: bool, inplace: bool = False, to_one: bool = False
+                ) -> Tuple[tuple, Any]:
     """The output (shape, dtype) of reducing a tensor of ``shape`` and ``dtype`` over a group
-    of ``group_size``; ValueError for what the collective would refuse (CO-2)."""
+    of ``group_size`` (``to_one``: to one member, Communicator.reduce's ``root``); ValueError
+    for what the collective would refuse (CO-2)."""
 
     shape = tuple(int(s) for s in shape)
     if reduction not in REDUCTIONS:
@@ -171,6 +174,8 @@ def reduce_meta(shape: Sequence[int], dtype: Any, group_size: int, reduction: st
     if inplace and (scatter or reduction == "stack"):
         raise ValueError(f"reduction {reduction!r} with scatter={scatter} is not valid in place: "
                          f"the output size does not match the input size")
+    if scatter and to_one:
+        raise ValueError("scatter=True gives each member a part: it cannot reduce to one rank")
     if scatter:
         if not shape or shape[0] != group_size:
             raise ValueError(f"when scattering results the outermost dimension of a tensor of "
@@ -440,26 +445,36 @@ class Communicator:
     # -- the collective ------------------------------------------------------------------------
 
     def reduce(self, t: Any, *, members: Tuple[int, ...], reduction: str, scatter: bool,
-               inplace: bool) -> Any:
+               inplace: bool, root: Optional[int] = None) -> Any:
         """Reduces ``t`` over ``members`` (global ranks, this proc's among them, the same on
-        every member); returns the result, or ``t`` written over when ``inplace``."""
+        every member); returns the result, or ``t`` written over when ``inplace``.
+
+        ``root`` (a member's global rank; for ``t.reduce(..., mesh=one_rank)``): only that
+        member gets the result (a reduce, or a gather for ``stack``); the others get None
+        (``t`` unchanged when ``inplace``)."""
         members = tuple(int(m) for m in members)
         if len(set(members)) != len(members):
             raise ValueError(f"members {members} repeat a rank")
         rank = self.rank
         if rank not in members:
             raise ValueError(f"this proc (rank {rank}) is not in the group {members}")
+        if root is not None and int(root) not in members:
+            raise ValueError(f"root {root} is not in the group {members}")
         out_shape, out_dtype = reduce_meta(tuple(t.shape), t.dtype, len(members), reduction,
-                                           scatter, inplace)
+                                           scatter, inplace, to_one=root is not None)
         if len(members) == 1:
             result = _local(t, reduction, scatter)
         else:
             group = self._group(members, "nccl" if t.device.type == "cuda" else "gloo")
+            root_index = None if root is None else members.index(int(root))
             try:
-                result = _run(group, t, reduction, scatter, inplace, self._waiter(group))
+                result = _run(group, t, reduction, scatter, inplace, root_index,
+                              self._waiter(group))
                 group.seq += 1
             except Exception as e:
                 raise self._failed(group, e) from e
+            if result is None:  # not the root
+                return t if inplace else None
         result = result.to(out_dtype) if result.dtype != out_dtype else result
         assert tuple(result.shape) == tuple(out_shape), (result.shape, out_shape)
         if inplace:
@@ -624,22 +639,39 @@ def _local(t: Any, reduction: str, scatter: bool) -> Any:
     return out[0] if scatter else out
 
 
-def _run(group: _Group, t: Any, reduction: str, scatter: bool, inplace: bool, wait: Any
-         ) -> Any:
+def _run(group: _Group, t: Any, reduction: str, scatter: bool, inplace: bool,
+         root: Optional[int], wait: Any) -> Any:
+    """The collective; ``root`` (an index in the group): only it gets a result (others
+    None)."""
     pg, n = group.pg, group.size
     x = t.contiguous()
     if reduction == "stack":
-        # flat buffers: gloo's gather and all-to-all concatenate along the first dimension
-        flat = torch.empty(n * x.numel(), dtype=x.dtype, device=x.device)
+        if root is not None:  # gather to one member
+            opts = dist.GatherOptions()
+            opts.rootRank = root
+            parts = [torch.empty_like(x) for _ in range(n)] if group.index == root else []
+            wait(pg.gather([parts] if parts else [], [x], opts))
+            return torch.stack(parts) if parts else None
         if scatter:  # all-to-all: row j goes to member j, row i arrives from member i
             flat = torch.empty_like(x.reshape(-1))
             wait(pg.alltoall_base(flat, x.reshape(-1), [], []))
             return flat.view(x.shape)
+        # a flat buffer: gloo's all-gather concatenates along the first dimension
+        flat = torch.empty(n * x.numel(), dtype=x.dtype, device=x.device)
         wait(pg._allgather_base(flat, x.reshape(-1)))
         return flat.view((n,) + tuple(x.shape))
     if x.dtype == torch.bool and reduction in ("sum", "product"):
         x = x.to(torch.int64)
     op = getattr(dist.ReduceOp, _OPS[reduction])
+    if root is not None:  # reduce to one member; the others' buffers are scratch
+        buf = x if (x is not t or (inplace and group.index == root)) else x.clone()
+        opts = dist.ReduceOptions()
+        opts.rootRank = root
+        opts.reduceOp = op
+        wait(pg.reduce([buf], opts))
+        if group.index != root:
+            return None
+        return buf.div_(n) if reduction == "avg" else buf
     if scatter and group.backend == "gloo":
         # gloo's reduce-scatter runs inside wait() and ignores wait's timeout, so it could
         # not be bounded (CO-5): all-reduce, then keep this member's row.
