@@ -40,6 +40,32 @@ class Member(Actor):
         return out.tolist(), str(out.dtype), out is t
 
     @endpoint
+    def two_groups(self, first, second) -> list:
+        """Reduces over ``first`` and, 0.3 s later, ``second``, on two threads of their own
+        (as two streams would); both results."""
+        import threading
+
+        Communicator.get().rank  # learnt from this actor's context, before the threads
+        out = [None, None]
+
+        def run(i, members):
+            try:
+                out[i] = Communicator.get().reduce(torch.ones(1), members=tuple(members),
+                                                   reduction="sum", scatter=False,
+                                                   inplace=False).tolist()
+            except Exception as e:  # reported to the test
+                out[i] = repr(e)
+
+        threads = [threading.Thread(target=run, args=(0, first))]
+        threads[0].start()
+        time.sleep(0.3)
+        threads.append(threading.Thread(target=run, args=(1, second)))
+        threads[1].start()
+        for th in threads:
+            th.join(T)
+        return out
+
+    @endpoint
     def rank(self) -> int:
         return Communicator.get().rank
 
@@ -211,6 +237,16 @@ def test_reduce_to_one_rank(members4, mesh4):
     # roots 0 and 1 hold the averages; ranks 2 and 3 get their own t back, unchanged
     assert results == [([2.0], "torch.float32", True), ([3.0], "torch.float32", True),
                        ([3.0], "torch.float32", True), ([4.0], "torch.float32", True)]
+
+
+def test_two_groups_built_in_opposite_orders_on_two_threads(spawn, procs, store):  # CO-3
+    """Building a group waits for its members; proc 0 builds (0, 1) then (1, 0) while proc 1
+    builds them the other way round: each group waits only for its own members."""
+    actors = spawn(Member, store, "two-groups", 20.0, on=procs)
+    f0 = actors.slice(gpus=0).two_groups.call_one([0, 1], [1, 0])
+    f1 = actors.slice(gpus=1).two_groups.call_one([1, 0], [0, 1])
+    assert f0.get(timeout=T) == [[2.0], [2.0]]
+    assert f1.get(timeout=T) == [[2.0], [2.0]]
 
 
 def test_rank_comes_from_the_actors_proc(spawn, mesh4, store):

@@ -369,8 +369,10 @@ class _Group:
 
 class Communicator:
     """One per worker proc (``Communicator.get()``): runs collectives over process groups
-    it builds per member tuple (CO-3). Calls come from one thread at a time per group, in the
-    same order on every member."""
+    it builds per member tuple (CO-3). Calls of one group come from one thread at a time, in
+    the same order on every member; different groups may run on different threads. The
+    default rank and namespace come from the calling actor's context: a caller on a thread of
+    its own (a stream's) configures ``rank`` and ``namespace`` first."""
 
     _instance: Optional["Communicator"] = None
     _lock = threading.Lock()
@@ -383,6 +385,7 @@ class Communicator:
         self._hostname: Optional[str] = None
         self._groups: Dict[Tuple[str, Tuple[int, ...]], _Group] = {}
         self._generation: Dict[Tuple[str, Tuple[int, ...]], int] = {}
+        self._building: Dict[Tuple[str, Tuple[int, ...]], threading.Lock] = {}
         self._mutex = threading.RLock()
 
     @classmethod
@@ -484,12 +487,23 @@ class Communicator:
         return result
 
     def _group(self, members: Tuple[int, ...], backend: str) -> _Group:
+        """The cached group of ``members``, built on first use. Building one waits for the
+        other members, so only callers of the same group wait for it: one lock per group
+        (two streams building two groups in opposite orders on two procs cannot deadlock)."""
         key = (backend, members)
         with self._mutex:
             group = self._groups.get(key)
+            if group is not None:
+                return group
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            with self._mutex:
+                group = self._groups.get(key)
+                gen = self._generation.get(key, 0)
             if group is None:
-                group = self._make_group(members, backend, self._generation.get(key, 0))
-                self._groups[key] = group
+                group = self._make_group(members, backend, gen)
+                with self._mutex:
+                    self._groups[key] = group
             return group
 
     def _make_group(self, members: Tuple[int, ...], backend: str, gen: int) -> _Group:
