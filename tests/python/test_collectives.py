@@ -121,6 +121,20 @@ def members2(spawn, procs, store):
     return spawn(Member, store, "mesh2", on=procs)
 
 
+class Bare(Actor):
+    """Uses the Communicator's defaults: no configure()."""
+
+    @endpoint
+    def defaults(self) -> tuple:
+        c = Communicator.get()
+        return c.rank, c.namespace
+
+    @endpoint
+    def reduce(self, members) -> list:
+        return Communicator.get().reduce(torch.ones(1), members=tuple(members), reduction="sum",
+                                         scatter=False, inplace=False).tolist()
+
+
 def _points(mesh):
     e = mesh._region.extent
     return [dict(zip(e.labels, e.point_of_rank(r).coords)) for r in range(e.num_ranks)]
@@ -247,6 +261,20 @@ def test_two_groups_built_in_opposite_orders_on_two_threads(spawn, procs, store)
     f1 = actors.slice(gpus=1).two_groups.call_one([1, 0], [0, 1])
     assert f0.get(timeout=T) == [[2.0], [2.0]]
     assert f1.get(timeout=T) == [[2.0], [2.0]]
+
+
+def test_defaults_without_configure(spawn, new_procs):  # CO-3
+    """Without configure(): the controller's store, the rank in the root mesh, and one
+    namespace per root mesh (the same ranks of two meshes never meet in one group)."""
+    a, b = new_procs(gpus=2), new_procs(gpus=2)
+    on_a, on_b = spawn(Bare, on=a), spawn(Bare, on=b)
+    da = sorted(on_a.defaults.call().get(timeout=T).values())
+    db = sorted(on_b.defaults.call().get(timeout=T).values())
+    assert [r for r, _ in da] == [0, 1] and [r for r, _ in db] == [0, 1]
+    assert da[0][1] == da[1][1] and db[0][1] == db[1][1] and da[0][1] != db[0][1]
+    assert da[0][1]  # not empty
+    futs = [m.reduce.call([0, 1]) for m in (on_a, on_b)]
+    assert [sorted(f.get(timeout=T).values()) for f in futs] == [[[2.0], [2.0]]] * 2
 
 
 def test_rank_comes_from_the_actors_proc(spawn, mesh4, store):
