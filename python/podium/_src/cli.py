@@ -28,6 +28,7 @@ _PYTHON_BENCHMARKS = {
     "soak": "podium._src.bench_soak",
     "rdma": "podium._src.bench_rdma",
     "rdma-net": "podium._src.bench_rdma_net",
+    "tensor": "podium._src.bench_tensor",
 }
 
 

@@ -1,0 +1,104 @@
+"""What examples/ddp.py (data parallel from the controller), the `torchrun` baseline of
+`podium bench tensor` and the parity test share: the model, the data, the loss, the optimizer
+settings, and the single-process reference.
+
+- The model: a 2-layer MLP (``IN_FEATURES`` -> ``HIDDEN`` -> ReLU -> ``OUT_FEATURES``), its
+  initial weights made from ``SEED``.
+- The data: step ``s`` has one global batch of ``world * BATCH_PER_RANK`` rows, made from
+  ``SEED`` and ``s`` alone; data-parallel rank ``r`` of ``world`` trains on rows
+  ``[r * BATCH_PER_RANK, (r + 1) * BATCH_PER_RANK)``.
+- The loss: mean squared error against a fixed linear target plus noise; plain SGD (``LR``).
+
+Each rank's loss is a mean over equal shards, so averaging the ranks' gradients (DDP, or a
+``reduce_(..., "avg")`` of the gradients) gives the gradient of the global batch's loss: the
+weights after N data-parallel steps match ``train_single_process(N, world)``, which sees the
+same global batches in one process, within float tolerance.
+
+This file is also installed in podium as ``podium._src.ddp_common`` (the benchmark's copy).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SEED = 0
+IN_FEATURES = 256
+HIDDEN = 1024
+OUT_FEATURES = 16
+BATCH_PER_RANK = 64
+LR = 0.05
+# Threads of torch in each rank: 4 ranks share the machine's cores in the benchmark.
+TORCH_THREADS = 1
+
+
+def make_model(seed: int = SEED) -> nn.Module:
+    """The MLP with its initial weights (the same for every rank and the reference)."""
+    g = torch.Generator().manual_seed(seed)
+    model = nn.Sequential(nn.Linear(IN_FEATURES, HIDDEN), nn.ReLU(),
+                          nn.Linear(HIDDEN, OUT_FEATURES))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * (1.0 / p.shape[-1] ** 0.5))
+    return model
+
+
+def make_optimizer(params) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=LR)
+
+
+def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return F.mse_loss(output, target)
+
+
+def _target_weights(seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed + 1_000_003)
+    return torch.randn(IN_FEATURES, OUT_FEATURES, generator=g) / IN_FEATURES ** 0.5
+
+
+def global_batch(step: int, world: int, seed: int = SEED) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Step ``step``'s whole batch: ``world * BATCH_PER_RANK`` rows (inputs, targets)."""
+    g = torch.Generator().manual_seed(seed * 7919 + step)
+    x = torch.randn(world * BATCH_PER_RANK, IN_FEATURES, generator=g)
+    noise = 0.1 * torch.randn(world * BATCH_PER_RANK, OUT_FEATURES, generator=g)
+    return x, torch.tanh(x @ _target_weights(seed)) + noise
+
+
+def rank_batch(step: int, rank: int, world: int, seed: int = SEED
+               ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Data-parallel rank ``rank``'s shard of step ``step``'s global batch."""
+    x, y = global_batch(step, world, seed)
+    rows = slice(rank * BATCH_PER_RANK, (rank + 1) * BATCH_PER_RANK)
+    return x[rows].contiguous(), y[rows].contiguous()
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+               y: torch.Tensor) -> torch.Tensor:
+    """One step of one process (DDP averages the gradients inside backward())."""
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
+def train_single_process(steps: int, world: int = 4, seed: int = SEED
+                         ) -> Dict[str, torch.Tensor]:
+    """The reference: ``steps`` steps on the global batches in one process; the final
+    weights (a state_dict)."""
+    model = make_model(seed)
+    opt = make_optimizer(model.parameters())
+    for step in range(steps):
+        x, y = global_batch(step, world, seed)
+        train_step(model, opt, x, y)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def max_abs_diff(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> float:
+    """The largest absolute difference between two state_dicts of the model."""
+    if set(a) != set(b):
+        raise ValueError(f"different parameters: {sorted(a)} vs {sorted(b)}")
+    return max(float((a[k] - b[k]).abs().max()) for k in a)

@@ -1,0 +1,1 @@
+"""podium.tensor: distributed tensors (``mesh.activate()``), see docs/tensor.md."""
