@@ -29,4 +29,14 @@ for _cls in (Selection, Shape, Slice):
     _cls.__module__ = "podium"
 del _cls
 
-__all__ = ["__version__", "Selection", "Shape", "Slice"]
+
+
+def debug() -> None:
+    """The job's debugger prompt in this controller process (a terminal or a notebook): list,
+    attach, cast, continue, quit, help, as ``podium debug`` (docs/interactive.md)."""
+    from podium.debugger.cli import debug as _debug
+
+    _debug()
+
+
+__all__ = ["__version__", "Selection", "Shape", "Slice", "debug"]

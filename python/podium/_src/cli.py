@@ -135,11 +135,26 @@ def _register_worker(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_run_worker)
 
 
+def _register_debug(subparsers: argparse._SubParsersAction) -> None:
+    from podium.debugger import cli as debug_cli
+
+    p = subparsers.add_parser(
+        "debug",
+        help="open the debugger's prompt of a running job (list, attach, cast, continue)",
+        description="Connects to the debug server of a job's controller, which listens once an "
+        "actor stopped at breakpoint() (docs/interactive.md). Off loopback the server asks "
+        "for the job's secret (docs/security.md).",
+    )
+    debug_cli.add_arguments(p)
+    p.set_defaults(run=debug_cli.run)
+
+
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_version,
     _register_bench,
     _register_sim,
     _register_worker,
+    _register_debug,
 ]
 
 

@@ -32,6 +32,10 @@ def main() -> int:
         if value is not None:
             os.putenv(key, value)  # the C environment only, for serve_proc
     server.mark_proc()
+    # breakpoint() in an endpoint opens a session with the job's debugger (DB-2).
+    from podium.debugger import remote as _debug_remote
+
+    _debug_remote.install()
     server.start()
     rc = 0
     try:

@@ -36,6 +36,7 @@ from podium._src.compat import (
     Uid,
 )
 from podium._src.telemetry import get_meter, span, traced
+from podium.debugger.controller import debug_controller
 
 __all__ = [
     "Accumulator",
@@ -68,6 +69,7 @@ __all__ = [
     "current_actor_name",
     "current_rank",
     "current_size",
+    "debug_controller",
     "default_bootstrap_cmd",
     "enable_transport",
     "endpoint",
