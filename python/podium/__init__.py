@@ -29,14 +29,8 @@ for _cls in (Selection, Shape, Slice):
     _cls.__module__ = "podium"
 del _cls
 
-
-
-def debug() -> None:
-    """The job's debugger prompt in this controller process (a terminal or a notebook): list,
-    attach, cast, continue, quit, help, as ``podium debug`` (docs/interactive.md)."""
-    from podium.debugger.cli import debug as _debug
-
-    _debug()
-
+# podium.debug(): the job's debugger prompt in this controller process (a terminal or a
+# notebook), as `podium debug` (docs/interactive.md).
+from podium.debugger.cli import debug  # noqa: E402
 
 __all__ = ["__version__", "Selection", "Shape", "Slice", "debug"]

@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 import podium
 from podium import _core
 from podium._src import bin_dir, find_binary, list_binaries, sim_cast, tls, worker
+from podium.debugger import cli as debug_cli
 
 _BENCH_PREFIX = "podium-bench-"
 # Benchmarks written in Python: `podium bench NAME` runs main(args) of the module instead of
@@ -136,8 +137,6 @@ def _register_worker(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _register_debug(subparsers: argparse._SubParsersAction) -> None:
-    from podium.debugger import cli as debug_cli
-
     p = subparsers.add_parser(
         "debug",
         help="open the debugger's prompt of a running job (list, attach, cast, continue)",

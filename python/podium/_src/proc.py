@@ -14,6 +14,7 @@ import sys
 
 from podium._core import mesh as _mesh
 from podium._src import output, server
+from podium.debugger import remote as debug_remote
 
 
 def main() -> int:
@@ -33,9 +34,7 @@ def main() -> int:
             os.putenv(key, value)  # the C environment only, for serve_proc
     server.mark_proc()
     # breakpoint() in an endpoint opens a session with the job's debugger (DB-2).
-    from podium.debugger import remote as _debug_remote
-
-    _debug_remote.install()
+    debug_remote.install()
     server.start()
     rc = 0
     try:

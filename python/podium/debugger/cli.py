@@ -8,11 +8,12 @@ import argparse
 import sys
 from typing import Optional
 
+from podium.debugger.controller import debug_controller
+from podium.debugger.server import configured_address, connect, relay
+
 
 def debug() -> None:
     """Runs the debugger's prompt here, in the controller process, until ``quit``."""
-    from podium.debugger.controller import debug_controller
-
     ctrl = debug_controller()
     text, done = ctrl.exchange.call_one(None).get()
     while True:
@@ -28,8 +29,6 @@ def debug() -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from podium.debugger.server import configured_address
-
     host, port = configured_address()
     p.add_argument("--host", default=host,
                    help=f"the debug server's host (PODIUM_DEBUG_SERVER_HOST; default {host})")
@@ -43,8 +42,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from podium.debugger.server import connect, relay
-
     try:
         sock = connect(args.host, args.port, args.wait, args.secret_file)
     except (OSError, ValueError) as e:

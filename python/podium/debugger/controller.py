@@ -24,8 +24,11 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from podium._src.endpoint import Actor, concurrent_endpoint, endpoint
+from podium._src.proc_mesh import get_or_spawn_controller
 from podium.debugger import commands
 from podium.debugger.commands import CommandError
+from podium.debugger.prompt_io import DebugIO, IOClosed, LocalIO
+from podium.debugger.server import DebugServer
 
 PROMPT = "podium_dbg> "
 BANNER = ("\n************************ PODIUM DEBUGGER ************************\n"
@@ -81,55 +84,6 @@ class _Session:
             await self.changed.wait()
 
 
-class DebugIO:
-    """Where the prompt reads and writes: a TCP client (server.py) or podium.debug()."""
-
-    async def input(self, prompt: str = "") -> str:
-        raise NotImplementedError
-
-    async def output(self, text: str) -> None:
-        raise NotImplementedError
-
-    async def close(self, text: str = "") -> None:
-        raise NotImplementedError
-
-
-class IOClosed(Exception):
-    """The prompt's reader is gone (disconnected, or replaced by a new prompt)."""
-
-
-class LocalIO(DebugIO):
-    """The prompt of podium.debug(): each exchange(line) hands one line in and returns what
-    the prompt wrote until it wants the next one."""
-
-    def __init__(self) -> None:
-        self.lines: "asyncio.Queue[Optional[str]]" = asyncio.Queue()
-        self.buffer: List[str] = []
-        self.turn = asyncio.Event()  # the prompt waits for a line, or has finished
-        self.done = False
-
-    async def input(self, prompt: str = "") -> str:
-        self.buffer.append(prompt)
-        self.turn.set()
-        line = await self.lines.get()
-        if line is None:
-            raise IOClosed()
-        return line
-
-    async def output(self, text: str) -> None:
-        self.buffer.append(text)
-
-    async def close(self, text: str = "") -> None:
-        self.buffer.append(text)
-        self.done = True
-        self.turn.set()
-
-    def take(self) -> str:
-        text = "".join(self.buffer)
-        self.buffer.clear()
-        return text
-
-
 class DebugController(Actor):
     """The job's debugger: registers the sessions of stopped actors and runs the prompt."""
 
@@ -148,8 +102,6 @@ class DebugController(Actor):
 
     async def _ensure_server(self) -> None:
         if self.server is None:
-            from podium.debugger.server import DebugServer
-
             self.server = DebugServer(self)
         await self.server.start()
 
@@ -364,6 +316,4 @@ def table(infos: "List[DebugSessionInfo]") -> str:
 @functools.lru_cache(maxsize=None)
 def debug_controller() -> Any:
     """The job's DebugController (an ActorMesh of one), spawned on first use, as Monarch's."""
-    from podium._src.proc_mesh import get_or_spawn_controller
-
     return get_or_spawn_controller("debug_controller", DebugController).get()

@@ -31,17 +31,13 @@ from types import TracebackType
 from typing import Any, Optional
 
 from podium._src import context as _context
+from podium._src import server as _server
+from podium.debugger import session as _session_mod
 
 POST_MORTEM_ENV = "PODIUM_DEBUG_POST_MORTEM"
-_session_mod: Any = None  # podium.debugger.session, once a session opened here
 
 
 def _sessions() -> Any:
-    global _session_mod
-    if _session_mod is None:
-        from podium.debugger import session
-
-        _session_mod = session
     return _session_mod
 
 
@@ -71,7 +67,7 @@ def post_mortem(e: BaseException) -> None:
         if not isinstance(e, Exception) or type(e).__name__ == "BdbQuit":
             return
         mod = _session_mod
-        current = mod.current() if mod is not None else None
+        current = mod.current()
         if current is None and os.environ.get(POST_MORTEM_ENV) != "1":
             return
         ctx = _context.actor_context()
@@ -98,7 +94,7 @@ def post_mortem(e: BaseException) -> None:
 def call_finished() -> None:
     """The call that ran on this thread returned or raised: a session still open ends (DB-4)."""
     mod = _session_mod
-    if mod is None or not mod.open_sessions[0]:
+    if not mod.open_sessions[0]:
         return
     current = mod.current()
     if current is not None:
@@ -107,7 +103,5 @@ def call_finished() -> None:
 
 def install() -> None:
     """Makes breakpoint() in this proc's endpoints open debug sessions."""
-    from podium._src import server
-
     sys.breakpointhook = hook
-    server.debug_hooks = (post_mortem, call_finished)
+    _server.debug_hooks = (post_mortem, call_finished)

@@ -24,11 +24,14 @@ import hmac
 import ipaddress
 import os
 import secrets
+import selectors
 import socket
 import sys
+import time
 from typing import Any, Optional, Tuple
 
-from podium.debugger.controller import DebugIO, IOClosed
+from podium._src.job.secret import _runtime_secret
+from podium.debugger.prompt_io import DebugIO, IOClosed
 
 DEFAULT_HOST = "localhost"
 DEFAULT_PORT = 27000
@@ -71,8 +74,6 @@ def job_secret() -> Optional[bytes]:
     if value:
         return value.encode()
     try:
-        from podium._src.job.secret import _runtime_secret
-
         return _runtime_secret()
     except Exception:
         return None
@@ -202,8 +203,6 @@ def connect(host: str, port: int, wait_s: float, secret_file: Optional[str]) -> 
     """A connection to the debug server, authenticated when it asks (DB-8). Retries for
     ``wait_s`` seconds while nothing listens (the controller spawns the debug controller at
     the first breakpoint)."""
-    import time
-
     deadline = time.monotonic() + wait_s
     said = False
     while True:
@@ -254,8 +253,6 @@ def _client_secret(secret_file: Optional[str]) -> Optional[bytes]:
 def relay(sock: socket.socket) -> int:
     """Copies the terminal's lines to the server and its text to the terminal until the
     server closes (quit) or the terminal ends."""
-    import selectors
-
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ, "sock")
     try:

@@ -12,13 +12,13 @@ import threading
 from types import FrameType
 from typing import Any, Dict, Optional
 
+from podium.debugger.controller import debug_controller
+
 _local = threading.local()  # .session: the _Pdb open on this thread, if any
 open_sessions = [0]  # sessions open in this process
 
 
 def _controller() -> Any:
-    from podium.debugger.controller import debug_controller
-
     return debug_controller()
 
 
