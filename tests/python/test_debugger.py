@@ -72,6 +72,9 @@ PROG = textwrap.dedent('''
 
     if __name__ == "__main__":
         mode = sys.argv[1]
+        if mode == "hosts":  # argv = [mode, controller address, workers...]
+            from podium.actor import attach_to_workers, enable_transport
+            enable_transport(f"tcp://{sys.argv[2]}:0")
         ctrl = debug_controller()
         if mode in ("main", "local"):
             pm = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
@@ -84,6 +87,12 @@ PROG = textwrap.dedent('''
             print("PENDING WAITS", not pending.done(), flush=True)
             if mode == "local":
                 podium.debug()
+        elif mode == "hosts":  # procs on attached hosts
+            hosts = attach_to_workers(workers=sys.argv[3:])
+            hosts.initialized.get(timeout=30)
+            pm = hosts.spawn_procs(per_host={"gpus": 2})
+            fut = pm.spawn("debugee", Debugee).to_debug.call(5)
+            print("SESSIONS", ctrl.wait_pending_session.call_one(4).get(timeout=60), flush=True)
         elif mode == "async":
             pm = this_host().spawn_procs(per_host={"gpus": 2})
             fut = pm.spawn("adbg", AsyncDebugee).to_debug.call()
@@ -129,11 +138,11 @@ def free_port() -> int:
 class Controller:
     """The controller program, in a session of its own (killed with its procs at close)."""
 
-    def __init__(self, tmp_path, mode: str, env: dict) -> None:
+    def __init__(self, tmp_path, mode: str, env: dict, args: tuple = ()) -> None:
         script = tmp_path / "prog.py"
         script.write_text(PROG)
         self.proc = subprocess.Popen(
-            [sys.executable, str(script), mode], cwd=tmp_path, stdin=subprocess.DEVNULL,
+            [sys.executable, str(script), mode, *args], cwd=tmp_path, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, **env}, start_new_session=True)
         self.lines: list = []
@@ -172,8 +181,8 @@ class Controller:
 def controller(tmp_path):
     made = []
 
-    def start(mode: str, **env: str) -> Controller:
-        c = Controller(tmp_path, mode, env)
+    def start(mode: str, *args: str, **env: str) -> Controller:
+        c = Controller(tmp_path, mode, env, args)
         made.append(c)
         return c
 
@@ -457,3 +466,37 @@ def test_list_with_64_stopped_actors(controller, terminal):  # DB-6
     t.sendline("quit")
     t.expect(pexpect.EOF)
     assert job.proc.wait(timeout=T) == 0, job.output()
+
+
+def test_breakpoints_on_namespace_hosts(network, controller, terminal):  # DB-2 DB-7
+    # Two hosts, each a network namespace with its own worker; the controller (and the
+    # debugger's prompt) in the root namespace: the sessions travel over the job's TCP
+    # channels.
+    from test_multihost_netns import PORT, start_workers, stop_workers
+
+    net = network(2)
+    workers = start_workers(net)
+    try:
+        port = free_port()
+        job = controller("hosts", net.controller_addr,
+                         *[f"tcp://{h.addr}:{PORT}" for h in net.hosts],
+                         PODIUM_DEBUG_SERVER_PORT=str(port))
+        assert job.line("SESSIONS") == "SESSIONS 4"
+        t = terminal("--port", str(port))
+        t.expect_exact(PROMPT)
+        got = rows(command(t, "list"))
+        assert [r[:3] for r in got] == [
+            ["debugee", str(r), "{hosts: %d, gpus: %d}" % (r // 2, r % 2)] for r in range(4)]
+        t.sendline("attach debugee 3")
+        t.expect_exact("(Pdb) ")
+        assert pdb(t, "p x").strip() == "35"
+        command(t, "detach")
+        out = command(t, "cast debugee ranks(hosts=1) p x")
+        assert re.findall(r"\[debugee (\d)\]\n(\d+)", out) == [("2", "25"), ("3", "35")], out
+        assert "resumed 4 stopped actor(s)" in command(t, "continue")
+        assert job.line("RESULT") == "RESULT [6, 16, 26, 36]"
+        t.sendline("quit")
+        t.expect(pexpect.EOF)
+        assert job.proc.wait(timeout=T) == 0, job.output()
+    finally:
+        stop_workers(workers)
