@@ -353,10 +353,15 @@ def test_async_endpoint_breakpoint(controller, terminal):  # DB-2 DB-4
     t.expect_exact("has ended (it resumed)")
     t.expect_exact(PROMPT)
     assert [r[:2] for r in rows(command(t, "list"))] == [["adbg", "1"]]
-    assert "resumed 1 stopped actor(s)" in command(t, "continue")
-    assert job.line("RESULT") == "RESULT [101, 102]"
-    t.sendline("quit")
+    # One prompt at a time: a second `podium debug` takes over, and the first is told.
+    t2 = terminal("--port", str(port))
+    t2.expect_exact(PROMPT)
+    t.expect_exact("another prompt took over this debugger")
     t.expect(pexpect.EOF)
+    assert "resumed 1 stopped actor(s)" in command(t2, "continue")
+    assert job.line("RESULT") == "RESULT [101, 102]"
+    t2.sendline("quit")
+    t2.expect(pexpect.EOF)
     assert job.proc.wait(timeout=T) == 0, job.output()
 
 

@@ -194,12 +194,19 @@ class DebugController(Actor):
     async def run_prompt(self, io: DebugIO) -> None:
         """Starts the prompt on ``io``, replacing the one before."""
         old, self.prompt_task = self.prompt_task, None
+        old_io = self.prompt_io
         if old is not None and not old.done():
             old.cancel()
             try:
                 await old
             except BaseException:
                 pass
+            if old_io is not None:
+                try:  # its reader learns why (podium.debug() returns)
+                    await old_io.close("podium debug: another prompt took over this "
+                                       "debugger\n")
+                except Exception:
+                    pass
         self.prompt_io = io
         self.prompt_task = asyncio.get_running_loop().create_task(self._prompt(io))
 
@@ -219,7 +226,9 @@ class DebugController(Actor):
                     await self._run(io, cmd)
                 except CommandError as e:  # DB-1
                     await io.output(f"error: {e}\n")
-                except ValueError as e:
+                except (IOClosed, asyncio.CancelledError):
+                    raise
+                except Exception as e:  # a session that vanished, ...: the prompt goes on
                     await io.output(f"error: {e}\n")
         except IOClosed:
             await io.close("")

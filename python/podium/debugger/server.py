@@ -121,7 +121,6 @@ class DebugServer:
         self.server: Optional[asyncio.base_events.Server] = None
         self.error: Optional[str] = None
         self.lock = asyncio.Lock()
-        self.io: Optional[TcpIO] = None
 
     def address(self) -> Tuple[str, int, bool]:
         if self.server is None:
@@ -159,11 +158,7 @@ class DebugServer:
                     return
             else:
                 writer.write((HELLO_OPEN + "\n").encode())
-            io = TcpIO(reader, writer)
-            if self.io is not None:
-                await self.io.close("podium debug: another client took over this debugger\n")
-            self.io = io
-            await self.controller.run_prompt(io)
+            await self.controller.run_prompt(TcpIO(reader, writer))
         except Exception as e:
             sys.stderr.write(f"podium: debugger: client {peer}: {type(e).__name__}: {e}\n")
             writer.close()
