@@ -51,6 +51,12 @@ PROG = textwrap.dedent('''
             return current_rank().rank
 
 
+    class Pid(Actor):
+        @endpoint
+        def pid(self):
+            return os.getpid()
+
+
     class AsyncDebugee(Actor):
         @endpoint
         async def to_debug(self):
@@ -87,6 +93,17 @@ PROG = textwrap.dedent('''
             print("PENDING WAITS", not pending.done(), flush=True)
             if mode == "local":
                 podium.debug()
+        elif mode == "exec":  # a job that runs until the file `stop` appears
+            pm = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
+            pids = pm.spawn("pid", Pid).pid.call().get(timeout=30)
+            for point, pid in pids.items():
+                print("PID", point["hosts"], point["gpus"], pid, flush=True)
+            print("READY", flush=True)
+            import time
+            deadline = time.monotonic() + 120
+            while not os.path.exists("stop") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            fut = None
         elif mode == "hosts":  # procs on attached hosts
             hosts = attach_to_workers(workers=sys.argv[3:])
             hosts.initialized.get(timeout=30)
@@ -505,3 +522,59 @@ def test_breakpoints_on_namespace_hosts(network, controller, terminal):  # DB-2 
         assert job.proc.wait(timeout=T) == 0, job.output()
     finally:
         stop_workers(workers)
+
+
+# --- podium exec ------------------------------------------------------------------------------
+
+
+def test_podium_exec_all_one_point(controller, terminal, tmp_path):  # DB-10
+    port = free_port()
+    job = controller("exec", PODIUM_DEBUG_SERVER_PORT=str(port))
+    job.line("READY")
+    pids = {}
+    for line in job.lines:
+        if line.startswith("PID "):
+            _, h, g, pid = line.split()
+            pids[(int(h), int(g))] = int(pid)
+    assert len(pids) == 4
+
+    def podium_exec(*args: str) -> tuple:
+        t = pexpect.spawn(sys.executable, ["-m", "podium", "exec", "--port", str(port), *args],
+                          encoding="utf-8", timeout=T, dimensions=(50, 200))
+        t.expect(pexpect.EOF)
+        t.close()
+        return t.exitstatus, t.before.replace("\r\n", "\n")
+
+    # Each proc runs the command: its shell's parent is the proc itself.
+    rc, out = podium_exec("--all", "--", "echo", "parent", "$PPID")
+    assert rc == 0, out
+    got = re.findall(r"^\[hosts=(\d),gpus=(\d)\] parent (\d+)$", out, re.M)
+    assert sorted((int(h), int(g), int(p)) for h, g, p in got) == sorted(
+        (h, g, p) for (h, g), p in pids.items()), out
+    assert "podium exec: 4 proc(s), 0 failed" in out
+    rc, out = podium_exec("--one", "--", "echo", "one")
+    assert rc == 0 and re.findall(r"^\[.*\] one$", out, re.M) == ["[hosts=0,gpus=0] one"], out
+    rc, out = podium_exec("--point", "hosts=1,gpus=0", "--", "echo $PPID; echo two lines")
+    assert rc == 0, out
+    assert re.findall(r"^\[(.*)\] (.*)$", out, re.M) == [
+        ("hosts=1,gpus=0", str(pids[(1, 0)])), ("hosts=1,gpus=0", "two lines")], out
+    rc, out = podium_exec("--point", "gpus=1", "--", "exit 3")
+    assert rc == 1, out
+    assert "[hosts=0,gpus=1] exited with status 3" in out
+    assert "podium exec: 2 proc(s), 2 failed" in out
+    rc, out = podium_exec("--point", "hosts=5", "--", "true")
+    assert rc == 1 and "error: no proc matches {'hosts': 5}" in out, out
+    assert "'hosts': 2, 'gpus': 2" in out, out
+    rc, out = podium_exec("--point", "1:3", "--", "true")
+    assert rc == 2, out
+    # exec does not take the prompt over: a `podium debug` prompt lives through it.
+    t = terminal("--port", str(port))
+    t.expect_exact(PROMPT)
+    rc, out = podium_exec("--one", "--", "true")
+    assert rc == 0, out
+    assert "0 stopped actor(s)" in command(t, "list")
+    t.sendline("quit")
+    t.expect(pexpect.EOF)
+    (tmp_path / "stop").write_text("")
+    job.line("DONE")
+    assert job.proc.wait(timeout=T) == 0, job.output()

@@ -148,12 +148,25 @@ def _register_debug(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=debug_cli.run)
 
 
+def _register_exec(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "exec",
+        help="run a shell command on the procs of a running job (--all, --one, --point)",
+        description="Runs COMMAND in every selected proc of the job whose controller serves "
+        "`podium debug` (docs/interactive.md), each output line prefixed with the proc's "
+        "coordinates. Exit status 0 when every command exited 0.",
+    )
+    debug_cli.add_exec_arguments(p)
+    p.set_defaults(run=debug_cli.run_exec)
+
+
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_version,
     _register_bench,
     _register_sim,
     _register_worker,
     _register_debug,
+    _register_exec,
 ]
 
 

@@ -9,7 +9,8 @@ import sys
 from typing import Optional
 
 from podium.debugger.controller import debug_controller
-from podium.debugger.server import configured_address, connect, relay
+from podium.debugger import shell
+from podium.debugger.server import ask_prompt, configured_address, connect, relay
 
 
 def debug() -> None:
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"podium debug: {e}", file=sys.stderr)
         return 1
     try:
+        ask_prompt(sock)
         return relay(sock)
     except KeyboardInterrupt:
         return 130
@@ -59,3 +61,12 @@ def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(prog="podium debug")
     add_arguments(p)
     return run(p.parse_args(argv))
+
+
+def run_exec(args: argparse.Namespace) -> int:
+    return shell.run(args, connect)
+
+
+def add_exec_arguments(p: argparse.ArgumentParser) -> None:
+    add_arguments(p)
+    shell.add_arguments(p)

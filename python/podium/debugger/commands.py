@@ -26,7 +26,8 @@ Coordinate = Union[int, range, List[int]]
 Ranks = Union[int, List[int], range, Dict[str, Coordinate]]
 
 HELP = """podium_dbg commands:
-  list | l                      list the stopped actors (actor, rank, coordinates, host, function, line)
+  list | l                      list the stopped actors: actor, rank, coordinates, host,
+                                function, line
   attach | a ACTOR RANK         open the pdb session of one actor; 'detach' returns here
   cast ACTOR ranks(SPEC) CMD    send one pdb command to several ranks of ACTOR; SPEC is a rank
                                 ranks(1), a list ranks(1,3), a range ranks(start:stop:step) or

@@ -23,12 +23,14 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from podium._src import server as _server
 from podium._src.endpoint import Actor, concurrent_endpoint, endpoint
 from podium._src.proc_mesh import get_or_spawn_controller
 from podium.debugger import commands
 from podium.debugger.commands import CommandError
 from podium.debugger.prompt_io import DebugIO, IOClosed, LocalIO
 from podium.debugger.server import DebugServer
+from podium.debugger.shell import Runner
 
 PROMPT = "podium_dbg> "
 BANNER = ("\n************************ PODIUM DEBUGGER ************************\n"
@@ -94,6 +96,7 @@ class DebugController(Actor):
         self.prompt_io: Optional[DebugIO] = None
         self.local: Optional[LocalIO] = None
         self.server: Any = None  # podium.debugger.server.DebugServer, once started
+        self.runner = Runner()  # podium exec (shell.py)
 
     def _event(self) -> asyncio.Event:
         if self.some_session is None:
@@ -188,6 +191,10 @@ class DebugController(Actor):
         await local.turn.wait()
         local.turn.clear()
         return local.take(), local.done
+
+    async def exec_request(self, io: DebugIO, line: str) -> None:
+        """A `podium exec` request (shell.py, DB-10); does not disturb the prompt."""
+        await self.runner.run(io, line)
 
     # --- the prompt --------------------------------------------------------------------------
 
@@ -324,5 +331,13 @@ def table(infos: "List[DebugSessionInfo]") -> str:
 
 @functools.lru_cache(maxsize=None)
 def debug_controller() -> Any:
-    """The job's DebugController (an ActorMesh of one), spawned on first use, as Monarch's."""
-    return get_or_spawn_controller("debug_controller", DebugController).get()
+    """The job's DebugController (an ActorMesh of one), spawned on first use, as Monarch's.
+    Called in the controller process, it also starts the debug server, so that `podium debug`
+    and `podium exec` reach the job from then on (a server that cannot listen says why: DB-9)."""
+    mesh = get_or_spawn_controller("debug_controller", DebugController).get()
+    if not _server.in_proc():
+        try:
+            mesh.server_address.call_one().get()
+        except Exception:  # DB-9: warned on stderr; breakpoints and podium.debug() still work
+            pass
+    return mesh

@@ -32,6 +32,7 @@ from typing import Any, Optional, Tuple
 
 from podium._src.job.secret import _runtime_secret
 from podium.debugger.prompt_io import DebugIO, IOClosed
+from podium.debugger.shell import MODE_EXEC
 
 DEFAULT_HOST = "localhost"
 DEFAULT_PORT = 27000
@@ -40,6 +41,8 @@ HELLO_AUTH = "podium-debug v1 auth "
 AUTH_CONTEXT = b"podium-debug-client"
 AUTH_TIMEOUT_S = 10.0
 AUTH_LINE_MAX = 256
+MODE_PROMPT = "podium-prompt"
+MODE_WAIT_S = 0.5
 
 
 def _env(name: str) -> Optional[str]:
@@ -86,10 +89,13 @@ def proof(secret: bytes, nonce: bytes) -> str:
 class TcpIO(DebugIO):
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
+        self.pending: list = []  # lines read before the prompt started
 
     async def input(self, prompt: str = "") -> str:
         if prompt:
             await self.output(prompt)
+        if self.pending:
+            return self.pending.pop(0)
         data = await self.reader.readline()
         if not data.endswith(b"\n"):
             raise IOClosed()
@@ -158,7 +164,26 @@ class DebugServer:
                     return
             else:
                 writer.write((HELLO_OPEN + "\n").encode())
-            await self.controller.run_prompt(TcpIO(reader, writer))
+            io = TcpIO(reader, writer)
+            # The client's first line may say what it wants: `podium debug` asks for the
+            # prompt, `podium exec` sends its request (shell.py); a line client such as nc
+            # says nothing and gets the prompt after MODE_WAIT_S, its first line (if it typed
+            # one that soon) being its first command.
+            try:
+                first = await asyncio.wait_for(reader.readline(), MODE_WAIT_S)
+            except asyncio.TimeoutError:
+                first = None
+            if first is not None:
+                text = first.decode(errors="replace").rstrip("\r\n")
+                if text.startswith(MODE_EXEC):
+                    await self.controller.exec_request(io, text)
+                    return
+                if first and text != MODE_PROMPT:
+                    io.pending.append(text)
+                elif not first:  # closed at once
+                    writer.close()
+                    return
+            await self.controller.run_prompt(io)
         except Exception as e:
             sys.stderr.write(f"podium: debugger: client {peer}: {type(e).__name__}: {e}\n")
             writer.close()
@@ -236,6 +261,10 @@ def connect(host: str, port: int, wait_s: float, secret_file: Optional[str]) -> 
                               f"{hello[:80]!r})")
     sock.settimeout(None)
     return sock
+
+
+def ask_prompt(sock: socket.socket) -> None:
+    sock.sendall((MODE_PROMPT + "\n").encode())
 
 
 def _client_secret(secret_file: Optional[str]) -> Optional[bytes]:
