@@ -110,6 +110,15 @@ PROG = textwrap.dedent('''
             pm = hosts.spawn_procs(per_host={"gpus": 2})
             fut = pm.spawn("debugee", Debugee).to_debug.call(5)
             print("SESSIONS", ctrl.wait_pending_session.call_one(4).get(timeout=60), flush=True)
+        elif mode == "twins":  # two actor meshes of one name, each stopped at rank 0
+            pm = this_host().spawn_procs(per_host={"gpus": 1})
+            pm2 = this_host().spawn_procs(per_host={"gpus": 1})
+            f1 = pm.spawn("twin", Debugee).to_debug.call_one(1)
+            f2 = pm2.spawn("twin", Debugee).to_debug.call_one(2)
+            print("SESSIONS", ctrl.wait_pending_session.call_one(2).get(timeout=60), flush=True)
+            print("RESULT", sorted([f1.get(timeout=120), f2.get(timeout=120)]), flush=True)
+            pm2.stop().get(timeout=30)
+            fut = None
         elif mode == "async":
             pm = this_host().spawn_procs(per_host={"gpus": 2})
             fut = pm.spawn("adbg", AsyncDebugee).to_debug.call()
@@ -577,4 +586,26 @@ def test_podium_exec_all_one_point(controller, terminal, tmp_path):  # DB-10
     t.expect(pexpect.EOF)
     (tmp_path / "stop").write_text("")
     job.line("DONE")
+    assert job.proc.wait(timeout=T) == 0, job.output()
+
+
+def test_two_actor_meshes_of_one_name_are_listed_apart(controller, terminal):  # DB-6
+    port = free_port()
+    job = controller("twins", PODIUM_DEBUG_SERVER_PORT=str(port))
+    assert job.line("SESSIONS") == "SESSIONS 2"
+    t = terminal("--port", str(port))
+    t.expect_exact(PROMPT)
+    got = rows(command(t, "list"))
+    assert sorted(r[0] for r in got) == ["twin", "twin.2"], got
+    xs = set()
+    for name in ("twin", "twin.2"):
+        t.sendline(f"attach {name} 0")
+        t.expect_exact("(Pdb) ")
+        xs.add(pdb(t, "p x").strip())
+        command(t, "detach")
+    assert xs == {"1", "2"}
+    assert "resumed 2 stopped actor(s)" in command(t, "continue")
+    assert job.line("RESULT") == "RESULT [2, 3]"
+    t.sendline("quit")
+    t.expect(pexpect.EOF)
     assert job.proc.wait(timeout=T) == 0, job.output()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -111,15 +112,24 @@ class DebugController(Actor):
     # --- what stopped actors call (session.py) ----------------------------------------------
 
     @concurrent_endpoint
-    async def session_start(self, info: Dict[str, Any]) -> None:
+    async def session_start(self, info: Dict[str, Any]) -> str:
+        """Registers a stopped actor; returns the name it is listed under: its mesh name,
+        with ".2", ".3"... when another actor mesh of that name has a session at that rank."""
         await self._ensure_server()  # a failure to listen is reported, and not fatal
-        key = (info["actor_name"], int(info["rank"]))
-        old = self.sessions.get(key)
-        if old is not None:  # a session that did not end (its proc died?): replaced
-            old.ended = True
-            old.changed.set()
-        self.sessions[key] = _Session(info)
+        name, rank, n = info["actor_name"], int(info["rank"]), 1
+        while True:
+            old = self.sessions.get((name, rank))
+            if old is None:
+                break
+            if old.actor_id == info.get("actor_id"):  # its proc died, or a restart: replaced
+                old.ended = True
+                old.changed.set()
+                break
+            n += 1
+            name = f"{info['actor_name']}.{n}"
+        self.sessions[(name, rank)] = _Session(dict(info, actor_name=name))
         self._event().set()
+        return name
 
     @concurrent_endpoint
     async def session_read(self, actor_name: str, rank: int, output: str,
@@ -155,11 +165,16 @@ class DebugController(Actor):
     # --- what programs call -------------------------------------------------------------------
 
     @endpoint
-    async def list(self, print_output: bool = False) -> "List[DebugSessionInfo]":
-        """The stopped actors (DB-6); with print_output, their table goes to the prompt."""
+    async def list(self, print_output: bool = True) -> "List[DebugSessionInfo]":
+        """The stopped actors (DB-6); with print_output (the default, as Monarch's), their
+        table goes to the prompt, or to the controller's stdout when no prompt runs."""
         infos = sorted(s.info() for s in self.sessions.values())
-        if print_output and self.prompt_io is not None:
-            await self.prompt_io.output(table(infos))
+        if print_output:
+            if self.prompt_io is not None:
+                await self.prompt_io.output(table(infos))
+            else:
+                sys.stdout.write(table(infos))
+                sys.stdout.flush()
         return infos
 
     @concurrent_endpoint

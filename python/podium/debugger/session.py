@@ -90,11 +90,12 @@ class _Pdb(pdb.Pdb):
         function, lineno = _location(frame)
         try:
             self._ctrl = _controller()
-            self._ctrl.session_start.call_one(dict(self.info, function=function,
-                                                   lineno=lineno)).get()
+            name = self._ctrl.session_start.call_one(dict(self.info, function=function,
+                                                          lineno=lineno)).get()
         except Exception as e:
             self._warn("cannot register its debug session", e)
             return False
+        self.actor_name = self.info["actor_name"] = str(name)  # unique among the sessions
         self._started = True
         _local.session = self
         open_sessions[0] += 1
