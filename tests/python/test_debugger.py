@@ -57,6 +57,17 @@ PROG = textwrap.dedent('''
             return os.getpid()
 
 
+    class Stepper(Actor):
+        @endpoint
+        def run(self):
+            total = 0
+            breakpoint()
+            for i in range(3):
+                total += i
+            total *= 2  # LINE-AFTER
+            return total
+
+
     class AsyncDebugee(Actor):
         @endpoint
         async def to_debug(self):
@@ -119,6 +130,10 @@ PROG = textwrap.dedent('''
             print("RESULT", sorted([f1.get(timeout=120), f2.get(timeout=120)]), flush=True)
             pm2.stop().get(timeout=30)
             fut = None
+        elif mode == "steps":
+            pm = this_host().spawn_procs(per_host={"gpus": 2})
+            fut = pm.spawn("stepper", Stepper).run.call()
+            print("SESSIONS", ctrl.wait_pending_session.call_one(2).get(timeout=60), flush=True)
         elif mode == "async":
             pm = this_host().spawn_procs(per_host={"gpus": 2})
             fut = pm.spawn("adbg", AsyncDebugee).to_debug.call()
@@ -606,6 +621,43 @@ def test_two_actor_meshes_of_one_name_are_listed_apart(controller, terminal):  #
     assert xs == {"1", "2"}
     assert "resumed 2 stopped actor(s)" in command(t, "continue")
     assert job.line("RESULT") == "RESULT [2, 3]"
+    t.sendline("quit")
+    t.expect(pexpect.EOF)
+    assert job.proc.wait(timeout=T) == 0, job.output()
+
+
+def test_sessions_end_with_their_call_and_pdb_quit_fails_it(controller, terminal):  # DB-4
+    port = free_port()
+    job = controller("steps", PODIUM_DEBUG_SERVER_PORT=str(port))
+    assert job.line("SESSIONS") == "SESSIONS 2"
+    t = terminal("--port", str(port))
+    t.expect_exact(PROMPT)
+    after = _line_of("LINE-AFTER")
+    # Rank 0: a breakpoint set in pdb keeps the session through `c`; it stops there, and the
+    # session ends when the call returns (with the breakpoint still set).
+    t.sendline("attach stepper 0")
+    t.expect_exact("(Pdb) ")
+    assert "Breakpoint 1 at" in pdb(t, f"b {after}")
+    assert f"({after})run()" in pdb(t, "c")
+    assert rows(command(t, "detach")) == []
+    assert [r[:2] + r[5:] for r in rows(command(t, "list"))] == [
+        ["stepper", "0", str(after)], ["stepper", "1", str(after - 2)]]
+    t.sendline("attach stepper 0")
+    t.expect_exact("(Pdb) ")
+    assert pdb(t, "p total").strip() == "3"
+    t.sendline("c")
+    t.expect_exact("The debug session of stepper 0")
+    t.expect_exact(PROMPT)
+    assert [r[:2] for r in rows(command(t, "list"))] == [["stepper", "1"]]
+    # Rank 1: pdb's quit ends its session and fails its call with BdbQuit.
+    t.sendline("attach stepper 1")
+    t.expect_exact("(Pdb) ")
+    t.sendline("q")
+    t.expect_exact("has ended")
+    t.expect_exact(PROMPT)
+    assert "0 stopped actor(s)" in command(t, "list")
+    failed = job.line("FAILED")
+    assert "BdbQuit" in failed, failed
     t.sendline("quit")
     t.expect(pexpect.EOF)
     assert job.proc.wait(timeout=T) == 0, job.output()

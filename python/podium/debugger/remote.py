@@ -25,6 +25,7 @@ does.
 
 from __future__ import annotations
 
+import bdb
 import os
 import sys
 from types import TracebackType
@@ -32,13 +33,9 @@ from typing import Any, Optional
 
 from podium._src import context as _context
 from podium._src import server as _server
-from podium.debugger import session as _session_mod
+from podium.debugger.session import current_session, DebugPdb, open_sessions
 
 POST_MORTEM_ENV = "PODIUM_DEBUG_POST_MORTEM"
-
-
-def _sessions() -> Any:
-    return _session_mod
 
 
 def hook(*args: Any, **kwargs: Any) -> Any:
@@ -49,13 +46,12 @@ def hook(*args: Any, **kwargs: Any) -> Any:
     if os.environ.get("PYTHONBREAKPOINT") == "0":
         return None
     frame = sys._getframe(1)
-    mod = _sessions()
-    current = mod.current()
-    if current is not None and current._started:
+    current = current_session()
+    if current is not None:
         current.set_trace(frame)  # another breakpoint() in the same session
         return None
-    session = mod._Pdb(ctx)
-    if session._start(frame):
+    session = DebugPdb(ctx)
+    if session.start(frame):
         session.set_trace(frame)
     return None
 
@@ -64,39 +60,36 @@ def post_mortem(e: BaseException) -> None:
     """Called by the actor's thread with what an endpoint raised, in the call's context (DB-5).
     Never raises."""
     try:
-        if not isinstance(e, Exception) or type(e).__name__ == "BdbQuit":
+        if not isinstance(e, Exception) or isinstance(e, bdb.BdbQuit):
             return
-        mod = _session_mod
-        current = mod.current()
+        current = current_session()
         if current is None and os.environ.get(POST_MORTEM_ENV) != "1":
             return
         ctx = _context.actor_context()
         tb: Optional[TracebackType] = e.__traceback__
         if ctx is None or tb is None:
             return
-        mod = _sessions()
         if current is not None:
             current.set_continue_quietly()
         last = tb
         while last.tb_next is not None:
             last = last.tb_next
-        session = mod._Pdb(ctx)
-        if not session._start(last.tb_frame):
+        session = DebugPdb(ctx)
+        if not session.start(last.tb_frame):
             return
         session.message(f"podium: post-mortem of {type(e).__name__}: {e}")
         session.reset()
         session.interaction(None, tb)
-        session._end()
+        session.end()
     except BaseException as err:  # the call still fails with e
         sys.stderr.write(f"podium: debugger: post-mortem failed: {type(err).__name__}: {err}\n")
 
 
 def call_finished() -> None:
     """The call that ran on this thread returned or raised: a session still open ends (DB-4)."""
-    mod = _session_mod
-    if not mod.open_sessions[0]:
+    if not open_sessions[0]:
         return
-    current = mod.current()
+    current = current_session()
     if current is not None:
         current.set_continue_quietly()
 

@@ -1,6 +1,5 @@
 """The pdb of a debug session on a proc: its input and output are calls to the debug controller
-(remote.py says when a session opens and ends: DB-2 to DB-5). Imported on the first
-breakpoint() only, so that procs that never stop do not load pdb."""
+(remote.py says when a session opens and ends: DB-2 to DB-5)."""
 
 from __future__ import annotations
 
@@ -14,8 +13,8 @@ from typing import Any, Dict, Optional
 
 from podium.debugger.controller import debug_controller
 
-_local = threading.local()  # .session: the _Pdb open on this thread, if any
-open_sessions = [0]  # sessions open in this process
+_local = threading.local()  # .session: the DebugPdb open on this thread, if any
+open_sessions = [0]  # how many are open in this process (a list: remote.py reads it)
 
 
 def _controller() -> Any:
@@ -30,7 +29,7 @@ def _location(frame: Optional[FrameType]) -> tuple:
     return f"{module}.{code.co_name}", frame.f_lineno
 
 
-def current() -> Optional["_Pdb"]:
+def current_session() -> Optional["DebugPdb"]:
     return getattr(_local, "session", None)
 
 
@@ -56,14 +55,16 @@ class _Output:
 class _Input:
     """pdb's stdin: each readline is a call to the controller."""
 
-    def __init__(self, session: "_Pdb") -> None:
+    def __init__(self, session: "DebugPdb") -> None:
         self.session = session
 
     def readline(self) -> str:
         return self.session._read()
 
 
-class _Pdb(pdb.Pdb):
+class DebugPdb(pdb.Pdb):
+    """pdb on an actor's thread, its stdin and stdout the debug controller's session."""
+
     def __init__(self, ctx: Any) -> None:
         self._out = _Output()
         super().__init__(stdin=_Input(self), stdout=self._out, nosigint=True)
@@ -85,7 +86,7 @@ class _Pdb(pdb.Pdb):
 
     # --- the controller ---------------------------------------------------------------------
 
-    def _start(self, frame: Optional[FrameType]) -> bool:
+    def start(self, frame: Optional[FrameType]) -> bool:
         """Registers the session; False (with a warning) when the controller is out of reach."""
         function, lineno = _location(frame)
         try:
@@ -121,7 +122,7 @@ class _Pdb(pdb.Pdb):
             return "c\n"
         return str(line).rstrip("\n") + "\n"
 
-    def _end(self) -> None:
+    def end(self) -> None:
         """DB-4: the controller stops listing this session; the rest of its output goes."""
         if not self._started:
             return
@@ -150,22 +151,15 @@ class _Pdb(pdb.Pdb):
     def set_continue(self) -> None:
         super().set_continue()
         if not self.breaks:  # nothing will stop it again: the session is over (DB-4)
-            self._end()
+            self.end()
 
     def set_quit(self) -> None:
         super().set_quit()
-        self._end()
+        self.end()
 
-
-def _quiet_continue(self: _Pdb) -> None:
-    """Ends a session whose call is over without asking anything more."""
-    self.clear_all_breaks()
-    sys.settrace(None)
-    self._end()
-
-
-_Pdb.set_continue_quietly = _quiet_continue  # type: ignore[attr-defined]
-
-
-
-_Pdb.set_continue_quietly = _quiet_continue  # type: ignore[attr-defined]
+    def set_continue_quietly(self) -> None:
+        """Ends a session whose call is over (or that a post-mortem replaces) without asking
+        anything more: no breakpoint left, no tracing on this thread."""
+        self.clear_all_breaks()
+        self.set_continue()  # with no breakpoint: stops tracing, and end()s
+        self.end()
