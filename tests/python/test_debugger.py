@@ -539,6 +539,12 @@ def test_breakpoints_on_namespace_hosts(network, controller, terminal):  # DB-2 
         command(t, "detach")
         out = command(t, "cast debugee ranks(hosts=1) p x")
         assert re.findall(r"\[debugee (\d)\]\n(\d+)", out) == [("2", "25"), ("3", "35")], out
+        # podium exec reaches the procs on both hosts while their debugee actors are stopped
+        # (DB-10).
+        rc, out = run_exec(port, "--all", "--", "echo", "hi")
+        assert rc == 0, out
+        assert sorted(re.findall(r"^\[(hosts=\d,gpus=\d)\] hi$", out, re.M)) == [
+            f"hosts={h},gpus={g}" for h in range(2) for g in range(2)], out
         assert "resumed 4 stopped actor(s)" in command(t, "continue")
         assert job.line("RESULT") == "RESULT [6, 16, 26, 36]"
         t.sendline("quit")
@@ -549,6 +555,15 @@ def test_breakpoints_on_namespace_hosts(network, controller, terminal):  # DB-2 
 
 
 # --- podium exec ------------------------------------------------------------------------------
+
+
+def run_exec(port: int, *args: str) -> tuple:
+    """`podium exec --port PORT ARGS...` in a terminal: (exit status, what it printed)."""
+    t = pexpect.spawn(sys.executable, ["-m", "podium", "exec", "--port", str(port), *args],
+                      encoding="utf-8", timeout=T, dimensions=(50, 200))
+    t.expect(pexpect.EOF)
+    t.close()
+    return t.exitstatus, t.before.replace("\r\n", "\n")
 
 
 def test_podium_exec_all_one_point(controller, terminal, tmp_path):  # DB-10
@@ -563,11 +578,7 @@ def test_podium_exec_all_one_point(controller, terminal, tmp_path):  # DB-10
     assert len(pids) == 4
 
     def podium_exec(*args: str) -> tuple:
-        t = pexpect.spawn(sys.executable, ["-m", "podium", "exec", "--port", str(port), *args],
-                          encoding="utf-8", timeout=T, dimensions=(50, 200))
-        t.expect(pexpect.EOF)
-        t.close()
-        return t.exitstatus, t.before.replace("\r\n", "\n")
+        return run_exec(port, *args)
 
     # Each proc runs the command: its shell's parent is the proc itself.
     rc, out = podium_exec("--all", "--", "echo", "parent", "$PPID")
