@@ -470,6 +470,9 @@ def test_debug_server_off_loopback_requires_the_job_secret(controller, terminal)
     job = controller("async", PODIUM_DEBUG_SERVER_PORT=str(port),
                      PODIUM_DEBUG_SERVER_HOST="0.0.0.0")
     assert job.line("SESSIONS") == "SESSIONS 2"
+    # The controller says where clients find the secret, never the secret itself.
+    said = job.line("podium: debugger: the debug server listens on 0.0.0.0:%d" % port)
+    assert f"PODIUM_SECRET_FILE={os.environ['PODIUM_SECRET_FILE']}" in said, said
     # A client that answers the challenge wrongly is refused before any command.
     with socket.create_connection(("127.0.0.1", port), timeout=T) as s:
         f = s.makefile("rb")

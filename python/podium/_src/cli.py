@@ -141,7 +141,8 @@ def _register_debug(subparsers: argparse._SubParsersAction) -> None:
         "debug",
         help="open the debugger's prompt of a running job (list, attach, cast, continue)",
         description="Connects to the debug server of a job's controller, which listens once an "
-        "actor stopped at breakpoint() (docs/interactive.md). Off loopback the server asks "
+        "actor stopped at breakpoint() or the controller called "
+        "podium.actor.debug_controller() (docs/interactive.md). Off loopback the server asks "
         "for the job's secret (docs/security.md).",
     )
     debug_cli.add_arguments(p)

@@ -30,6 +30,7 @@ import sys
 import time
 from typing import Any, Optional, Tuple
 
+from podium._core import mesh as _mesh
 from podium._src.job.secret import _runtime_secret
 from podium.debugger.prompt_io import DebugIO, IOClosed
 from podium.debugger.shell import MODE_EXEC
@@ -147,6 +148,14 @@ class DebugServer:
                 self.server = await asyncio.start_server(self._client, self.host, self.port)
                 if self.port == 0:
                     self.port = self.server.sockets[0].getsockname()[1]
+                if self.auth:  # say where clients find the secret (never the secret itself)
+                    path = os.environ.get("PODIUM_SECRET_FILE") or _mesh.secret_file()
+                    where = (f"PODIUM_SECRET_FILE={path}" if path
+                             else "PODIUM_SECRET, as this controller's")
+                    sys.stderr.write(f"podium: debugger: the debug server listens on "
+                                     f"{self.host}:{self.port}; `podium debug` and `podium "
+                                     f"exec` must prove the job's secret ({where})\n")
+                    sys.stderr.flush()
             except Exception as e:  # DB-9
                 self.error = f"{type(e).__name__}: {e}"
                 sys.stderr.write(
