@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from podium._src import server as _server
-from podium._src.endpoint import Actor, concurrent_endpoint, endpoint
+from podium._src.endpoint import Actor, concurrent_endpoint
 from podium._src.proc_mesh import get_or_spawn_controller
 from podium.debugger import commands
 from podium.debugger.commands import CommandError
@@ -164,7 +164,7 @@ class DebugController(Actor):
 
     # --- what programs call -------------------------------------------------------------------
 
-    @endpoint
+    @concurrent_endpoint  # a prompt slow to read its table holds up no session
     async def list(self, print_output: bool = True) -> "List[DebugSessionInfo]":
         """The stopped actors (DB-6); with print_output (the default, as Monarch's), their
         table goes to the prompt, or to the controller's stdout when no prompt runs."""
