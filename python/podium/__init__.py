@@ -29,4 +29,8 @@ for _cls in (Selection, Shape, Slice):
     _cls.__module__ = "podium"
 del _cls
 
-__all__ = ["__version__", "Selection", "Shape", "Slice"]
+# podium.debug(): the job's debugger prompt in this controller process (a terminal or a
+# notebook), as `podium debug` (docs/interactive.md).
+from podium.debugger.cli import debug  # noqa: E402
+
+__all__ = ["__version__", "Selection", "Shape", "Slice", "debug"]

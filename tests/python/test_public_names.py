@@ -23,7 +23,7 @@ from podium.actor import Actor, endpoint, this_host
 T = 30
 NAMES_FILE = Path(__file__).with_name("monarch_actor_names.txt")
 # Names podium leaves out, with the reason.
-NOT_YET = {"debug_controller": "comes with the interactive debugger (issue 22)"}
+NOT_YET: dict = {}
 
 
 def monarch_names() -> set:

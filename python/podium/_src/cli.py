@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 import podium
 from podium import _core
 from podium._src import bin_dir, find_binary, list_binaries, sim_cast, tls, worker
+from podium.debugger import cli as debug_cli
 
 _BENCH_PREFIX = "podium-bench-"
 # Benchmarks written in Python: `podium bench NAME` runs main(args) of the module instead of
@@ -136,11 +137,38 @@ def _register_worker(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_run_worker)
 
 
+def _register_debug(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "debug",
+        help="open the debugger's prompt of a running job (list, attach, cast, continue)",
+        description="Connects to the debug server of a job's controller, which listens once an "
+        "actor stopped at breakpoint() or the controller called "
+        "podium.actor.debug_controller() (docs/interactive.md). Off loopback the server asks "
+        "for the job's secret (docs/security.md).",
+    )
+    debug_cli.add_arguments(p)
+    p.set_defaults(run=debug_cli.run)
+
+
+def _register_exec(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "exec",
+        help="run a shell command on the procs of a running job (--all, --one, --point)",
+        description="Runs COMMAND in every selected proc of the job whose controller serves "
+        "`podium debug` (docs/interactive.md), each output line prefixed with the proc's "
+        "coordinates. Exit status 0 when every command exited 0.",
+    )
+    debug_cli.add_exec_arguments(p)
+    p.set_defaults(run=debug_cli.run_exec)
+
+
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_version,
     _register_bench,
     _register_sim,
     _register_worker,
+    _register_debug,
+    _register_exec,
 ]
 
 

@@ -3,9 +3,8 @@ Uid and ProcId, returns_future, attach, shutdown_context, the worker loops
 (start_worker_loop_forever, run_worker_loop_until_shutdown), hosts_from_config, and the older
 spelling ``proc_mesh(gpus=N)``.
 
-  PN-1 podium.actor exports every name of Monarch's monarch.actor (0.7.0) except
-    debug_controller (the interactive debugger); tests/python/monarch_actor_names.txt lists
-    them.
+  PN-1 podium.actor exports every name of Monarch's monarch.actor (0.7.0), debug_controller
+    (the debugger, podium.debugger) included; tests/python/monarch_actor_names.txt lists them.
   PN-2 ``proc_mesh(gpus=N, hosts=H, env=E, setup=S)`` returns, at once, a ProcMesh of extent
     {"hosts": H, "gpus": N} on this host whose procs have E in os.environ and ran S before
     any actor; it is awaitable (``await proc_mesh(...)``, once its procs are up) and has

@@ -14,6 +14,7 @@ import sys
 
 from podium._core import mesh as _mesh
 from podium._src import output, server
+from podium.debugger import remote as debug_remote
 
 
 def main() -> int:
@@ -32,6 +33,8 @@ def main() -> int:
         if value is not None:
             os.putenv(key, value)  # the C environment only, for serve_proc
     server.mark_proc()
+    # breakpoint() in an endpoint opens a session with the job's debugger (DB-2).
+    debug_remote.install()
     server.start()
     rc = 0
     try:

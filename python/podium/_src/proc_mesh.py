@@ -313,6 +313,7 @@ class HostMesh(MeshShape):
             with owner.lock:  # the stopped ones need no stop: not kept
                 owner.proc_meshes = [p for p in owner.proc_meshes if not p._shared.stopped]
                 owner.proc_meshes.append(pm)
+        spawned[id(pm)] = pm
         return pm
 
     def proc_mesh(self, name: str) -> "ProcMesh":
@@ -346,6 +347,7 @@ class HostMesh(MeshShape):
 # (_rebuild_host_mesh): their spawn_procs runs here, through the registry actor.
 _attached: "weakref.WeakValueDictionary[int, _HostShared]" = weakref.WeakValueDictionary()
 _attached_lock = threading.Lock()
+spawned: "weakref.WeakValueDictionary[int, ProcMesh]" = weakref.WeakValueDictionary()  # exec
 _REFERENCE = ("it is a reference to hosts attached by another process (a HostMesh received "
               "pickled)")
 

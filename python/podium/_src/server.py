@@ -78,6 +78,8 @@ _servers: Set["_ActorServer"] = set()
 _in_proc = False
 # The controller's get_or_spawn_controller registry (an ActorMesh), once known here.
 _registry: Any = None
+# (post_mortem(exc), call_finished()) of podium.debugger.remote, once a proc installed them.
+debug_hooks: Optional[Tuple[Callable[[BaseException], None], Callable[[], None]]] = None
 
 # The proc's bootstrap function (spawn_procs(bootstrap=...)): actors whose spawn says "wait"
 # construct only after it ran; _boot_error is its traceback if it raised.
@@ -493,6 +495,8 @@ class _ActorServer(supervision.OwnerSupervision):
             fn, args, kwargs = call.resolve()
             result = fn(*args, **kwargs)
         except BaseException as e:  # raised() sorts them: EP-1
+            if debug_hooks is not None:
+                debug_hooks[0](e)  # DB-5: post-mortem, in the call's context
             reset_context(token)
             self.current = None
             call.raised(e)
@@ -516,6 +520,8 @@ class _ActorServer(supervision.OwnerSupervision):
                                          f"stopped while {call.name} was running")
             return
         except BaseException as e:  # raised() sorts them: EP-1
+            if debug_hooks is not None:
+                debug_hooks[0](e)  # DB-5: post-mortem, in the call's context
             reset_context(token)
             call.raised(e)
             return
@@ -685,6 +691,8 @@ class _Call:
         """Answers with ``result``. Pickling it may run user code (``__reduce__``): an
         Exception there fails the call, a BaseException fails the actor (EP-1)."""
         output.forward_flush()  # what the call printed streams ahead of its answer
+        if debug_hooks is not None:
+            debug_hooks[1]()  # DB-4: a debug session still open ends with its call
         if self.answered:  # the actor failed while it ran (EP-3): its caller knows already
             return
         self.answered = True
@@ -720,6 +728,8 @@ class _Call:
         (SystemExit, KeyboardInterrupt, ...) fails the actor, and the caller gets
         SupervisionError. Never raises."""
         output.forward_flush()  # what the call printed streams ahead of its answer
+        if debug_hooks is not None:
+            debug_hooks[1]()  # DB-4: a debug session still open ends with its call
         if self.answered:  # the actor failed while it ran (EP-3): its caller knows already
             return
         self.answered = True

@@ -38,6 +38,7 @@ from podium._src.compat import (
 from podium._src.telemetry import get_meter, span, traced
 from podium._src.restart import RestartPolicy
 from podium._src import service as _service  # noqa: F401  (Actor.options makes services)
+from podium.debugger.controller import debug_controller
 
 __all__ = [
     "Accumulator",
@@ -71,6 +72,7 @@ __all__ = [
     "current_actor_name",
     "current_rank",
     "current_size",
+    "debug_controller",
     "default_bootstrap_cmd",
     "enable_transport",
     "endpoint",

@@ -1,0 +1,56 @@
+"""Where the debugger's prompt reads and writes: a TCP client of the debug server (server.py)
+or podium.debug() in the controller process (LocalIO)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import List, Optional
+
+
+class DebugIO:
+    """Where the prompt reads and writes: a TCP client (server.py) or podium.debug()."""
+
+    async def input(self, prompt: str = "") -> str:
+        raise NotImplementedError
+
+    async def output(self, text: str) -> None:
+        raise NotImplementedError
+
+    async def close(self, text: str = "") -> None:
+        raise NotImplementedError
+
+
+class IOClosed(Exception):
+    """The prompt's reader is gone (disconnected, or replaced by a new prompt)."""
+
+
+class LocalIO(DebugIO):
+    """The prompt of podium.debug(): each exchange(line) hands one line in and returns what
+    the prompt wrote until it wants the next one."""
+
+    def __init__(self) -> None:
+        self.lines: "asyncio.Queue[Optional[str]]" = asyncio.Queue()
+        self.buffer: List[str] = []
+        self.turn = asyncio.Event()  # the prompt waits for a line, or has finished
+        self.done = False
+
+    async def input(self, prompt: str = "") -> str:
+        self.buffer.append(prompt)
+        self.turn.set()
+        line = await self.lines.get()
+        if line is None:
+            raise IOClosed()
+        return line
+
+    async def output(self, text: str) -> None:
+        self.buffer.append(text)
+
+    async def close(self, text: str = "") -> None:
+        self.buffer.append(text)
+        self.done = True
+        self.turn.set()
+
+    def take(self) -> str:
+        text = "".join(self.buffer)
+        self.buffer.clear()
+        return text
