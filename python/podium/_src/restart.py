@@ -54,12 +54,6 @@ from podium._src.shape import MeshShape
 T = TypeVar("T")
 logger = logging.getLogger("podium.restart")
 
-# Held around every respawn() of this module: two threads calling spawn_procs at once can
-# get the same proc mesh id, and one mesh's procs are then killed (a core race, see
-# docs/services.md); restarts and a service's replicas spawn one at a time, then start up
-# in parallel.
-_spawn_lock = threading.Lock()
-
 # How long a restart may take to stop a failed incarnation, and to start a new one.
 STOP_WAIT_S = 20.0
 START_WAIT_S = 60.0
@@ -234,8 +228,8 @@ class Keeper:
     def start_first(self, timeout: float = START_WAIT_S) -> None:
         """Spawns incarnation 0 with ``respawn(0)`` and waits until it is up (raises why
         not; what it spawned is stopped)."""
-        with _spawn_lock:  # in the spawner's context: the same owner supervises it
-            procs, mesh = self._ctx.copy().run(self._respawn, 0)
+        # In the spawner's context: the same owner supervises it.
+        procs, mesh = self._ctx.copy().run(self._respawn, 0)
         self.start(procs, mesh, running=False)
         try:
             mesh.initialized.get(timeout)
@@ -313,8 +307,7 @@ class Keeper:
                 gen = self.gen + 1
             self._retire(old_mesh, old_procs)
             try:
-                with _spawn_lock:
-                    procs, mesh = self._respawn(gen)
+                procs, mesh = self._respawn(gen)
             except Exception as e:
                 procs, mesh, error = None, None, e
             else:
