@@ -29,4 +29,20 @@ for _cls in (Selection, Shape, Slice):
     _cls.__module__ = "podium"
 del _cls
 
-__all__ = ["__version__", "Selection", "Shape", "Slice"]
+# The tensor engine's names (Monarch's top-level ``monarch`` names), imported on first use:
+# ``import podium`` must not import torch.
+_TENSOR_NAMES = frozenset({
+    "RemoteException", "Stream", "Tensor", "coalescing", "fetch_shard", "get_active_mesh",
+    "get_active_stream", "grad_generator", "inspect", "no_mesh", "reduce", "reduce_", "remote",
+    "show", "slice_mesh", "to_mesh",
+})
+
+
+def __getattr__(name: str):
+    if name in _TENSOR_NAMES:
+        from podium import tensor as _tensor
+        return getattr(_tensor, name)
+    raise AttributeError(f"module 'podium' has no attribute {name!r}")
+
+
+__all__ = ["__version__", "Selection", "Shape", "Slice", *sorted(_TENSOR_NAMES)]
