@@ -9,10 +9,12 @@ metadata comes from running the op on meta tensors.
 
   TE-6 The metadata of an op's outputs is computed once per (op, input metadata, other
     arguments): a repeated op with the same shapes costs a dictionary lookup, no meta run.
-  TE-7 Outside any active mesh torch runs locally, unchanged; inside one, or on handles, a
-    local tensor mixed into an op raises TypeError naming it (``torch.tensor(...)`` written
-    inside the block is sent as a value instead), as do handles of two meshes, a handle of
-    another stream than the active one, and a handle its borrow forbids (TE-11).
+  TE-7 Outside any active mesh torch runs locally, unchanged; inside one, an op with no
+    tensor argument (a factory) runs on the mesh, and an op whose tensor arguments are all
+    local (a fetched value) runs locally. A local tensor mixed with handles in one op raises
+    TypeError naming it (``torch.tensor(...)`` written inside the block is sent as a value
+    instead), as do handles of two meshes, a handle of another stream than the active one,
+    and a handle its borrow forbids (TE-11).
   TE-8 An op that mutates its input (``add_``, ``out=``) returns the same handle; autograd
     runs in the controller over handles, so ``backward()``, ``.grad``, modules and optimizers
     made inside the block issue their ops as commands.
@@ -257,8 +259,10 @@ def dispatch(func: Any, args: tuple, kwargs: dict, view: Optional[View]) -> Any:
     if handles:
         view = handles[0]._view
     if local:
-        if func in _LIFT and view is not None and not handles:
-            return _lift(view, local[0])
+        if not handles:
+            if func in _LIFT and view is not None:
+                return _lift(view, local[0])
+            return func(*args, **kwargs)  # only local tensors: a local op (a fetched value)
         _bad_arguments(func, args, kwargs, view, handles, local)
     if view is None:  # no handle, no active mesh: nothing remote about it
         return func(*args, **kwargs)
