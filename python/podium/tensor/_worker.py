@@ -84,15 +84,25 @@ def resolve_op(name: str) -> Any:
 
 
 def resolve_function(path: str) -> Any:
-    """``"pkg.mod.fn"`` (or ``"pkg.mod:Cls.fn"``) -> the function, imported here."""
+    """``"pkg.mod.fn"``, ``"pkg.mod.Cls.fn"`` or ``"pkg.mod:Cls.fn"`` -> the function (the
+    longest importable prefix is the module)."""
     if ":" in path:
         module, qual = path.split(":", 1)
-    else:
-        module, _, qual = path.rpartition(".")
-    obj: Any = importlib.import_module(module)
-    for part in qual.split("."):
-        obj = getattr(obj, part)
-    return obj
+        parts = [module, *qual.split(".")]
+        obj: Any = importlib.import_module(module)
+        for part in parts[1:]:
+            obj = getattr(obj, part)
+        return obj
+    names = path.split(".")
+    for cut in range(len(names) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(names[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for part in names[cut:]:
+            obj = getattr(obj, part)
+        return obj
+    raise ValueError(f"cannot import a function from {path!r}")
 
 
 def coordinates(rank: int, region: tuple) -> Dict[str, int]:
