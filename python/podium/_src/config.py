@@ -150,6 +150,26 @@ def _prefix() -> Setting:
                    "podium.actor.config.prefix_python_logs_with_actor")
 
 
+# podium's own key: the timeout of collectives along mesh dimensions (podium.tensor), read by
+# the controller when it spawns the collectives' store (docs/collectives.md, CO-5).
+collective_timeout_s = 60.0
+
+
+def _collective_timeout() -> Setting:
+    def check(value: Any) -> float:
+        seconds = parse_duration(value)
+        if seconds <= 0:
+            raise ValueError(f"collective_timeout must be positive, not {value!r}")
+        return seconds
+
+    def apply(seconds: float) -> None:
+        global collective_timeout_s
+        collective_timeout_s = seconds
+
+    return Setting(check, apply, lambda: collective_timeout_s,
+                   "podium.actor.config.collective_timeout_s")
+
+
 def _settings() -> Dict[str, Setting]:
     actor_stop = _module_attr(actor_mesh, "STOP_GRACE_S", 1.0, False)
     procs_actor_stop = _module_attr(proc_mesh, "STOP_ACTORS_MS", 1000.0, True)
@@ -169,6 +189,8 @@ def _settings() -> Dict[str, Setting]:
         # How long a host may stay silent before it counts as lost.
         "supervision_watchdog_timeout": _env_ms("PODIUM_HOST_LOST_MS"),
         "prefix_python_logs_with_actor": _prefix(),
+        # podium's own: how long a collective may wait for its group (podium.tensor).
+        "collective_timeout": _collective_timeout(),
     }
 
 
