@@ -9,6 +9,8 @@ commands the controller sends, in the order it sends them (docs/tensor.md):
     place of each of its outputs and of each tensor it mutates; a command that reads a
     failed value fails the same way, carrying the first failure; the worker lives on, and the
     next commands run.
+  TE-9 A worker proc that dies fails every fetch of its values with SupervisionError, within
+    supervision's bounds (no hang); the other procs of the mesh still answer.
 """
 
 from __future__ import annotations
