@@ -65,6 +65,25 @@ def test_remote_functions_run_on_every_proc(mesh):  # TE-13
         assert podium.inspect(out, gpus=1).tolist() == [1, 2, 3]
 
 
+def positives(t):
+    return t[t > 0]  # a shape that depends on the values: fake tensors cannot tell it
+
+
+def test_remote_propagate_inspect_and_cached(mesh):  # TE-13
+    with mesh.activate():
+        t = torch.tensor([1.0, -2.0, 3.0, -4.0, 5.0])
+        out = podium.remote(positives, propagate="inspect")(t)
+        assert out.shape == (3,)
+        assert podium.inspect(out, gpus=3).tolist() == [1.0, 3.0, 5.0]
+        cached = podium.remote(positives, propagate="cached")
+        a, b = cached(t), cached(t * 2)
+        assert len(cached._cached) == 1  # the same input metadata: probed once
+        assert podium.inspect(b, gpus=1).tolist() == [2.0, 6.0, 10.0]
+        assert a.shape == (3,)
+        with pytest.raises(podium.RemoteException, match="bad value"):
+            podium.remote(_raise_value_error, propagate="inspect")(t)
+
+
 def _raise_value_error(t):
     raise ValueError("bad value in remote function")
 

@@ -4,8 +4,9 @@
   TE-13 ``remote(fn)(*args)`` runs ``fn`` on every proc of the mesh of its tensor arguments
     (else the active mesh), with each handle replaced by that proc's value; it returns handles
     for the tensors ``fn`` returns, whose metadata comes from ``propagate`` (a function of the
-    same arguments, called on fake tensors), or by default from ``fn`` itself on fake
-    tensors. ``fn`` travels by reference (a function of an importable module, or an import
+    same arguments, called on fake tensors; ``"inspect"``: ``fn`` run once on the mesh's first
+    proc, its result dropped; ``"cached"``: the same, once per input metadata), or by
+    default from ``fn`` itself on fake tensors. ``fn`` travels by reference (a function of an importable module, or an import
     path string); one defined in ``__main__`` or a closure travels by value.
   TE-14 ``mesh.rank_tensor(dim)`` is a 0-dim int64 tensor whose value on each proc is that
     proc's coordinate along ``dim`` of that mesh view (several dims: the row-major rank over
@@ -22,6 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import _disable_current_modes
 
 from podium.tensor._client import View, view_of
+from podium.tensor._fetch import RemoteException, root_point
 from podium.tensor._tensor import (
     Activation,
     Tensor,
@@ -36,6 +38,9 @@ from podium.tensor._tensor import (
 from podium.tensor._worker import resolve_function
 
 
+PROBE_TIMEOUT_S = 300.0
+
+
 def _by_value(fn: Callable[..., Any]) -> bool:
     return (getattr(fn, "__module__", None) == "__main__"
             or "<locals>" in getattr(fn, "__qualname__", "")
@@ -46,11 +51,12 @@ class Remote:
     """A function that runs on the workers (TE-13)."""
 
     def __init__(self, fn: Any, propagate: Any = None) -> None:
-        if propagate in ("inspect", "cached", "mocked"):
+        if propagate == "mocked":
             raise NotImplementedError(
-                f"remote(propagate={propagate!r}) is not supported by podium yet: pass a "
-                "function that computes the outputs from fake inputs, or none (fn runs on "
-                "fake tensors)")
+                "remote(propagate='mocked') is not supported by podium: pass a function that "
+                "computes the outputs from fake inputs, 'inspect', 'cached', or none (fn runs "
+                "on fake tensors)")
+        self._cached: Dict[Any, Any] = {}
         self._fn = fn
         self._propagate = propagate
         self._local: Optional[Callable[..., Any]] = None
@@ -81,20 +87,44 @@ class Remote:
         for h in handles:
             if h._view is not view or h._stream is not stream or h._dropped or h._access != 3:
                 _check(self._fn, args, kwargs, view, handles, stream)
-        out = self._fake_outputs(args, kwargs, handles)
-        metas: List[torch.Tensor] = []
-        spec = _spec(out, metas)
-        default = handles[0].device if handles else torch.device("cpu")
+        if self._propagate in ("inspect", "cached"):
+            spec, keys = self._probed(view, rargs, rkwargs, args, kwargs, handles)
+        else:
+            out = self._fake_outputs(args, kwargs, handles)
+            metas: List[torch.Tensor] = []
+            spec = _spec(out, metas)
+            default = handles[0].device if handles else torch.device("cpu")
+            keys = [(tuple(m.shape), tuple(m.stride()), m.dtype,
+                     default if m.device.type == "meta" else m.device) for m in metas]
         client = view.client
         if client.stream != stream.name:
             client.set_stream(stream.name)
-        outs = []
-        for m in metas:
-            device = default if m.device.type == "meta" else m.device
-            outs.append(new_handle(view, (tuple(m.shape), tuple(m.stride()), m.dtype, device),
-                                   stream))
+        outs = [new_handle(view, k, stream) for k in keys]
         client.append(view, ("call", self._sent, [o._rid for o in outs], rargs, rkwargs))
         return _rebuild(spec, outs)
+
+    def _probed(self, view: View, rargs: Any, rkwargs: Any, args: tuple, kwargs: dict,
+                handles: List[Tensor]) -> Any:
+        """propagate="inspect": the function runs once on the first proc of the mesh (its
+        result dropped) to learn the outputs' metadata; "cached": once per input metadata."""
+        key = None
+        if self._propagate == "cached":
+            key = tuple(h._key for h in handles)
+            hit = self._cached.get(key)
+            if hit is not None:
+                return hit
+        client = view.client
+        client.flush()
+        first = view.root_rank({label: 0 for label in view.labels})
+        payload = cloudpickle.dumps((self._sent, rargs, rkwargs))
+        ok, got = client.workers.slice(**root_point(view, first)).probe.call_one(
+            payload).get(timeout=PROBE_TIMEOUT_S)
+        if not ok:
+            raise RemoteException(got, "remote(propagate='inspect'): the function failed "
+                                       "on the first proc of the mesh.")
+        if key is not None:
+            self._cached[key] = got
+        return got
 
     def _fake_outputs(self, args: tuple, kwargs: dict, handles: List[Tensor]) -> Any:
         fn = self._propagate if self._propagate is not None else self._impl()

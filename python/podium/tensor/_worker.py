@@ -185,14 +185,7 @@ class TensorWorker(Actor):
         self._store(out_ids, op(*self._resolve(args), **self._resolve(kwargs)))
 
     def _c_call(self, fn: Any, out_ids: List[int], args: tuple, kwargs: dict) -> None:
-        if isinstance(fn, str):
-            fn = resolve_function(fn)
-        elif isinstance(fn, bytes):  # defined in __main__ or a closure: sent by value
-            f = _BY_VALUE.get(fn)
-            if f is None:
-                f = _BY_VALUE[fn] = pickle.loads(fn)
-            fn = f
-        self._store(out_ids, fn(*self._resolve(args), **self._resolve(kwargs)))
+        self._store(out_ids, _function(fn)(*self._resolve(args), **self._resolve(kwargs)))
 
     def _c_lift(self, out_id: int, value: Any) -> None:
         self.values[out_id] = value
@@ -228,6 +221,21 @@ class TensorWorker(Actor):
         self._store(out_ids, fn(self, *self._resolve(args)))
 
     # --- fetching ---------------------------------------------------------------------------
+    @endpoint
+    def probe(self, payload: bytes) -> Tuple[bool, Any]:
+        """Runs a remote function on this proc's values WITHOUT keeping its result, and returns
+        the result's structure and metadata (remote(propagate="inspect"), TE-13); or the
+        Failure."""
+        fn, args, kwargs = pickle.loads(payload)
+        try:
+            out = _function(fn)(*self._resolve(args), **self._resolve(kwargs))
+        except _Poisoned as p:
+            return False, p.failure
+        except Exception as e:
+            return False, self._failure(("call", fn), e)
+        keys: List[tuple] = []
+        return True, (_structure(out, keys), keys)
+
     @endpoint
     def fetch(self, ids: List[int]) -> List[Tuple[bool, Any]]:
         """Each value on CPU, or its Failure (TE-4)."""
@@ -361,6 +369,27 @@ def _root_point(mesh: Any, rank: int) -> Dict[str, int]:
         coords[label] = rank % sizes[label]
         rank //= sizes[label]
     return coords
+
+
+def _function(fn: Any) -> Any:
+    if isinstance(fn, str):
+        return resolve_function(fn)
+    if isinstance(fn, bytes):  # defined in __main__ or a closure: sent by value
+        f = _BY_VALUE.get(fn)
+        if f is None:
+            f = _BY_VALUE[fn] = pickle.loads(fn)
+        return f
+    return fn
+
+
+def _structure(out: Any, keys: List[tuple]) -> Any:
+    """The spec of an output (as the controller's _tensor._spec) and each tensor's metadata."""
+    if isinstance(out, torch.Tensor):
+        keys.append((tuple(out.shape), tuple(out.stride()), out.dtype, out.device))
+        return len(keys) - 1
+    if isinstance(out, (list, tuple)):
+        return (type(out), tuple(_structure(o, keys) for o in out))
+    return ("v", out)
 
 
 def _flatten(x: Any, out: List[Any]) -> None:
