@@ -59,3 +59,13 @@ def test_import_podium_does_not_import_torch():
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                        timeout=CHILD_TIMEOUT_S)
     assert r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_ddp_example_matches_a_single_process_run(tmp_path):  # TE-15, TE-17
+    example = ROOT / "examples" / "ddp.py"
+    r = subprocess.run([sys.executable, str(example), "--steps", "8"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=3 * CHILD_TIMEOUT_S,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "time per step:" in r.stdout
+    assert r.stdout.rstrip().endswith("parity ok")
