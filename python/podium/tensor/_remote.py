@@ -6,8 +6,9 @@
     for the tensors ``fn`` returns, whose metadata comes from ``propagate`` (a function of the
     same arguments, called on fake tensors; ``"inspect"``: ``fn`` run once on the mesh's first
     proc, its result dropped; ``"cached"``: the same, once per input metadata), or by
-    default from ``fn`` itself on fake tensors. ``fn`` travels by reference (a function of an importable module, or an import
-    path string); one defined in ``__main__`` or a closure travels by value.
+    default from ``fn`` itself on fake tensors. ``fn`` travels by reference (a function of an
+    importable module, or an import path string); one defined in ``__main__`` or a closure
+    travels by value.
   TE-14 ``mesh.rank_tensor(dim)`` is a 0-dim int64 tensor whose value on each proc is that
     proc's coordinate along ``dim`` of that mesh view (several dims: the row-major rank over
     them); ``rank_tensors()`` maps every dimension to its rank tensor.
