@@ -89,6 +89,19 @@ def test_a_local_tensor_in_a_remote_op_raises(mesh):  # TE-7
             remote.sum().item()
 
 
+def test_handles_do_not_pickle_and_drop_frees_now(mesh):  # TE-5
+    import pickle
+
+    with mesh.activate():
+        t = torch.ones(2)
+        with pytest.raises(TypeError, match="cannot be pickled"):
+            pickle.dumps(t)
+        t.drop()
+        assert t.dropped
+        with pytest.raises(TypeError, match="dropped"):
+            torch.add(t, 1)
+
+
 def test_shape_errors_raise_at_the_call(mesh):
     with mesh.activate():
         with pytest.raises(RuntimeError):

@@ -101,6 +101,11 @@ class Tensor(torch.Tensor):
         """Frees the remote value now; later uses raise."""
         drop(self)
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            f"{self!r} is a handle to values on its mesh's procs and cannot be pickled; read "
+            "a value with podium.inspect / podium.fetch_shard, or use it in a remote function")
+
     @property
     def dropped(self) -> bool:
         return self._dropped
@@ -148,6 +153,7 @@ def drop(t: Tensor) -> None:
     if t._dropped:
         return
     t._dropped = True
+    t._access = 0  # every later use takes the slow check, which names the drop
     wr = _live.pop(t._rid, None)
     if wr is not None:
         t._view.client.freed(t._view, t._rid)
@@ -201,6 +207,7 @@ class _Entry:
 
 
 _cache: Dict[tuple, _Entry] = {}
+CACHE_LIMIT = 1 << 16
 cache_stats = {"hits": 0, "misses": 0}
 
 
@@ -283,6 +290,8 @@ def dispatch(func: Any, args: tuple, kwargs: dict, view: Optional[View]) -> Any:
                 f"podium.inspect(t) or podium.fetch_shard(t) to read it")
         entry = _propagate(func, args, kwargs, handles)
         if key is not None:
+            if len(_cache) >= CACHE_LIMIT:  # a program of ever-new shapes: start over
+                _cache.clear()
             _cache[key] = entry
         cache_stats["misses"] += 1
     else:
