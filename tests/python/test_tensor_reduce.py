@@ -104,3 +104,24 @@ def test_bad_reductions_raise_before_anything_is_sent(mesh):  # TE-17
         with pytest.raises(ValueError):
             torch.ones(3).reduce("dp", "sum", scatter=True)  # 3 rows, a group of 2
         assert _all(x.reduce("dp"), grid) == [[2.0, 2.0]] * 4  # still serving
+
+
+def _fail_on_rank_1(t):
+    if int(t.item()) == 1:
+        raise ValueError("failed on purpose on rank 1")
+    return t.clone()
+
+
+def test_a_failed_input_fails_the_reduce_on_every_member(mesh):  # TE-18, TE-2
+    with mesh.activate():
+        r = mesh.rank_tensor("gpus").float()
+        x = podium.remote(_fail_on_rank_1, propagate=lambda t: t.clone())(r)
+        y = x.reduce("gpus", "sum")
+        for g in range(4):
+            with pytest.raises(podium.RemoteException) as e:
+                podium.fetch_shard(y, gpus=g).get(timeout=T)
+            assert "not done within" not in str(e.value)  # told by rank 1, not timed out
+            if g == 1:
+                assert "failed on purpose on rank 1" in str(e.value)
+        # The workers and the collectives go on.
+        assert podium.inspect(r.reduce("gpus", "sum"), gpus=1).item() == 6.0

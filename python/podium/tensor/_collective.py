@@ -14,6 +14,9 @@ docs/collectives.md).
     the reduced dimensions). ``reduce_`` writes the result into `t` and returns `t`.
     Unknown or repeated dimensions, several dimensions with ``stack`` or ``scatter``, and
     what the collective would refuse raise at the call, before anything is sent.
+  TE-18 A reduce whose input failed on some procs fails on every proc of each group they
+    belong to, soon (the failed procs report to their groups; the others do not wait for the
+    collective's timeout): each output holds a Failure, and the workers live on.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from torch.utils._pytree import tree_map
 from podium.tensor._client import View, view_of
 from podium.tensor._collectives import Communicator, members_along, reduce_meta
 from podium.tensor._tensor import Tensor, _check, _hooks, _RW, new_handle, state
-from podium.tensor._worker import coordinates
+from podium.tensor._worker import Ref, _Poisoned, coordinates
 
 REDUCTIONS = ("sum", "avg", "product", "min", "max", "stack", "band", "bor", "bxor")
 
@@ -50,13 +53,24 @@ def _in_region(rank: int, region: tuple) -> bool:
     return offset + sum(coords[label] * s for label, s in zip(labels, strides)) == rank
 
 
-def reduce_on_worker(worker: Any, t: torch.Tensor, region: tuple, dims: Tuple[str, ...],
-                     reduction: str, scatter: bool, inplace: bool, target: Any) -> Any:
+def reduce_on_worker(worker: Any, rid: int, region: tuple, dims: Tuple[str, ...],
+                     reduction: str, scatter: bool, inplace: bool, target: Any,
+                     device_type: str) -> Any:
     """Runs on each worker of the tensor's view (a "collective" command)."""
     comm = Communicator.get()
     if comm._rank is None:
         Communicator.configure(rank=worker.rank)
     members = members_along(_Layout(region), dims, worker.rank)
+    try:
+        t = worker._get(Ref(rid))
+    except _Poisoned as p:
+        # This proc's input failed (TE-2): it still reports to its group, so the other
+        # members fail at once instead of at the collective's timeout (TE-18).
+        if len(members) > 1:
+            group = comm._group(members, "nccl" if device_type == "cuda" else "gloo")
+            comm._failed(group, RuntimeError(f"the input failed on rank {worker.rank}: "
+                                             f"{p.failure.what}"))
+        raise
     out = comm.reduce(t, members=members, reduction=reduction, scatter=scatter,
                       inplace=inplace)
     if target is not None and not _in_region(worker.rank, target):
@@ -114,7 +128,8 @@ def _reduce(t: Tensor, dims: Any, reduction: str, scatter: bool, mesh: Any,
         out = new_handle(out_view, (tuple(shape), tuple(contiguous.stride()), dtype, t.device),
                          stream)
     client.append(view, ("collective", reduce_on_worker, [out._rid],
-                         (t._ref, view.region, dims, reduction, scatter, inplace, target)))
+                         (t._rid, view.region, dims, reduction, scatter, inplace, target,
+                          t.device.type)))
     return out
 
 
