@@ -11,7 +11,8 @@ uses it only through a borrow, as Monarch's:
     on ``stream``. While the borrow lives, ``t`` cannot be mutated (immutable borrow) or used
     at all (mutable borrow) on its own stream: such a use raises TypeError; ``t2`` can be
     used only on ``stream``. ``borrow.drop()`` frees ``t2`` (later uses raise) and gives
-    ``t`` back its rights.
+    ``t`` back its rights. On GPU workers the borrowing stream first waits for the work the
+    owner's stream queued, and at the drop the owner's stream waits for the borrower's.
   TE-12 Inside ``coalescing()`` no command is sent, whatever the batch size; leaving it sends
     the whole batch.
 """
@@ -56,7 +57,7 @@ class Stream:
             raise TypeError(f"{t!r} is borrowed already: it cannot be borrowed mutably")
         view = t._view
         r = new_handle(view, t._key, self)
-        view.client.append(view, ("alias", r._rid, t._ref))
+        view.client.append(view, ("alias", r._rid, t._ref, t._stream.name, self.name))
         if mutable:
             r._access = _tensor._RW
             t._access = 0
@@ -89,6 +90,9 @@ class Borrow:
         drop(self.borrowed)
         self.borrowed._access = 0
         self.original._access = _tensor._RW
+        view = self.original._view
+        view.client.append(view, ("wait", self.original._stream.name,
+                                  self.borrowed._stream.name))
 
 
 class _StreamActivation:

@@ -198,8 +198,28 @@ class TensorWorker(Actor):
             r = r * sizes[labels.index(d)] + coords[d]
         self.values[out_id] = torch.full((), r, dtype=torch.long)
 
-    def _c_alias(self, out_id: int, src: Ref) -> None:
+    def _c_alias(self, out_id: int, src: Ref, src_stream: str = "main",
+                 dst_stream: str = "main") -> None:
+        """A borrow (TE-11): the same value, used on `dst_stream` after what `src_stream` has
+        queued so far (on GPU; one order on CPU)."""
+        self._wait(dst_stream, src_stream)
         self.values[out_id] = self._get(src)
+
+    def _c_wait(self, waiter: str, waited: str) -> None:
+        """A dropped borrow: `waiter` (the owner's stream) runs after `waited`'s work so far."""
+        self._wait(waiter, waited)
+
+    def _wait(self, waiter: str, waited: str) -> None:
+        if waiter != waited and torch.cuda.is_available():
+            self._cuda_stream(waiter).wait_stream(self._cuda_stream(waited))
+
+    def _cuda_stream(self, name: str) -> Any:
+        if name == "main":
+            return torch.cuda.default_stream()
+        s = self.streams.get(name)
+        if s is None:
+            s = self.streams[name] = torch.cuda.Stream()
+        return s
 
     def _c_del(self, ids: List[int]) -> None:
         for rid in ids:
@@ -211,10 +231,7 @@ class TensorWorker(Actor):
             self.stream_ctx.__exit__(None, None, None)
             self.stream_ctx = None
         if name != "main" and torch.cuda.is_available():
-            s = self.streams.get(name)
-            if s is None:
-                s = self.streams[name] = torch.cuda.Stream()
-            self.stream_ctx = torch.cuda.stream(s)
+            self.stream_ctx = torch.cuda.stream(self._cuda_stream(name))
             self.stream_ctx.__enter__()
 
     def _c_collective(self, fn: Any, out_ids: List[int], args: tuple) -> None:
