@@ -254,3 +254,22 @@ def test_to_mesh_moves_large_values_over_rdma(mesh):  # TE-16
             assert abs(podium.inspect(total, dp=dp).item() - expected) / expected < 1e-5
         tail = y[-3:]
         assert podium.inspect(tail, dp=1).tolist() == [n - 2.0, n - 1.0, float(n)]
+
+
+def test_to_mesh_moves_values_to_another_proc_mesh(mesh):  # TE-16
+    other = this_host().spawn_procs(per_host={"dp": 2})
+    try:
+        grid = mesh.split(gpus=("stage", "dp"), dp=2)
+        first = grid.slice(stage=1)
+        n = _move.LARGE // 4 + 10
+        with first.activate():
+            small = first.rank_tensor("dp").float() + 7
+            large = torch.ones(n) * (first.rank_tensor("dp").float() + 1)
+        s2, l2 = podium.to_mesh((small, large), other)
+        assert s2.mesh is other
+        with other.activate():
+            assert _values(s2, other) == [7.0, 8.0]
+            total = l2.sum()
+            assert [podium.inspect(total, dp=d).item() for d in range(2)] == [n * 1.0, n * 2.0]
+    finally:
+        other.stop().get(timeout=T)

@@ -26,6 +26,8 @@ from podium.tensor._worker import Mailbox, TensorWorker, coordinates
 # A batch is sent when it holds this many commands (TE-3); sync points send it earlier.
 BATCH_LIMIT = 2048
 
+SPAWN_TIMEOUT_S = 120.0  # bound on waiting for the engine's actors to start
+
 # coalescing() depth (TE-12): no batch is sent at the limit while it is above 0.
 hold = [0]
 
@@ -114,8 +116,15 @@ class Client:
         self.stream = "main"
         self.sent_batches = 0  # broadcasts made (tests of TE-3)
         self.closed = False
+        self._mailboxes_ready = False
         self.root_view = self.view(root)
         self.append(self.root_view, ("peers", self.mailboxes))
+
+    def mailboxes_ready(self) -> None:
+        """Waits (once) until every Mailbox actor of the root mesh is up (to_mesh)."""
+        if not self._mailboxes_ready:
+            self.mailboxes.initialized.get(timeout=SPAWN_TIMEOUT_S)
+            self._mailboxes_ready = True
 
     def view(self, proc_mesh: ProcMesh) -> View:
         region = proc_mesh._region.__getstate__()

@@ -1,8 +1,8 @@
 """Moving tensors between meshes: ``t.to_mesh(mesh)``, ``t.slice_mesh(**kw)``.
 
   TE-16 ``t.slice_mesh(**kw).to_mesh(dest)`` (or ``t.to_mesh(dest)``) gives a handle on
-    `dest` whose value on each proc is the source value at the same coordinates of the
-    dimensions both meshes have (every proc along a dimension only `dest` has receives the
+    `dest` (a view of the same procs, or of another proc mesh) whose value on each proc is the
+    source value at the same coordinates of the dimensions both meshes have (every proc along a dimension only `dest` has receives the
     same value: a broadcast). The controller issues one send command to the source view and
     one receive command to `dest`; the workers move the values themselves: small ones in a
     message, large CPU ones (``LARGE`` bytes and more) read one-sidedly through
@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from typing import Any, Optional
 
@@ -19,8 +20,9 @@ from torch.utils._pytree import tree_map
 from podium.tensor._client import View, view_of
 from podium.tensor._tensor import Tensor, _hooks, new_handle, state
 
+_keys = itertools.count(1)  # transfer keys, unique in this controller
 LARGE = 1 << 20  # bytes: from this size on, to_mesh moves a CPU value over podium.rdma
-RECV_TIMEOUT_S = 300.0
+RECV_TIMEOUT_S = 120.0
 
 
 class MeshSliceTensor:
@@ -39,9 +41,6 @@ class MeshSliceTensor:
         src = self.slicing
         client = src.client
         dest = view_of(mesh)
-        if dest.client is not client:
-            raise ValueError("to_mesh: the destination mesh is not made of the same procs as "
-                             f"the source ({dest} vs {src})")
         for name, size in zip(dest.labels, dest.sizes):
             if name not in src.labels:
                 warnings.warn(f"to_mesh is broadcasting along {name} dimension", stacklevel=3)
@@ -51,10 +50,17 @@ class MeshSliceTensor:
         missing = set(src.labels) - set(dest.labels)
         if missing:
             raise ValueError(f"destination mesh does not have dimensions {missing}")
-        key = client.new_id()
+        # Workers deliver to the Mailbox actors themselves: those must exist first (a message
+        # to an actor not yet spawned in its proc would be dropped).
+        client.mailboxes_ready()
+        dest.client.mailboxes_ready()
+        key = next(_keys)
         r = new_handle(dest, t._key, stream)
-        client.append(src, ("send", t._ref, key, src.region, dest.region, LARGE))
-        client.append(dest, ("recv", r._rid, key, RECV_TIMEOUT_S))
+        other = None if dest.client is client else dest.client.mailboxes
+        client.append(src, ("send", t._ref, key, src.region, dest.region, LARGE, other))
+        if other is not None:
+            client.flush()  # the values leave before the destination waits for them
+        dest.client.append(dest, ("recv", r._rid, key, RECV_TIMEOUT_S))
         return r
 
 

@@ -282,9 +282,11 @@ class TensorWorker(Actor):
         self.peers = peers  # the Mailbox actors of the root mesh
 
     def _c_send(self, src: Ref, key: int, src_region: tuple, dst_region: tuple,
-                large: int) -> None:
+                large: int, dest_peers: Any = None) -> None:
         """Sends this proc's value to each proc of dst_region whose coordinates match ours on
-        the dimensions both have (every proc along the others: a broadcast)."""
+        the dimensions both have (every proc along the others: a broadcast). `dest_peers`:
+        the Mailboxes of the destination's root mesh when it is another one."""
+        peers = self.peers if dest_peers is None else dest_peers
         mine = coordinates(self.rank, src_region)
         v = self.values.get(src.id)
         for dest in _matching(mine, dst_region):
@@ -298,14 +300,14 @@ class TensorWorker(Actor):
                     buf = RDMABuffer(flat)
                     with _MAIL_CV:
                         _EXPOSED[(key, dest)] = (buf, flat)
-                    msg = ("rdma", buf, self.rank, tuple(value.shape), value.dtype, flat.numel())
+                    msg = ("rdma", buf, self.rank, tuple(value.shape), value.dtype, flat.numel(),
+                           self.peers, os.getpid())
                 else:
                     msg = ("value", value.to("cpu").contiguous().clone(), value.device)
-            if dest == self.rank:
+            if dest == self.rank and dest_peers is None:
                 _deliver((key, dest), msg)
             else:
-                self.peers.slice(**_root_point(self.peers, dest)).deliver.broadcast(
-                    (key, dest), msg)
+                peers.slice(**_root_point(peers, dest)).deliver.broadcast((key, dest), msg)
 
     def _c_recv(self, out_id: int, key: int, timeout: float) -> None:
         mail = (key, self.rank)
@@ -319,15 +321,15 @@ class TensorWorker(Actor):
         if got[0] == "value":
             self.values[out_id] = got[1].to(got[2])
             return
-        _, buf, src_rank, shape, dtype, nbytes = got
+        _, buf, src_rank, shape, dtype, nbytes, src_peers, src_pid = got
         dst = torch.empty(nbytes, dtype=torch.uint8)
         try:
             buf.read_into(dst, timeout=timeout).get(timeout=timeout + 5)
         finally:
-            if src_rank == self.rank:
+            if src_pid == os.getpid():
                 _release(mail)
             else:
-                self.peers.slice(**_root_point(self.peers, src_rank)).release.broadcast(mail)
+                src_peers.slice(**_root_point(src_peers, src_rank)).release.broadcast(mail)
         self.values[out_id] = dst.view(dtype).view(shape)
 
 
