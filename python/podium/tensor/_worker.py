@@ -135,9 +135,28 @@ class TensorWorker(Actor):
     # --- commands ---------------------------------------------------------------------------
     @endpoint
     def execute(self, payload: bytes) -> None:
+        values = self.values
         for cmd in pickle.loads(payload):
             try:
-                getattr(self, "_c_" + cmd[0])(*cmd[1:])
+                if cmd[0] == "op":  # the hot path, inline: flat arguments, tensor results
+                    _, name, out_ids, args, kwargs, _mutated = cmd
+                    op = _OPS.get(name) or resolve_op(name)
+                    flat_args = []
+                    for a in args:
+                        if type(a) is Ref:
+                            a = values[a.id]
+                            if type(a) is Failure:
+                                raise _Poisoned(a)
+                        elif type(a) is list or type(a) is tuple:
+                            a = self._resolve(a)
+                        flat_args.append(a)
+                    out = op(*flat_args, **self._resolve(kwargs)) if kwargs else op(*flat_args)
+                    if type(out) is torch.Tensor and len(out_ids) == 1:
+                        values[out_ids[0]] = out
+                    else:
+                        self._store(out_ids, out)
+                else:
+                    getattr(self, "_c_" + cmd[0])(*cmd[1:])
             except _Poisoned as p:
                 self._poison(cmd, p.failure)
             except Exception as e:  # the user's op or function raised: its outputs fail (TE-2)
