@@ -29,8 +29,23 @@ for _cls in (Selection, Shape, Slice):
     _cls.__module__ = "podium"
 del _cls
 
-# podium.debug(): the job's debugger prompt in this controller process (a terminal or a
-# notebook), as `podium debug` (docs/interactive.md).
-from podium.debugger.cli import debug  # noqa: E402
+# The tensor engine's names (Monarch's top-level ``monarch`` names), imported on first use:
+# ``import podium`` must not import torch.
+_TENSOR_NAMES = frozenset({
+    "RemoteException", "Stream", "Tensor", "coalescing", "fetch_shard", "get_active_mesh",
+    "get_active_stream", "grad_generator", "inspect", "no_mesh", "reduce", "reduce_", "remote",
+    "show", "slice_mesh", "to_mesh",
+})
 
-__all__ = ["__version__", "Selection", "Shape", "Slice", "debug"]
+
+def __getattr__(name: str):
+    if name in _TENSOR_NAMES:
+        from podium import tensor as _tensor
+        return getattr(_tensor, name)
+    if name == "debug":  # the job's debugger prompt in this process, as `podium debug`
+        from podium.debugger.cli import debug  # (docs/interactive.md)
+        return debug
+    raise AttributeError(f"module 'podium' has no attribute {name!r}")
+
+
+__all__ = ["__version__", "Selection", "Shape", "Slice", "debug", *sorted(_TENSOR_NAMES)]

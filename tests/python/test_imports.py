@@ -29,6 +29,13 @@ _ALLOWED_IN_FUNCTIONS = {
     ("podium._src.pickling", "torch"): "optional dependency",
     # The benchmark's tensor-argument figures, where torch is installed.
     ("podium._src.bench_rdma", "torch"): "optional dependency",
+    # The tensor engine needs torch, which is optional: `import podium` never imports it, and
+    # ProcMesh's tensor methods import it when first called.
+    ("podium", "podium.tensor"): "optional dependency (torch)",
+    ("podium._src.tensor_mesh", "podium.tensor._remote"): "optional dependency (torch)",
+    # podium.debug() is the debugger's prompt: `import podium` does not load the actor
+    # modules for it (scripts that never debug pay nothing).
+    ("podium", "podium.debugger.cli"): "loaded on first use",
     # The zygote's purpose is to preload, in its main() before it forks; not a podium module.
     ("podium._src.zygote", "cloudpickle"): "preloaded on purpose",
 }

@@ -55,6 +55,7 @@ from podium._src.endpoint import check_spawn as _check_spawn
 from podium._src.errors import PROC_MESH_IS_STOPPED, SupervisionError
 from podium._src.future import CoroFuture, Future
 from podium._src.runtime import enable_transport, ensure_runtime
+from podium._src.tensor_mesh import TensorMesh
 from podium._src.shape import _RegionView, MeshShape, select
 
 T = TypeVar("T")
@@ -458,7 +459,7 @@ class _ProcShared:
         self.log: Any = None  # logs._MeshLogging, once logging_option was called (logs.py)
 
 
-class ProcMesh(MeshShape):
+class ProcMesh(MeshShape, TensorMesh):
     """OS processes, shaped as a mesh; ``spawn`` starts one actor in each. Picklable: an actor
     that receives one can spawn on it (only the process that spawned the procs stops them)."""
 
