@@ -14,12 +14,18 @@ Each rank's loss is a mean over equal shards, so averaging the ranks' gradients 
 weights after N data-parallel steps match ``train_single_process(N, world)``, which sees the
 same global batches in one process, within float tolerance.
 
+``train_from_controller`` is the same training driven from one controller through the tensor
+engine (``mesh.activate()``): every rank makes its own shard of each step's batch with a
+remote function, gradients come from ``podium.grad_generator`` and are averaged along the
+mesh dimension with ``reduce_``, and each rank steps its optimizer.
+
 This file is also installed in podium as ``podium._src.ddp_common`` (the benchmark's copy).
 """
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
+import time
+from typing import Any, Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -102,3 +108,79 @@ def max_abs_diff(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> floa
     if set(a) != set(b):
         raise ValueError(f"different parameters: {sorted(a)} vs {sorted(b)}")
     return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+# --- the same training driven from the controller (the tensor engine) ----------------------
+
+PARAMETER_SHAPES = [(HIDDEN, IN_FEATURES), (HIDDEN,), (OUT_FEATURES, HIDDEN), (OUT_FEATURES,)]
+
+
+def _batch_meta(step: int, rank: torch.Tensor, world: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty(BATCH_PER_RANK, IN_FEATURES), torch.empty(BATCH_PER_RANK, OUT_FEATURES)
+
+
+def rank_batch_on(step: int, rank: torch.Tensor, world: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """On a worker: its shard of step ``step`` (``rank``: its 0-dim rank tensor)."""
+    return rank_batch(step, int(rank), world)
+
+
+def _initial_meta() -> List[torch.Tensor]:
+    return [torch.empty(shape) for shape in PARAMETER_SHAPES]
+
+
+def initial_parameters() -> List[torch.Tensor]:
+    """On a worker: the model's initial parameters, as make_model() makes them."""
+    return [p.detach().clone() for p in make_model().parameters()]
+
+
+def train_from_controller(mesh: Any, steps: int, warmup: int = 1, dim: str = "gpus",
+                          device: str = "cpu") -> Dict[str, Any]:
+    """Trains ``warmup + steps`` steps data-parallel over ``dim`` of ``mesh`` from this
+    process: ``{"step_s": [...], "loop_s", "final": [state_dict of every rank]}``. ``step_s``
+    are the controller's times per timed step with a sync after each (the value of the last
+    parameter read back); ``loop_s`` is the timed steps without syncs in between, up to one
+    at the end."""
+    import podium
+
+    world = dict(zip(mesh.extent.labels, mesh.extent.sizes))[dim]
+    batch = podium.remote(rank_batch_on, propagate=_batch_meta)
+    initial = podium.remote(initial_parameters, propagate=_initial_meta)
+    with mesh.activate():
+        torch.set_num_threads(TORCH_THREADS)
+        model = nn.Sequential(nn.Linear(IN_FEATURES, HIDDEN, device=device), nn.ReLU(),
+                              nn.Linear(HIDDEN, OUT_FEATURES, device=device))
+        names = [name for name, _ in model.named_parameters()]
+        params = list(model.parameters())
+        with torch.no_grad():
+            for p, w in zip(params, initial()):
+                p.copy_(w.to(device))
+        opt = make_optimizer(params)
+        rank = mesh.rank_tensor(dim)
+
+        def step(s: int) -> None:
+            x, y = batch(s, rank, world)
+            loss = loss_fn(model(x.to(device)), y.to(device))
+            for p, g in zip(reversed(params), podium.grad_generator(loss, params)):
+                p.grad = g.reduce_(dim, "avg")
+            opt.step()
+
+        def sync() -> None:
+            podium.inspect(params[-1], **{dim: world - 1})
+
+        for s in range(warmup):
+            step(s)
+        sync()
+        step_s = []
+        for s in range(warmup, warmup + steps):
+            t0 = time.perf_counter()
+            step(s)
+            sync()
+            step_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for s in range(warmup + steps, warmup + 2 * steps):
+            step(s)
+        sync()
+        loop_s = time.perf_counter() - t0
+        final = [{n: podium.inspect(p, **{dim: r}).cpu() for n, p in zip(names, params)}
+                 for r in range(world)]
+    return {"step_s": step_s, "loop_s": loop_s, "final": final, "trained_steps": warmup + 2 * steps}

@@ -42,6 +42,16 @@ def test_bench_tensor_json_report():
         assert _number(t[key]) and t[key] > 0, key
     # torchrun's DDP ends where the single-process reference on the same global batches ends
     assert t["max_abs_diff_vs_single_process"] < 1e-5
+    # ... and so does the same training driven from the controller, on every rank
+    c = report["controller_ddp"]
+    assert (c["backend"], c["procs"], c["steps"], c["warmup"]) == ("gloo", 2, 3, 1)
+    for key in ("step_ms_median", "step_ms_p90", "loop_ms_per_step"):
+        assert _number(c[key]) and c[key] > 0, key
+    assert c["max_abs_diff_vs_single_process"] < 1e-5
+    d = report["dispatch"]
+    assert (d["n_ops"], d["procs"]) == (500, 2) and d["ops_per_s"] > 0
+    assert d["meta_cache_misses"] == 0
+    assert set(report["ratios"]) == {"step_median_vs_torchrun", "loop_vs_torchrun"}
 
 
 def test_the_installed_copy_is_the_example():

@@ -2,8 +2,21 @@
 training of the DDP example's model (examples/ddp_common.py: its model, data, loss and SGD) on
 ``--procs`` CPU processes (issue 20 item 9).
 
-This part measures the baseline: plain ``torch.distributed`` DDP (gloo, CPU) launched with
-``torchrun`` (``python -m torch.distributed.run --standalone``). Each rank times each of its
+Two figures side by side, in one run:
+
+- ``controller_ddp``: the same training driven from this process through the tensor engine
+  (``ddp_common.train_from_controller``, what examples/ddp.py runs): ``--procs`` procs of one
+  mesh, each making its shard of each batch, gradients from ``grad_generator`` averaged with
+  ``reduce_(..., "avg")`` over gloo. ``step_ms_median``/``p90``: the controller's time per
+  step with a sync after each (the last parameter read back); ``loop_ms_per_step``: steps
+  issued back to back, one sync at the end. Its final weights on every rank are compared with
+  the single-process reference, as the baseline's are.
+- ``dispatch``: controller-side dispatch throughput (``podium.tensor._bench.measure_dispatch``):
+  ``--ops`` small ops (``a = a + 1``) to a ``--procs``-proc mesh, from the first op to the last
+  proc's value read back (``ops_per_s``), and the controller's own CPU cost per op
+  (``controller_cpu_ops_per_s``).
+- ``torchrun_ddp``, the baseline: plain ``torch.distributed`` DDP (gloo, CPU) launched with
+  ``torchrun`` (``python -m torch.distributed.run --standalone``). Each rank times each of its
 training steps (zero_grad, forward, loss, backward with DDP's all-reduce, SGD step; making the
 batch is outside the timing) with ``time.perf_counter``; a step's time is the slowest rank's;
 the report gives the median and p90 over the steps after ``--warmup``, and the loop's wall time
@@ -12,7 +25,10 @@ saves the final weights, compared here with ``ddp_common.train_single_process`` 
 global batches (``max_abs_diff_vs_single_process``): the baseline trains what the reference
 trains.
 
-``--quick`` (the test's): 2 procs, 3 steps after 1 of warm-up. Progress goes to stderr;
+``ratios``: the controller's step over torchrun's (median against median, loop against loop;
+the target is <= 1.25).
+
+``--quick`` (the test's): 2 procs, 3 steps after 1 of warm-up, 500 ops. Progress goes to stderr;
 ``--json`` prints one JSON object on one line. A benchmark, not a test: it asserts nothing
 about the figures.
 """
@@ -129,14 +145,52 @@ def model_info() -> Dict[str, Any]:
     }
 
 
-def run(procs: int, steps: int, warmup: int) -> Dict[str, Any]:
+def measure_controller_ddp(procs: int = 4, steps: int = 30, warmup: int = 5) -> Dict[str, Any]:
+    """The controller-driven figures (see the module docstring)."""
+    from podium._src.proc_mesh import this_host
+
+    mesh = this_host().spawn_procs(per_host={"gpus": procs})
+    try:
+        r = ddp_common.train_from_controller(mesh, steps, warmup=warmup)
+    finally:
+        mesh.stop().get(timeout=60)
+    reference = ddp_common.train_single_process(r["trained_steps"], world=procs)
+    return {
+        "launcher": "podium controller (mesh.activate)",
+        "backend": "gloo",
+        "procs": procs,
+        "steps": steps,
+        "warmup": warmup,
+        "torch_threads_per_rank": ddp_common.TORCH_THREADS,
+        "step_ms_median": statistics.median(r["step_s"]) * 1e3,
+        "step_ms_p90": _percentile(r["step_s"], 0.9) * 1e3,
+        "loop_ms_per_step": r["loop_s"] / steps * 1e3,
+        "max_abs_diff_vs_single_process": max(ddp_common.max_abs_diff(f, reference)
+                                              for f in r["final"]),
+    }
+
+
+def run(procs: int, steps: int, warmup: int, ops: int) -> Dict[str, Any]:
+    from podium.tensor._bench import measure_dispatch
+
+    _log(f"controller DDP: {procs} procs, {warmup} + 2 x {steps} steps")
+    controller = measure_controller_ddp(procs=procs, steps=steps, warmup=warmup)
     _log(f"torchrun DDP: {procs} procs, {warmup} + {steps} steps")
+    baseline = measure_torchrun_ddp(procs=procs, steps=steps, warmup=warmup)
+    _log(f"dispatch: {ops} small ops to {procs} procs")
+    dispatch = measure_dispatch(ops, procs=procs)
     return {
         "benchmark": "tensor",
         "device": "cpu",
         "torch": torch.__version__,
         "model": model_info(),
-        "torchrun_ddp": measure_torchrun_ddp(procs=procs, steps=steps, warmup=warmup),
+        "controller_ddp": controller,
+        "torchrun_ddp": baseline,
+        "dispatch": dispatch,
+        "ratios": {
+            "step_median_vs_torchrun": controller["step_ms_median"] / baseline["step_ms_median"],
+            "loop_vs_torchrun": controller["loop_ms_per_step"] / baseline["loop_ms_per_step"],
+        },
     }
 
 
@@ -146,6 +200,7 @@ def main(argv: List[str]) -> int:
     p.add_argument("--steps", type=int, default=None, help="timed steps (default 30)")
     p.add_argument("--warmup", type=int, default=None, help="untimed first steps (default 5)")
     p.add_argument("--quick", action="store_true", help="2 procs, 1 + 3 steps (the test's)")
+    p.add_argument("--ops", type=int, default=None, help="small ops dispatched (default 20000)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     # A torchrun rank of this benchmark (internal).
     p.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
@@ -158,20 +213,26 @@ def main(argv: List[str]) -> int:
     steps, warmup = pick(a.steps, 3, 30), pick(a.warmup, 1, 5)
     if a.rank_main:
         return _rank_main(steps, warmup, a.out)
-    result = run(procs=pick(a.procs, 2, 4), steps=steps, warmup=warmup)
+    result = run(procs=pick(a.procs, 2, 4), steps=steps, warmup=warmup,
+                 ops=pick(a.ops, 500, 20000))
     if a.json:
         print(json.dumps(result))
         return 0
-    t = result["torchrun_ddp"]
     m = result["model"]
     print(f"model: MLP {m['layers']} ({m['parameters']} parameters), {m['batch_per_rank']} rows "
           f"per rank, {m['optimizer']}")
-    print(f"torchrun DDP (gloo, CPU), {t['procs']} procs, {t['torch_threads_per_rank']} torch "
-          f"thread(s) each: step median {t['step_ms_median']:.2f} ms, p90 "
-          f"{t['step_ms_p90']:.2f} ms, loop {t['loop_ms_per_step']:.2f} ms/step over "
-          f"{t['steps']} steps")
-    print(f"final weights vs the single-process reference: max |diff| "
-          f"{t['max_abs_diff_vs_single_process']:.2e}")
+    for key, what in (("controller_ddp", "podium controller"), ("torchrun_ddp", "torchrun DDP")):
+        t = result[key]
+        print(f"{what} (gloo, CPU), {t['procs']} procs, {t['torch_threads_per_rank']} torch "
+              f"thread(s) each: step median {t['step_ms_median']:.2f} ms, p90 "
+              f"{t['step_ms_p90']:.2f} ms, loop {t['loop_ms_per_step']:.2f} ms/step over "
+              f"{t['steps']} steps; final weights vs the single-process reference: max |diff| "
+              f"{t['max_abs_diff_vs_single_process']:.2e}")
+    r, d = result["ratios"], result["dispatch"]
+    print(f"controller / torchrun: step x{r['step_median_vs_torchrun']:.2f}, loop "
+          f"x{r['loop_vs_torchrun']:.2f} (target <= 1.25)")
+    print(f"dispatch: {d['ops_per_s']:,.0f} ops/s end to end ({d['n_ops']} ops to {d['procs']} "
+          f"procs), controller CPU {d['controller_cpu_ops_per_s']:,.0f} ops/s (target >= 20,000)")
     return 0
 
 
