@@ -133,6 +133,11 @@ def initial_parameters() -> List[torch.Tensor]:
     return [p.detach().clone() for p in make_model().parameters()]
 
 
+def set_torch_threads(n: int) -> None:
+    """On a worker: its torch's intra-op threads (torchrun's ranks get OMP_NUM_THREADS)."""
+    torch.set_num_threads(n)
+
+
 def train_from_controller(mesh: Any, steps: int, warmup: int = 1, dim: str = "gpus",
                           device: str = "cpu") -> Dict[str, Any]:
     """Trains ``warmup + steps`` steps data-parallel over ``dim`` of ``mesh`` from this
@@ -145,8 +150,9 @@ def train_from_controller(mesh: Any, steps: int, warmup: int = 1, dim: str = "gp
     world = dict(zip(mesh.extent.labels, mesh.extent.sizes))[dim]
     batch = podium.remote(rank_batch_on, propagate=_batch_meta)
     initial = podium.remote(initial_parameters, propagate=_initial_meta)
+    threads = podium.remote(set_torch_threads, propagate=lambda n: None)
     with mesh.activate():
-        torch.set_num_threads(TORCH_THREADS)
+        threads(TORCH_THREADS)
         model = nn.Sequential(nn.Linear(IN_FEATURES, HIDDEN, device=device), nn.ReLU(),
                               nn.Linear(HIDDEN, OUT_FEATURES, device=device))
         names = [name for name, _ in model.named_parameters()]
