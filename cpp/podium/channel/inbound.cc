@@ -5,9 +5,14 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <poll.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include <asio/post.hpp>
+
+#include "podium/channel/pull.h"
 
 namespace podium::channel::internal {
 namespace {
@@ -285,33 +290,40 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
     return;
   }
   BatchEnd batch{*core_};  // after every lock below is released
-  // Taken at the first Data of this read and held for the rest of its frames.
-  std::unique_lock<std::mutex> delivering;
-  if (tls_) {
-    tls_->commit_input(n);
-    for (;;) {
-      auto r = tls_->read(decoder_.prepare());
-      if (r.n > 0) {
-        decoder_.commit(r.n);
-        if (!deliver_frames(batch, delivering)) return;
+  {
+    // Taken at the first Data of this read and held for the rest of its frames.
+    std::unique_lock<std::mutex> delivering;
+    if (tls_) {
+      tls_->commit_input(n);
+      for (;;) {
+        auto r = tls_->read(decoder_.prepare());
+        if (r.n > 0) {
+          decoder_.commit(r.n);
+          // TLS runs only on TCP, where nothing is lent (CH-25): never kPulling.
+          if (deliver_frames(batch, delivering) != Frames::kDone) return;
+        }
+        if (r.failed) {
+          close("TLS: " + tls_->error(), R::kMalformed);
+          return;
+        }
+        if (r.closed) {
+          bool truncated = decoder_.mid_frame();
+          close(truncated ? "connection closed inside a frame (truncated frame)"
+                          : "closed by peer",
+                truncated ? R::kMalformed : R::kNone);
+          return;
+        }
+        if (r.n == 0) break;
       }
-      if (r.failed) {
-        close("TLS: " + tls_->error(), R::kMalformed);
-        return;
-      }
-      if (r.closed) {
-        bool truncated = decoder_.mid_frame();
-        close(truncated ? "connection closed inside a frame (truncated frame)" : "closed by peer",
-              truncated ? R::kMalformed : R::kNone);
-        return;
-      }
-      if (r.n == 0) break;
+    } else {
+      decoder_.commit(n);
+      if (deliver_frames(batch, delivering) != Frames::kDone) return;
     }
-  } else {
-    decoder_.commit(n);
-    if (!deliver_frames(batch, delivering)) return;
   }
-  if (delivering) delivering.unlock();
+  after_frames();
+}
+
+void Inbound::after_frames() {
   std::lock_guard lock(mu_);
   if (closed_) return;
   if (session_) {
@@ -329,50 +341,123 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
   if (!closed_) arm_read_locked(ReadFor::kFrames);
 }
 
-bool Inbound::deliver_frames(BatchEnd& batch, std::unique_lock<std::mutex>& delivering) {
+void Inbound::deliver_data(wire::Data& d, BatchEnd& batch) {
+  session_->delivered.store(d.seq, std::memory_order_release);
+  if (forward_to_) {  // GW-2: a gateway passes it on, from its own Net
+    net_send(core_, *forward_to_, std::move(d.envelope));
+    return;
+  }
+  if (gateway_ && !d.envelope.headers.empty() &&
+      d.envelope.headers.back().first == kViaToHeader) {
+    forward_wrapped(std::move(d.envelope));  // GW-3
+    return;
+  }
+  batch.delivered = true;
+  core_->deliver(std::move(d.envelope));
+}
+
+Inbound::Frames Inbound::deliver_frames(BatchEnd& batch,
+                                        std::unique_lock<std::mutex>& delivering) {
   wire::RawFrame frame;
   for (;;) {
     auto ready = decoder_.next(frame);
     if (!ready) {
       close(ready.error().message, refusal_of(ready.error()));
-      return false;
+      return Frames::kClosed;
     }
-    if (!*ready) return true;
+    if (!*ready) return Frames::kDone;
     auto m = wire::decode(std::move(frame));
     if (!m) {
       close(m.error().message, R::kMalformed);
-      return false;
+      return Frames::kClosed;
     }
     if (auto* d = std::get_if<wire::Data>(&*m)) {
       if (!session_) {
         close("Data before Hello", R::kMalformed);
-        return false;
+        return Frames::kClosed;
+      }
+      if (!d->lent.empty() && pull_pid_ == 0) {
+        close("protocol error: lent parts on a connection that does not pull them",
+              R::kMalformed);
+        return Frames::kClosed;
       }
       if (!delivering) delivering = std::unique_lock(session_->mu);
       if (d->seq <= session_->delivered.load(std::memory_order_relaxed)) continue;  // resent
       if (core_->gate.closed()) {  // stop() is waiting for this read to finish
         close("net stopped", R::kNone);
-        return false;
+        return Frames::kClosed;
       }
-      session_->delivered.store(d->seq, std::memory_order_release);
-      if (forward_to_) {  // GW-2: a gateway passes it on, from its own Net
-        net_send(core_, *forward_to_, std::move(d->envelope));
-        continue;
+      if (!d->lent.empty()) {
+        // CH-25: the read chain waits (later frames of this link stay in decoder_) while the
+        // puller threads copy; other connections go on.
+        std::vector<wire::LentPart> lent = d->lent;
+        pulling_ = std::move(*d);
+        pull_async(pull_pid_, lent, [self = shared_from_this()](int err, std::vector<Buffer> p) {
+          asio::post(self->core_->io, [self, err, p = std::move(p)]() mutable {
+            self->on_pulled(err, std::move(p));
+          });
+        });
+        return Frames::kPulling;
       }
-      if (gateway_ && !d->envelope.headers.empty() &&
-          d->envelope.headers.back().first == kViaToHeader) {
-        forward_wrapped(std::move(d->envelope));  // GW-3
-        continue;
-      }
-      batch.delivered = true;
-      core_->deliver(std::move(d->envelope));
+      deliver_data(*d, batch);
     } else if (auto* hello = std::get_if<wire::Hello>(&*m)) {
-      if (!accept_hello(*hello)) return false;
+      if (!accept_hello(*hello)) return Frames::kClosed;
     } else {
       close("protocol error: Ack or HelloAck sent to a listener", R::kMalformed);
-      return false;
+      return Frames::kClosed;
     }
   }
+}
+
+void Inbound::on_pulled(int err, std::vector<Buffer> parts) {
+  wire::Data d = std::move(*pulling_);
+  pulling_.reset();
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return;
+  }
+  if (err != 0) {
+    // CH-25: the sender resends on its next connection (and re-probes); it is told nothing
+    // was delivered by the close.
+    close("could not pull lent parts of " + std::to_string(d.lent.size()) + " from pid " +
+              std::to_string(pull_pid_) + ": " + std::strerror(err),
+          R::kMalformed);
+    return;
+  }
+  // CH-26: the sender closes the connection before it releases lent memory; open now, after
+  // the copy, means the bytes were the sender's throughout it.
+  pollfd p{socket_.native_handle(), POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) < 0 || (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
+    close("the peer closed the connection while its lent parts were pulled", R::kNone);
+    return;
+  }
+  Gate::Scope gate(core_->gate);
+  if (!gate) {
+    close("net stopped", R::kNone);
+    return;
+  }
+  BatchEnd batch{*core_};
+  {
+    std::unique_lock<std::mutex> delivering(session_->mu);
+    for (size_t i = 0; i < d.lent.size(); ++i) {
+      d.envelope.parts[d.lent[i].index] = std::move(parts[i]);
+    }
+    if (d.seq > session_->delivered.load(std::memory_order_relaxed)) {
+      if (core_->gate.closed()) {
+        close("net stopped", R::kNone);
+        return;
+      }
+      deliver_data(d, batch);
+    }
+    {
+      // CH-26: the ack releases the sender's memory: it goes now, not with the batch.
+      std::lock_guard lock(mu_);
+      if (closed_) return;
+      ack_locked();
+    }
+    if (deliver_frames(batch, delivering) != Frames::kDone) return;
+  }
+  after_frames();
 }
 
 bool Inbound::accept_hello(const wire::Hello& hello) {
@@ -392,6 +477,26 @@ bool Inbound::accept_hello(const wire::Hello& hello) {
     return false;
   }
   forward_to_ = std::move(forward);
+  uint32_t ack_flags = 0;
+  if ((hello.flags & wire::kHelloLend) && transport_ == Transport::kUnix &&
+      core_->config.pull_lent) {
+    // CH-25: pull only from the process the kernel says is at the other end, and only once
+    // we have read its probe there (a ptrace policy, a seccomp profile or another pid
+    // namespace make it fail: then every part comes inline).
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    int e = ::getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0
+                ? errno
+            : cred.pid <= 0 ? ESRCH
+                            : probe_peer(cred.pid, hello.probe_addr, hello.probe_value);
+    if (e == 0) {
+      pull_pid_ = cred.pid;
+      ack_flags = wire::kAckPull;
+    } else {
+      spdlog::debug("channel: {} offers lent parts; they come inline: reading its memory: {}",
+                    peer_, std::strerror(e));
+    }
+  }
   auto session = attach_session(*core_, hello.session_id);
   std::lock_guard lock(mu_);
   session_ = std::move(session);  // ~Inbound releases it even if closed meanwhile
@@ -412,7 +517,7 @@ bool Inbound::accept_hello(const wire::Hello& hello) {
     }
   }
   acked_ = session_->delivered.load(std::memory_order_acquire);
-  wire::encode(wire::HelloAck{acked_}, out_);
+  wire::encode(wire::HelloAck{acked_, ack_flags}, out_);
   write_locked();
   return !closed_;
 }
