@@ -390,13 +390,28 @@ Inbound::Frames Inbound::deliver_frames(BatchEnd& batch,
       if (!d->lent.empty()) {
         // CH-25: the read chain waits (later frames of this link stay in decoder_) while the
         // puller threads copy; other connections go on.
+        {
+          std::lock_guard lock(core_->pull_mu);
+          if (core_->pulls_closed) {
+            close("net stopped", R::kNone);
+            return Frames::kClosed;
+          }
+          ++core_->pulls_in_flight;
+        }
         std::vector<wire::LentPart> lent = d->lent;
         pulling_ = std::move(*d);
-        pull_async(pull_pid_, lent, [self = shared_from_this()](int err, std::vector<Buffer> p) {
-          asio::post(self->core_->io, [self, err, p = std::move(p)]() mutable {
-            self->on_pulled(err, std::move(p));
-          });
-        });
+        pull_async(pull_pid_, lent, core_->pull_cancel,
+                   [self = shared_from_this()](int err, std::vector<Buffer> p) mutable {
+                     auto core = self->core_;
+                     std::lock_guard lock(core->pull_mu);
+                     if (!core->pulls_closed) {
+                       asio::post(core->io, [self = std::move(self), err, p = std::move(p)]() mutable {
+                         self->on_pulled(err, std::move(p));
+                       });
+                     }
+                     self.reset();  // before stop() may return: it may be the last holder
+                     if (--core->pulls_in_flight == 0) core->pull_cv.notify_all();
+                   });
         return Frames::kPulling;
       }
       deliver_data(*d, batch);

@@ -197,6 +197,11 @@ void Net::stop() {
   for (auto& l : listeners) l->close();
   for (auto& in : inbounds) in->close("net stopped", internal::Core::Refusal::kNone);
   for (auto& link : links) link->stop();
+  // CH-25: no pull of a lent part outlives stop(): what is left of them is cancelled.
+  std::unique_lock lock(core.pull_mu);
+  core.pulls_closed = true;
+  core.pull_cancel->store(true, std::memory_order_relaxed);
+  core.pull_cv.wait(lock, [&] { return core.pulls_in_flight == 0; });
 }
 
 void Net::start_via(std::function<void(Result<Address>)> event) {

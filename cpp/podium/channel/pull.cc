@@ -32,6 +32,7 @@ struct Job {
   std::vector<std::byte*> dst;
   std::vector<Buffer> out;
   PullDone done;
+  std::shared_ptr<const std::atomic<bool>> cancel;
   // Guarded by the pool's mutex: the next chunk to hand out.
   size_t part = 0, offset = 0;
   std::atomic<size_t> running{0};  // chunks handed out and not finished
@@ -114,6 +115,10 @@ class Pool {
         // Round robin: a job with chunks left goes behind the others.
         if (job->part < job->lent.size()) jobs_.push_back(job);
       }
+      if (job->cancel->load(std::memory_order_relaxed)) {
+        int zero = 0;
+        job->err.compare_exchange_strong(zero, ECANCELED);
+      }
       if (job->err.load(std::memory_order_relaxed) == 0) {
         int e = read_peer(job->pid, job->dst[part] + offset, job->lent[part].addr + offset, len);
         if (e != 0) {
@@ -157,10 +162,12 @@ struct Free {
 
 }  // namespace
 
-void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent, PullDone done) {
+void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent,
+                std::shared_ptr<const std::atomic<bool>> cancel, PullDone done) {
   g_started.fetch_add(1, std::memory_order_relaxed);
   auto job = std::make_shared<Job>();
   job->pid = pid;
+  job->cancel = std::move(cancel);
   job->lent = lent;
   job->done = std::move(done);
   for (const auto& l : lent) {
@@ -170,7 +177,9 @@ void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent, PullDone don
     if (l.len > size_t(PTRDIFF_MAX) || ::posix_memalign(&p, align, size_t(l.len)) != 0) {
       g_failed.fetch_add(1, std::memory_order_relaxed);
       job->out.clear();
-      job->done(ENOMEM, {});
+      auto fail = std::move(job->done);
+      job.reset();
+      fail(ENOMEM, {});
       return;
     }
     if (l.len >= kHugePage) (void)::madvise(p, size_t(l.len), MADV_HUGEPAGE);

@@ -13,7 +13,9 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
+#include <memory>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -30,8 +32,10 @@ inline constexpr size_t kPullChunkBytes = size_t{4} << 20;
 // `parts` holds one received Buffer per lent part (BU-1), in the order of the request.
 using PullDone = std::function<void(int err, std::vector<Buffer> parts)>;
 
-// Allocates each part and copies it from `pid`; `done` runs on a puller thread.
-void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent, PullDone done);
+// Allocates each part and copies it from `pid`; `done` runs on a puller thread. Once
+// `*cancel` is true, the chunks not yet copied are skipped and `done` gets ECANCELED.
+void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent,
+                std::shared_ptr<const std::atomic<bool>> cancel, PullDone done);
 
 // Whether this process can read `pid`'s memory: the 8 bytes at `addr` are `value` (0), or
 // the errno (EIO: other bytes there, so another process or a wrong address).
