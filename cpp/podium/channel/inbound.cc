@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <asio/post.hpp>
@@ -380,6 +381,23 @@ Inbound::Frames Inbound::deliver_frames(BatchEnd& batch,
         close("protocol error: lent parts on a connection that does not pull them",
               R::kMalformed);
         return Frames::kClosed;
+      }
+      if (!d->lent.empty()) {
+        // CH-15 holds for what is pulled too: the frame's limit covers its lent parts,
+        // checked before anything is allocated for them.
+        const uint64_t max = core_->config.max_frame_bytes;
+        uint64_t total = 0;  // at most max
+        bool over = false;
+        for (const auto& l : d->lent) {
+          over = over || l.len > max - total;
+          if (!over) total += l.len;
+        }
+        if (over) {
+          close("frame with lent parts of more than " +
+                    std::to_string(core_->config.max_frame_bytes) + " bytes exceeds the limit",
+                R::kOversize);
+          return Frames::kClosed;
+        }
       }
       if (!delivering) delivering = std::unique_lock(session_->mu);
       if (d->seq <= session_->delivered.load(std::memory_order_relaxed)) continue;  // resent

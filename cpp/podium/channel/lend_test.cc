@@ -246,6 +246,25 @@ TEST(ChannelLendRefusal, AWrongProbeGetsNoPullAndALentPartIsThenAProtocolError) 
   EXPECT_EQ(seen.next, 0u);
 }
 
+TEST(ChannelLendRefusal, LentPartsOverTheFrameLimitAreRefusedBeforeAllocating) {  // CH-15, CH-25
+  TempDir dir;
+  Seen seen;
+  IoThreads rx_io(1);
+  Config config = lend_config();
+  config.max_frame_bytes = 1 << 20;
+  Net rx(rx_io.io(), config, seen.fn(), nullptr);
+  auto to = rx.listen(*Address::parse("unix:" + dir.path("r.sock")));
+  ASSERT_TRUE(to);
+  RawLender c;
+  c.hello(*to, c.probe);
+  EXPECT_EQ(c.hello_ack(), wire::kAckPull);
+  uint64_t oversize = rx.stats().refused_oversize, pulls = rx.stats().pulls;
+  c.lend(reinterpret_cast<uintptr_t>(&c.probe), uint64_t{1} << 40);  // claims 1 TiB
+  EXPECT_TRUE(closed_by_peer(c.fd, 10s));
+  EXPECT_EQ(rx.stats().refused_oversize, oversize + 1);
+  EXPECT_EQ(rx.stats().pulls, pulls);  // nothing allocated, nothing pulled
+}
+
 TEST(ChannelLendRefusal, APullThatFailsClosesTheConnectionWithTheReason) {  // CH-25
   TempDir dir;
   Seen seen;
