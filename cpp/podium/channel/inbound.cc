@@ -5,15 +5,9 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <poll.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cstring>
-
 #include <asio/post.hpp>
-
-#include "podium/channel/pull.h"
 
 namespace podium::channel::internal {
 namespace {
@@ -382,56 +376,14 @@ Inbound::Frames Inbound::deliver_frames(BatchEnd& batch,
               R::kMalformed);
         return Frames::kClosed;
       }
-      if (!d->lent.empty()) {
-        // CH-15 holds for what is pulled too: the frame's limit covers its lent parts,
-        // checked before anything is allocated for them.
-        const uint64_t max = core_->config.max_frame_bytes;
-        uint64_t total = 0;  // at most max
-        bool over = false;
-        for (const auto& l : d->lent) {
-          over = over || l.len > max - total;
-          if (!over) total += l.len;
-        }
-        if (over) {
-          close("frame with lent parts of more than " +
-                    std::to_string(core_->config.max_frame_bytes) + " bytes exceeds the limit",
-                R::kOversize);
-          return Frames::kClosed;
-        }
-      }
+      if (!d->lent.empty() && !lent_fit(*d)) return Frames::kClosed;  // CH-15
       if (!delivering) delivering = std::unique_lock(session_->mu);
       if (d->seq <= session_->delivered.load(std::memory_order_relaxed)) continue;  // resent
       if (core_->gate.closed()) {  // stop() is waiting for this read to finish
         close("net stopped", R::kNone);
         return Frames::kClosed;
       }
-      if (!d->lent.empty()) {
-        // CH-25: the read chain waits (later frames of this link stay in decoder_) while the
-        // puller threads copy; other connections go on.
-        {
-          std::lock_guard lock(core_->pull_mu);
-          if (core_->pulls_closed) {
-            close("net stopped", R::kNone);
-            return Frames::kClosed;
-          }
-          ++core_->pulls_in_flight;
-        }
-        std::vector<wire::LentPart> lent = d->lent;
-        pulling_ = std::move(*d);
-        pull_async(pull_pid_, lent, core_->pull_cancel,
-                   [self = shared_from_this()](int err, std::vector<Buffer> p) mutable {
-                     auto core = self->core_;
-                     std::lock_guard lock(core->pull_mu);
-                     if (!core->pulls_closed) {
-                       asio::post(core->io, [self = std::move(self), err, p = std::move(p)]() mutable {
-                         self->on_pulled(err, std::move(p));
-                       });
-                     }
-                     self.reset();  // before stop() may return: it may be the last holder
-                     if (--core->pulls_in_flight == 0) core->pull_cv.notify_all();
-                   });
-        return Frames::kPulling;
-      }
+      if (!d->lent.empty()) return start_pull(std::move(*d));  // CH-25
       deliver_data(*d, batch);
     } else if (auto* hello = std::get_if<wire::Hello>(&*m)) {
       if (!accept_hello(*hello)) return Frames::kClosed;
@@ -440,57 +392,6 @@ Inbound::Frames Inbound::deliver_frames(BatchEnd& batch,
       return Frames::kClosed;
     }
   }
-}
-
-void Inbound::on_pulled(int err, std::vector<Buffer> parts) {
-  wire::Data d = std::move(*pulling_);
-  pulling_.reset();
-  {
-    std::lock_guard lock(mu_);
-    if (closed_) return;
-  }
-  if (err != 0) {
-    // CH-25: the sender resends on its next connection (and re-probes); it is told nothing
-    // was delivered by the close.
-    close("could not pull lent parts of " + std::to_string(d.lent.size()) + " from pid " +
-              std::to_string(pull_pid_) + ": " + std::strerror(err),
-          R::kMalformed);
-    return;
-  }
-  // CH-26: the sender closes the connection before it releases lent memory; open now, after
-  // the copy, means the bytes were the sender's throughout it.
-  pollfd p{socket_.native_handle(), POLLRDHUP, 0};
-  if (::poll(&p, 1, 0) < 0 || (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
-    close("the peer closed the connection while its lent parts were pulled", R::kNone);
-    return;
-  }
-  Gate::Scope gate(core_->gate);
-  if (!gate) {
-    close("net stopped", R::kNone);
-    return;
-  }
-  BatchEnd batch{*core_};
-  {
-    std::unique_lock<std::mutex> delivering(session_->mu);
-    for (size_t i = 0; i < d.lent.size(); ++i) {
-      d.envelope.parts[d.lent[i].index] = std::move(parts[i]);
-    }
-    if (d.seq > session_->delivered.load(std::memory_order_relaxed)) {
-      if (core_->gate.closed()) {
-        close("net stopped", R::kNone);
-        return;
-      }
-      deliver_data(d, batch);
-    }
-    {
-      // CH-26: the ack releases the sender's memory: it goes now, not with the batch.
-      std::lock_guard lock(mu_);
-      if (closed_) return;
-      ack_locked();
-    }
-    if (deliver_frames(batch, delivering) != Frames::kDone) return;
-  }
-  after_frames();
 }
 
 bool Inbound::accept_hello(const wire::Hello& hello) {
@@ -510,26 +411,7 @@ bool Inbound::accept_hello(const wire::Hello& hello) {
     return false;
   }
   forward_to_ = std::move(forward);
-  uint32_t ack_flags = 0;
-  if ((hello.flags & wire::kHelloLend) && transport_ == Transport::kUnix &&
-      core_->config.pull_lent) {
-    // CH-25: pull only from the process the kernel says is at the other end, and only once
-    // we have read its probe there (a ptrace policy, a seccomp profile or another pid
-    // namespace make it fail: then every part comes inline).
-    ucred cred{};
-    socklen_t len = sizeof cred;
-    int e = ::getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0
-                ? errno
-            : cred.pid <= 0 ? ESRCH
-                            : probe_peer(cred.pid, hello.probe_addr, hello.probe_value);
-    if (e == 0) {
-      pull_pid_ = cred.pid;
-      ack_flags = wire::kAckPull;
-    } else {
-      spdlog::debug("channel: {} offers lent parts; they come inline: reading its memory: {}",
-                    peer_, std::strerror(e));
-    }
-  }
+  uint32_t ack_flags = probe_lender(hello) ? wire::kAckPull : 0;  // CH-25
   auto session = attach_session(*core_, hello.session_id);
   std::lock_guard lock(mu_);
   session_ = std::move(session);  // ~Inbound releases it even if closed meanwhile

@@ -87,6 +87,13 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   void deliver_data(wire::Data& d, BatchEnd& batch);
   // After the frames of a read: the ack (now or by the timer), then the next read.
   void after_frames();
+  // CH-25 (inbound_lend.cc): whether this connection pulls the parts its peer lends (the
+  // Hello's probe read at the pid the kernel names; sets pull_pid_).
+  bool probe_lender(const wire::Hello& hello);
+  // CH-15: whether a frame's lent parts fit max_frame_bytes; else closes the connection.
+  bool lent_fit(const wire::Data& d);
+  // Hands the lent parts of `d` to the pullers; the read chain resumes in on_pulled().
+  Frames start_pull(wire::Data&& d);
   // CH-25, CH-26: the lent parts of pulling_ arrived (or failed with errno `err`).
   void on_pulled(int err, std::vector<Buffer> parts);
   // CH-8, CH-9: the setup (tls_setup.h) runs before the first frame; these feed it.
