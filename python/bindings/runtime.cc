@@ -133,6 +133,24 @@ void bind_runtime(nb::module_& m) {
 
   m.def("this_proc_id", [] { return mesh::Runtime::get().proc().id().to_string(); },
         "The ProcId (channel address) of this process's root proc.");
+  m.def(
+      "channel_stats",
+      [] {
+        auto s = mesh::Runtime::get().proc().channel_stats();
+        nb::dict d;
+        d["refused_oversize"] = s.refused_oversize;
+        d["refused_malformed"] = s.refused_malformed;
+        d["refused_auth"] = s.refused_auth;
+        d["handshake_timeouts"] = s.handshake_timeouts;
+        d["unauthenticated_cap_hits"] = s.unauthenticated_cap_hits;
+        d["setup_errors"] = s.setup_errors;
+        d["lent_parts"] = s.lent_parts;
+        d["pulls"] = s.pulls;
+        d["pull_failures"] = s.pull_failures;
+        return d;
+      },
+      "This process's root proc's channel counters (CH-15), its parts lent to peers and not "
+      "yet acknowledged (CH-26) and this process's pulls of lent parts (CH-25).");
   m.def("lineage", [] { return mesh::Runtime::get().lineage(); },
         "This process's proc key, then those of the procs it descends from (ME-15).");
   m.def("cast_fanout", &mesh::cast_fanout,

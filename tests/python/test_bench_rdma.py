@@ -49,8 +49,12 @@ def test_bench_rdma_json_report():  # DA-8
         assert row["bytes"] == 1 << 20
         assert all(_number(row[k]) and row[k] > 0
                    for k in ("endpoint_arg_ms", "rdma_write_ms", "endpoint_vs_rdma"))
+        o = report["rtt_other_link_under_tensor_arg"]
+        assert o["tensor_bytes"] == 1 << 20 and o["calls_during"] >= 1, o
+        assert o["samples"] >= 1 and _number(o["rtt_median_us"]) and _number(o["ratio"]), o
     else:
         assert report["tensor_args"] == [] and "torch" in report["tensor_args_skipped"]
+        assert report["rtt_other_link_under_tensor_arg"] is None
     targets = report["targets"]
     assert set(targets) == {"min_read_vs_memcpy_1mib_up", "min_write_vs_memcpy_1mib_up",
                             "largest_tensor_endpoint_vs_rdma", "max_rtt_under_bulk_ratio"}

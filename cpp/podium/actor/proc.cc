@@ -361,6 +361,10 @@ void Proc::forget_peer(const channel::Address& peer, const std::string& why) {
 
 size_t Proc::link_count() const { return impl_->net ? impl_->net->link_count() : 0; }
 
+channel::NetStats Proc::channel_stats() const {
+  return impl_->net ? impl_->net->stats() : channel::NetStats{};
+}
+
 Proc::Traffic Proc::traffic() const {
   return Traffic{impl_->sent_remote.load(std::memory_order_relaxed),
                  impl_->received_remote.load(std::memory_order_relaxed)};

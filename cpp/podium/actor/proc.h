@@ -169,6 +169,8 @@ class Proc {
   void forget_peer(const channel::Address& peer, const std::string& why);
   // How many peers this proc holds a link to (tests).
   size_t link_count() const;
+  // Its Net's counters and lend table (channel CH-15, CH-26; tests and stats).
+  channel::NetStats channel_stats() const;
 
   // Sends a kReply for `reply_port` (a PortId text), carrying `value` or `error`.
   void send_reply(std::string_view reply_port, uint64_t rank, Result<std::vector<Buffer>> value);

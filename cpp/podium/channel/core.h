@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -142,6 +143,16 @@ struct Core {
   // Net::on_batch_end(): set before the first listen() or send(), then only read.
   std::function<void()> batch_end;
   Gate gate;
+
+  // CH-25: pulls of lent parts in flight for this Net's connections. Net::stop() closes
+  // them, cancels their remaining chunks and waits until none runs, so that no pull posts
+  // to the io_context or holds a connection after it. pull_mu is a leaf but for the
+  // destructor of a connection its completion drops (which takes `mu`).
+  std::mutex pull_mu;
+  std::condition_variable pull_cv;
+  size_t pulls_in_flight = 0;  // guarded by pull_mu
+  bool pulls_closed = false;   // guarded by pull_mu
+  const std::shared_ptr<std::atomic<bool>> pull_cancel = std::make_shared<std::atomic<bool>>(false);
 
   // CH-13..CH-15: what was refused (relaxed atomics: counters only), and one rate limit per
   // kind of warning a flood of bad peers could repeat (BL-2).

@@ -285,33 +285,40 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
     return;
   }
   BatchEnd batch{*core_};  // after every lock below is released
-  // Taken at the first Data of this read and held for the rest of its frames.
-  std::unique_lock<std::mutex> delivering;
-  if (tls_) {
-    tls_->commit_input(n);
-    for (;;) {
-      auto r = tls_->read(decoder_.prepare());
-      if (r.n > 0) {
-        decoder_.commit(r.n);
-        if (!deliver_frames(batch, delivering)) return;
+  {
+    // Taken at the first Data of this read and held for the rest of its frames.
+    std::unique_lock<std::mutex> delivering;
+    if (tls_) {
+      tls_->commit_input(n);
+      for (;;) {
+        auto r = tls_->read(decoder_.prepare());
+        if (r.n > 0) {
+          decoder_.commit(r.n);
+          // TLS runs only on TCP, where nothing is lent (CH-25): never kPulling.
+          if (deliver_frames(batch, delivering) != Frames::kDone) return;
+        }
+        if (r.failed) {
+          close("TLS: " + tls_->error(), R::kMalformed);
+          return;
+        }
+        if (r.closed) {
+          bool truncated = decoder_.mid_frame();
+          close(truncated ? "connection closed inside a frame (truncated frame)"
+                          : "closed by peer",
+                truncated ? R::kMalformed : R::kNone);
+          return;
+        }
+        if (r.n == 0) break;
       }
-      if (r.failed) {
-        close("TLS: " + tls_->error(), R::kMalformed);
-        return;
-      }
-      if (r.closed) {
-        bool truncated = decoder_.mid_frame();
-        close(truncated ? "connection closed inside a frame (truncated frame)" : "closed by peer",
-              truncated ? R::kMalformed : R::kNone);
-        return;
-      }
-      if (r.n == 0) break;
+    } else {
+      decoder_.commit(n);
+      if (deliver_frames(batch, delivering) != Frames::kDone) return;
     }
-  } else {
-    decoder_.commit(n);
-    if (!deliver_frames(batch, delivering)) return;
   }
-  if (delivering) delivering.unlock();
+  after_frames();
+}
+
+void Inbound::after_frames() {
   std::lock_guard lock(mu_);
   if (closed_) return;
   if (session_) {
@@ -329,48 +336,60 @@ void Inbound::on_read(const std::error_code& ec, size_t n) {
   if (!closed_) arm_read_locked(ReadFor::kFrames);
 }
 
-bool Inbound::deliver_frames(BatchEnd& batch, std::unique_lock<std::mutex>& delivering) {
+void Inbound::deliver_data(wire::Data& d, BatchEnd& batch) {
+  session_->delivered.store(d.seq, std::memory_order_release);
+  if (forward_to_) {  // GW-2: a gateway passes it on, from its own Net
+    net_send(core_, *forward_to_, std::move(d.envelope));
+    return;
+  }
+  if (gateway_ && !d.envelope.headers.empty() &&
+      d.envelope.headers.back().first == kViaToHeader) {
+    forward_wrapped(std::move(d.envelope));  // GW-3
+    return;
+  }
+  batch.delivered = true;
+  core_->deliver(std::move(d.envelope));
+}
+
+Inbound::Frames Inbound::deliver_frames(BatchEnd& batch,
+                                        std::unique_lock<std::mutex>& delivering) {
   wire::RawFrame frame;
   for (;;) {
     auto ready = decoder_.next(frame);
     if (!ready) {
       close(ready.error().message, refusal_of(ready.error()));
-      return false;
+      return Frames::kClosed;
     }
-    if (!*ready) return true;
+    if (!*ready) return Frames::kDone;
     auto m = wire::decode(std::move(frame));
     if (!m) {
       close(m.error().message, R::kMalformed);
-      return false;
+      return Frames::kClosed;
     }
     if (auto* d = std::get_if<wire::Data>(&*m)) {
       if (!session_) {
         close("Data before Hello", R::kMalformed);
-        return false;
+        return Frames::kClosed;
       }
+      if (!d->lent.empty() && pull_pid_ == 0) {
+        close("protocol error: lent parts on a connection that does not pull them",
+              R::kMalformed);
+        return Frames::kClosed;
+      }
+      if (!d->lent.empty() && !lent_fit(*d)) return Frames::kClosed;  // CH-15
       if (!delivering) delivering = std::unique_lock(session_->mu);
       if (d->seq <= session_->delivered.load(std::memory_order_relaxed)) continue;  // resent
       if (core_->gate.closed()) {  // stop() is waiting for this read to finish
         close("net stopped", R::kNone);
-        return false;
+        return Frames::kClosed;
       }
-      session_->delivered.store(d->seq, std::memory_order_release);
-      if (forward_to_) {  // GW-2: a gateway passes it on, from its own Net
-        net_send(core_, *forward_to_, std::move(d->envelope));
-        continue;
-      }
-      if (gateway_ && !d->envelope.headers.empty() &&
-          d->envelope.headers.back().first == kViaToHeader) {
-        forward_wrapped(std::move(d->envelope));  // GW-3
-        continue;
-      }
-      batch.delivered = true;
-      core_->deliver(std::move(d->envelope));
+      if (!d->lent.empty()) return start_pull(std::move(*d));  // CH-25
+      deliver_data(*d, batch);
     } else if (auto* hello = std::get_if<wire::Hello>(&*m)) {
-      if (!accept_hello(*hello)) return false;
+      if (!accept_hello(*hello)) return Frames::kClosed;
     } else {
       close("protocol error: Ack or HelloAck sent to a listener", R::kMalformed);
-      return false;
+      return Frames::kClosed;
     }
   }
 }
@@ -392,6 +411,7 @@ bool Inbound::accept_hello(const wire::Hello& hello) {
     return false;
   }
   forward_to_ = std::move(forward);
+  uint32_t ack_flags = probe_lender(hello) ? wire::kAckPull : 0;  // CH-25
   auto session = attach_session(*core_, hello.session_id);
   std::lock_guard lock(mu_);
   session_ = std::move(session);  // ~Inbound releases it even if closed meanwhile
@@ -412,7 +432,7 @@ bool Inbound::accept_hello(const wire::Hello& hello) {
     }
   }
   acked_ = session_->delivered.load(std::memory_order_acquire);
-  wire::encode(wire::HelloAck{acked_}, out_);
+  wire::encode(wire::HelloAck{acked_, ack_flags}, out_);
   write_locked();
   return !closed_;
 }

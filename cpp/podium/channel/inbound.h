@@ -78,9 +78,24 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   enum class ReadFor : uint8_t { kSetup, kFrames };
   void arm_read_locked(ReadFor what);  // the one socket read of this connection
   void on_read(const std::error_code& ec, size_t n);
-  // Decodes and delivers the frames in decoder_ (the caller entered the gate); false when
-  // the connection closed.
-  bool deliver_frames(BatchEnd& batch, std::unique_lock<std::mutex>& delivering);
+  // Decodes and delivers the frames in decoder_ (the caller entered the gate): kDone when
+  // all were, kClosed when the connection closed, kPulling when a frame's lent parts are
+  // being pulled (CH-25): the read chain resumes from on_pulled().
+  enum class Frames : uint8_t { kDone, kClosed, kPulling };
+  Frames deliver_frames(BatchEnd& batch, std::unique_lock<std::mutex>& delivering);
+  // Delivers one new envelope of the session (forwarding it for a gateway).
+  void deliver_data(wire::Data& d, BatchEnd& batch);
+  // After the frames of a read: the ack (now or by the timer), then the next read.
+  void after_frames();
+  // CH-25 (inbound_lend.cc): whether this connection pulls the parts its peer lends (the
+  // Hello's probe read at the pid the kernel names; sets pull_pid_).
+  bool probe_lender(const wire::Hello& hello);
+  // CH-15: whether a frame's lent parts fit max_frame_bytes; else closes the connection.
+  bool lent_fit(const wire::Data& d);
+  // Hands the lent parts of `d` to the pullers; the read chain resumes in on_pulled().
+  Frames start_pull(wire::Data&& d);
+  // CH-25, CH-26: the lent parts of pulling_ arrived (or failed with errno `err`).
+  void on_pulled(int err, std::vector<Buffer> parts);
   // CH-8, CH-9: the setup (tls_setup.h) runs before the first frame; these feed it.
   void start_setup_locked();
   void on_setup_input(const std::error_code& ec, size_t n);
@@ -143,6 +158,11 @@ class Inbound : public std::enable_shared_from_this<Inbound> {
   bool gateway_ = false;
   // GW-3: sends on an envelope a client wrapped (kViaToHeader) to the address it names.
   void forward_wrapped(wire::Envelope&& env);
+  // CH-25 (read chain): the peer's pid when it proved at its Hello that we can read its
+  // memory (0: it sends every part inline), and the envelope whose lent parts are being
+  // pulled while the read chain waits.
+  pid_t pull_pid_ = 0;
+  std::optional<wire::Data> pulling_;
 };
 
 class SocketListener final : public ListenerBase,

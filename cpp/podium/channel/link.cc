@@ -179,6 +179,10 @@ void Link::on_deadline(const std::error_code& ec) {
         // Half a frame is on the wire and the peer has not read it for the whole timeout:
         // only a new connection can drop it.
         failed_locked("write stalled for " + std::to_string(timeout_ms) + " ms");
+      } else if (lent_locked(0)) {
+        // CH-26: the peer may be pulling its lent parts: the connection goes before the
+        // memory does, and the peer drops what it pulled.
+        failed_locked("lent parts unacknowledged for " + std::to_string(timeout_ms) + " ms");
       }
       if (written_ > 0) --written_;
       expired.push_back(queue_.pop_front());
@@ -351,6 +355,19 @@ void SocketLink::start_session_locked() {
   // GW-2: a gateway routes by the address a connection is for; a proc's address carries an
   // incarnation, a worker's (which a gateway serves itself) none.
   if (mode_ != Mode::kDial || to_.incarnation != 0) hello.to = to_text_;
+  lend_ok_ = false;
+  lend_from_ = 0;
+  if (mode_ == Mode::kDial && dial_.transport == Transport::kUnix &&
+      core_->config.lend_min_bytes > 0) {
+    // CH-25: offer to lend; the receiver proves it can read our memory by reading this.
+    static const uint64_t probe = [] {
+      std::random_device rd;
+      return uint64_t(rd()) << 32 | rd() | 1;
+    }();
+    hello.flags |= wire::kHelloLend;
+    hello.probe_addr = reinterpret_cast<uintptr_t>(&probe);
+    hello.probe_value = probe;
+  }
   hello_.clear();
   wire::encode(hello, hello_);
   hello_off_ = 0;
@@ -388,6 +405,28 @@ void SocketLink::close_locked() {
   write_waiting_ = false;
   hello_.clear();
   hello_off_ = 0;
+  lend_ok_ = false;  // CH-26: what was lent on this connection is no longer the peer's to pull
+}
+
+bool SocketLink::lent_locked(size_t i) {
+  if (!lend_ok_ || i >= queue_.size() || (i >= written_ && !(i == written_ && offset_ > 0))) {
+    return false;
+  }
+  size_t min = lend_min_locked(queue_[i]);
+  for (const Buffer& p : queue_[i].env.parts) {
+    if (wire::lends(p, min)) return true;
+  }
+  return false;
+}
+
+size_t SocketLink::lent_parts_locked() {
+  size_t n = 0;
+  size_t end = std::min(queue_.size(), written_ + (offset_ > 0 ? 1 : 0));
+  for (size_t i = 0; i < end; ++i) {
+    size_t min = lend_min_locked(queue_[i]);
+    for (const Buffer& p : queue_[i].env.parts) n += wire::lends(p, min) ? 1 : 0;
+  }
+  return n;
 }
 
 void SocketLink::start_read_locked() {
@@ -461,6 +500,12 @@ bool SocketLink::take_acks_locked() {
       acked_locked(ack->seq);
     } else if (auto* hello_ack = std::get_if<wire::HelloAck>(&*m)) {
       acked_locked(hello_ack->delivered_seq);
+      if ((hello_ack->flags & wire::kAckPull) && !hello_.empty() &&
+          dial_.transport == Transport::kUnix && core_->config.lend_min_bytes > 0) {
+        // CH-25: frames not yet begun go lent; one half on the wire keeps its inline form.
+        lend_ok_ = true;
+        lend_from_ = offset_ > 0 ? queue_[written_].seq + 1 : 0;
+      }
       reset_backoff_locked();
       holding_ = false;
       flush_locked();
@@ -507,9 +552,10 @@ void SocketLink::flush_locked() {
          ++i) {
       const Outgoing& o = queue_[i];
       size_t start = heads_.size();
-      wire::encode_data(o.seq, o.env, heads_);
+      size_t lend_min = lend_min_locked(o);
+      wire::encode_data(o.seq, o.env, heads_, lend_min);
       size_t bytes = heads_.size() - start;
-      for (const Buffer& p : o.env.parts) bytes += p.size();
+      for (const Buffer& p : o.env.parts) bytes += wire::lends(p, lend_min) ? 0 : p.size();
       head_ends_.push_back(heads_.size());
       frame_bytes_.push_back(bytes);
       batch_bytes += bytes;
@@ -533,8 +579,9 @@ void SocketLink::flush_locked() {
     }
     for (size_t k = 0, head_start = 0; k < head_ends_.size(); head_start = head_ends_[k++]) {
       add(heads_.data() + head_start, head_ends_[k] - head_start);
+      size_t lend_min = lend_min_locked(queue_[written_ + k]);
       for (const Buffer& p : queue_[written_ + k].env.parts) {
-        if (!p.empty()) add(p.data(), p.size());
+        if (!p.empty() && !wire::lends(p, lend_min)) add(p.data(), p.size());
       }
     }
     ssize_t n = tls_ ? tls_->write(socket_.native_handle(), iov_.data(), iov_.size())

@@ -46,6 +46,11 @@ class Link : public std::enable_shared_from_this<Link> {
   virtual void reset_for_test() {}
   // Envelopes sent or queued that the peer has not acknowledged yet. Thread-safe.
   size_t unacknowledged();
+  // CH-26: parts lent to the peer on the open connection and not acknowledged. Thread-safe.
+  size_t lent_parts() {
+    std::lock_guard lock(mu_);
+    return lent_parts_locked();
+  }
   asio::io_context& io() const { return core_->io; }
 
  protected:
@@ -59,6 +64,10 @@ class Link : public std::enable_shared_from_this<Link> {
   virtual void take_in_flight_locked(std::vector<Outgoing>&) {}
   // How many envelopes the transport holds beyond queue_ (unacknowledged()).
   virtual size_t in_flight_locked() { return 0; }
+  // CH-26: whether queue_[i] went out with lent parts on the open connection, and how many
+  // parts are lent so.
+  virtual bool lent_locked(size_t) { return false; }
+  virtual size_t lent_parts_locked() { return 0; }
 
   // The connection failed or broke: retry after the backoff if anything is queued.
   void failed_locked(std::string why);
@@ -181,6 +190,16 @@ class SocketLink final : public Link {
   wire::FrameDecoder decoder_;  // HelloAck/Ack from the peer
   const std::byte* read_into_ = nullptr;  // where the pending read lands
   bool first_read_ = false;               // no byte read yet on this connection
+  // CH-25: the peer pulls lent parts on this connection (its HelloAck said so), for frames
+  // from seq lend_from_ on (one half written inline before the HelloAck stays inline).
+  bool lend_ok_ = false;
+  uint64_t lend_from_ = 0;
+  // The lend threshold of frame queue_[i] on this connection (0: all inline).
+  size_t lend_min_locked(const Outgoing& o) const {
+    return lend_ok_ && o.seq >= lend_from_ ? core_->config.lend_min_bytes : 0;
+  }
+  bool lent_locked(size_t i) override;
+  size_t lent_parts_locked() override;
   // Reused by flush_locked() so that the hot path does not allocate.
   std::vector<std::byte> heads_;
   std::vector<size_t> head_ends_, frame_bytes_;

@@ -4,12 +4,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <utility>
+#include <vector>
 
 #include "podium/channel/core.h"
 #include "podium/channel/inbound.h"
 #include "podium/channel/inproc.h"
 #include "podium/channel/link.h"
+#include "podium/channel/pull.h"
 #include "podium/channel/socket_util.h"
 #include "podium/wire/message.h"
 
@@ -38,9 +42,31 @@ const Config& Net::config() const { return impl_->core->config; }
 NetStats Net::stats() const {
   const auto& c = impl_->core->counters;
   auto get = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
-  return NetStats{get(c.refused_oversize), get(c.refused_malformed), get(c.refused_auth),
-                  get(c.handshake_timeouts), get(c.unauthenticated_cap_hits),
-                  get(c.setup_errors)};
+  NetStats s{get(c.refused_oversize), get(c.refused_malformed), get(c.refused_auth),
+             get(c.handshake_timeouts), get(c.unauthenticated_cap_hits),
+             get(c.setup_errors)};
+  // A link's mutex comes before the registry's: copy the links out first.
+  std::vector<std::shared_ptr<internal::Link>> links;
+  {
+    std::lock_guard lock(impl_->core->mu);
+    for (const auto& [addr, link] : impl_->core->links) links.push_back(link);
+  }
+  for (const auto& link : links) s.lent_parts += link->lent_parts();
+  auto pulls = internal::pull_counts();
+  s.pulls = pulls.started;
+  s.pull_failures = pulls.failed;
+  return s;
+}
+
+size_t Config::default_lend_min_bytes() {
+  const char* v = std::getenv("PODIUM_CMA_PART_MIN");
+  size_t n = size_t{512} << 10;
+  if (v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    unsigned long long parsed = std::strtoull(v, &end, 10);
+    if (end != nullptr && *end == '\0') n = size_t(parsed);
+  }
+  return n == 0 ? 0 : std::max(n, wire::kMinLendBytes);
 }
 
 Result<Address> Net::listen(const Address& addr, int fd) {
@@ -171,6 +197,11 @@ void Net::stop() {
   for (auto& l : listeners) l->close();
   for (auto& in : inbounds) in->close("net stopped", internal::Core::Refusal::kNone);
   for (auto& link : links) link->stop();
+  // CH-25: no pull of a lent part outlives stop(): what is left of them is cancelled.
+  std::unique_lock lock(core.pull_mu);
+  core.pulls_closed = true;
+  core.pull_cancel->store(true, std::memory_order_relaxed);
+  core.pull_cv.wait(lock, [&] { return core.pulls_in_flight == 0; });
 }
 
 void Net::start_via(std::function<void(Result<Address>)> event) {

@@ -68,6 +68,22 @@
 //   CH-16 A Unix-socket connection whose peer runs as another user (SO_PEERCRED; root
 //        excepted) is closed at accept, counted in NetStats::refused_auth: the abstract
 //        namespace (unix:@NAME) has no file permissions to keep other users out.
+//   CH-25 On a Unix-socket link whose receiver proved at the handshake that it can read the
+//        sender's memory (it reads the Hello's probe with process_vm_readv from the pid the
+//        kernel names, SO_PEERCRED), a part of at least Config::lend_min_bytes is lent, not
+//        written (WI-8): the receiver pulls it off its io threads into an allocation of its
+//        own (a received Buffer, BU-1), then delivers the envelope, in order: later envelopes
+//        of that link wait behind the pull, those of other links do not. A receiver that
+//        cannot read the probe (EPERM, another pid namespace, Config::pull_lent off) gets
+//        every part inline; a pull that fails closes the connection with a warning naming
+//        the errno, and the sender resends (CH-2, CH-3): never a silent drop, never a hang.
+//   CH-26 A lent part's memory is the sender's envelope's, held until the receiver
+//        acknowledged that envelope (it acks at once after a pull) or the connection is
+//        closed: on expiry (CH-3), stop() and forget() the sender closes the connection
+//        before it hands the envelope back, and the receiver delivers a pulled envelope only
+//        if its connection is still open after the copy, so it never delivers bytes the
+//        sender had released. Nothing grows: NetStats::lent_parts counts the parts lent on
+//        open connections and not yet acknowledged.
 //
 // Gateways (docs/channel.md, "Gateways"): a client that procs cannot reach (behind NAT,
 // outside a cluster) attaches through a gateway Net it can reach, as Monarch's attach() does:
@@ -173,6 +189,15 @@ struct Config {
   // duplex (started by Net::start_via(); a Net that listens does not need one). Unset: a
   // plain Net.
   std::optional<Address> via;
+  // CH-25: on a Unix-socket link, parts of at least this many bytes are lent to a receiver
+  // that can pull them (at least wire::kMinLendBytes; 0: never). The default is
+  // PODIUM_CMA_PART_MIN from the environment, else 512 KiB.
+  size_t lend_min_bytes = default_lend_min_bytes();
+  // CH-25: whether this Net pulls the parts its Unix-socket peers lend (false: they send
+  // every part inline).
+  bool pull_lent = true;
+
+  static size_t default_lend_min_bytes();
 };
 
 // A TCP port held for a proc that will listen on it: a socket bound with SO_REUSEPORT and
@@ -224,6 +249,11 @@ struct NetStats {
   // Connections, in or out, closed because this process could not run its side of the CH-8
   // exchange (no random bytes, no HMAC from OpenSSL): not the peer's doing (CH-18).
   uint64_t setup_errors = 0;
+  // CH-26: parts lent on open connections and not yet acknowledged, now (not a counter).
+  uint64_t lent_parts = 0;
+  // CH-25, in this whole process: pulls of lent parts started, and those that failed.
+  uint64_t pulls = 0;
+  uint64_t pull_failures = 0;
 };
 
 using DeliverFn = std::function<void(wire::Envelope&&)>;

@@ -75,6 +75,8 @@ HeadWriter::HeadWriter(std::vector<std::byte>& out, FrameKind kind, std::span<co
   }
 }
 
+void HeadWriter::zero_part(size_t i) { store_le(out_.data() + start_ + table_end(i), uint64_t{0}); }
+
 void HeadWriter::finish() {
   out_.resize(end_);
   store_le(out_.data() + start_ + 8, static_cast<uint32_t>(end_ - header_start_));

@@ -90,6 +90,9 @@ class HeadWriter {
     end_ += n;
   }
   void finish();
+  // A part whose bytes do not follow the head (WI-8: lent, pulled by the receiver): its
+  // table entry says 0 bytes.
+  void zero_part(size_t i);
 
  private:
   std::vector<std::byte>& out_;

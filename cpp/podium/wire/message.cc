@@ -96,7 +96,9 @@ Result<Message> decode_hello(Reader& r) {
   Hello m;
   uint64_t n, version;
   std::string_view addr;
-  if (!r.array(n) || (n != 3 && n != 5)) return malformed("Hello", "expected an array of 3 or 5");
+  if (!r.array(n) || (n != 3 && n != 5 && n != 7)) {
+    return malformed("Hello", "expected an array of 3, 5 or 7");
+  }
   if (!r.uint(version) || version > std::numeric_limits<uint32_t>::max()) {
     return malformed("Hello", "bad protocol_version");
   }
@@ -104,13 +106,20 @@ Result<Message> decode_hello(Reader& r) {
   if (!r.str(addr)) return malformed("Hello", "bad listen_address");
   m.protocol_version = static_cast<uint32_t>(version);
   m.listen_address = addr;
-  if (n == 5) {
+  if (n >= 5) {
     std::string_view to;
     uint64_t flags;
     if (!r.str(to)) return malformed("Hello", "bad to");
-    if (!r.uint(flags) || flags > kHelloReverse) return malformed("Hello", "bad flags");
+    if (!r.uint(flags) || flags > (kHelloReverse | kHelloLend)) {
+      return malformed("Hello", "bad flags");
+    }
+    // WI-8: the probe comes with kHelloLend and only with it.
+    if (((flags & kHelloLend) != 0) != (n == 7)) return malformed("Hello", "bad lend probe");
     m.to = to;
     m.flags = static_cast<uint32_t>(flags);
+  }
+  if (n == 7 && (!r.uint(m.probe_addr) || !r.uint(m.probe_value))) {
+    return malformed("Hello", "bad lend probe");
   }
   return m;
 }
@@ -122,12 +131,21 @@ Result<uint64_t> decode_seq(Reader& r, std::string_view frame) {
   return seq;
 }
 
+Result<Message> decode_hello_ack(Reader& r) {
+  uint64_t n, seq, flags = 0;
+  if (!r.array(n) || (n != 1 && n != 2) || !r.uint(seq)) {
+    return malformed("HelloAck", "expected [seq] or [seq, flags]");
+  }
+  if (n == 2 && (!r.uint(flags) || flags != kAckPull)) return malformed("HelloAck", "bad flags");
+  return HelloAck{seq, static_cast<uint32_t>(flags)};
+}
+
 Result<Message> decode_data(Reader& r, std::vector<Buffer>&& parts) {
   Data m;
   Envelope& e = m.envelope;
   uint64_t n, kind, headers;
   std::string_view dest, sender;
-  if (!r.array(n) || n != 7) return malformed("Data", "expected an array of 7");
+  if (!r.array(n) || (n != 7 && n != 8)) return malformed("Data", "expected an array of 7 or 8");
   if (!r.uint(m.seq)) return malformed("Data", "bad seq");
   if (!r.uint(kind) || kind > 0xff) return malformed("Data", "bad kind");
   if (!r.str(dest)) return malformed("Data", "bad dest");
@@ -144,6 +162,23 @@ Result<Message> decode_data(Reader& r, std::vector<Buffer>&& parts) {
     if (!r.str(k) || !r.str(v)) return malformed("Data", "bad header entry");
     e.headers.emplace_back(k, v);
   }
+  if (n == 8) {
+    // WI-8: lent parts, each an empty part of the table, in increasing index order.
+    uint64_t count;
+    if (!r.array(count) || count == 0 || count > parts.size()) return malformed("Data", "bad lent");
+    m.lent.reserve(count);
+    for (uint64_t i = 0; i < count; ++i) {
+      uint64_t k, index;
+      LentPart l;
+      if (!r.array(k) || k != 3 || !r.uint(index) || !r.uint(l.addr) || !r.uint(l.len) ||
+          index >= parts.size() || !parts[index].empty() || l.len == 0 ||
+          (!m.lent.empty() && index <= m.lent.back().index)) {
+        return malformed("Data", "bad lent part");
+      }
+      l.index = static_cast<uint32_t>(index);
+      m.lent.push_back(l);
+    }
+  }
   e.parts = std::move(parts);
   return m;
 }
@@ -156,10 +191,11 @@ constexpr size_t kHeadMax = 5;
 
 void encode(const Hello& m, std::vector<std::byte>& out) {
   bool routed = !m.to.empty() || m.flags != 0;
+  bool lend = (m.flags & kHelloLend) != 0;
   HeadWriter w(out, FrameKind::kHello, {},
-               1 + 3 * kUintMax + 2 * kHeadMax + m.listen_address.size() + m.to.size());
+               1 + 5 * kUintMax + 2 * kHeadMax + m.listen_address.size() + m.to.size());
   Packer pk(w);
-  pk.pack_array(routed ? 5 : 3);
+  pk.pack_array(lend ? 7 : routed ? 5 : 3);
   pk.pack_uint32(m.protocol_version);
   pk.pack_uint64(m.session_id);
   pack_str(pk, m.listen_address);
@@ -167,12 +203,18 @@ void encode(const Hello& m, std::vector<std::byte>& out) {
     pack_str(pk, m.to);
     pk.pack_uint32(m.flags);
   }
+  if (lend) {
+    pk.pack_uint64(m.probe_addr);
+    pk.pack_uint64(m.probe_value);
+  }
   w.finish();
 }
 
 void encode(const HelloAck& m, std::vector<std::byte>& out) {
-  HeadWriter w(out, FrameKind::kHelloAck, {}, 1 + kUintMax);
-  Packer(w).pack_array(1).pack_uint64(m.delivered_seq);
+  HeadWriter w(out, FrameKind::kHelloAck, {}, 1 + 2 * kUintMax);
+  Packer pk(w);
+  pk.pack_array(m.flags != 0 ? 2 : 1).pack_uint64(m.delivered_seq);
+  if (m.flags != 0) pk.pack_uint32(m.flags);
   w.finish();
 }
 
@@ -183,11 +225,19 @@ void encode(const Ack& m, std::vector<std::byte>& out) {
 }
 
 void encode_data(uint64_t seq, const Envelope& env, std::vector<std::byte>& out) {
-  size_t hint = 1 + 3 * kUintMax + 2 + 3 * kHeadMax + env.dest.size() + env.sender.size();
+  encode_data(seq, env, out, 0);
+}
+
+void encode_data(uint64_t seq, const Envelope& env, std::vector<std::byte>& out,
+                 size_t lend_min) {
+  size_t lent = 0;
+  for (const Buffer& p : env.parts) lent += lends(p, lend_min) ? 1 : 0;
+  size_t hint = 1 + 3 * kUintMax + 2 + 3 * kHeadMax + env.dest.size() + env.sender.size() +
+                (lent > 0 ? kHeadMax + lent * (1 + 3 * kUintMax) : 0);
   for (const auto& [k, v] : env.headers) hint += 2 * kHeadMax + k.size() + v.size();
   HeadWriter w(out, FrameKind::kData, env.parts, hint);
   Packer pk(w);
-  pk.pack_array(7);
+  pk.pack_array(lent > 0 ? 8 : 7);
   pk.pack_uint64(seq);
   pk.pack_uint8(env.kind);
   pack_str(pk, env.dest);
@@ -198,6 +248,18 @@ void encode_data(uint64_t seq, const Envelope& env, std::vector<std::byte>& out)
   for (const auto& [k, v] : env.headers) {
     pack_str(pk, k);
     pack_str(pk, v);
+  }
+  if (lent > 0) {
+    pk.pack_array(static_cast<uint32_t>(lent));
+    for (size_t i = 0; i < env.parts.size(); ++i) {
+      const Buffer& p = env.parts[i];
+      if (!lends(p, lend_min)) continue;
+      w.zero_part(i);
+      pk.pack_array(3);
+      pk.pack_uint64(i);
+      pk.pack_uint64(reinterpret_cast<uintptr_t>(p.data()));
+      pk.pack_uint64(p.size());
+    }
   }
   w.finish();
 }
@@ -212,6 +274,10 @@ size_t data_frame_bound(const Envelope& env, size_t* header_bound) {
     fits = fits && k.size() <= kStrMax && v.size() <= kStrMax;
     n += 10 + k.size() + v.size();
   }
+  // WI-8: a lent part's descriptor, for every part a link might lend.
+  size_t lendable = 0;
+  for (const auto& p : env.parts) lendable += p.size() >= kMinLendBytes ? 1 : 0;
+  if (lendable > 0) n += 5 + lendable * (1 + 3 * 9);
   if (header_bound) *header_bound = fits ? n : std::numeric_limits<size_t>::max();
   n += table_end(env.parts.size());
   for (const auto& p : env.parts) n += p.size();
@@ -229,11 +295,7 @@ Result<Message> decode(RawFrame&& frame) {
       break;
     case FrameKind::kHelloAck:
       name = "HelloAck";
-      if (auto seq = decode_seq(r, name); seq) {
-        m = HelloAck{*seq};
-      } else {
-        m = std::unexpected(std::move(seq.error()));
-      }
+      m = decode_hello_ack(r);
       break;
     case FrameKind::kAck:
       name = "Ack";

@@ -103,6 +103,99 @@ TEST(WireMessage, RejectsMalformedHeaders) {  // WI-3
              "bad headers");
 }
 
+TEST(WireMessage, LentPartsTravelAsDescriptorsAndTheirBytesStayOut) {  // WI-8
+  Envelope e;
+  e.kind = 1;
+  e.dest = "d";
+  e.sender = "s";
+  std::string big(200000, 'b'), big2(70000, 'c');
+  e.parts = {Buffer::copy_of("small"), Buffer::copy_of(big), Buffer{}, Buffer::copy_of(big2)};
+  std::vector<std::byte> stream;
+  encode_data(7, e, stream, 65536);
+  // The caller writes only the parts it does not lend: "small".
+  auto small = e.parts[0].span();
+  stream.insert(stream.end(), small.begin(), small.end());
+  FrameDecoder dec(FrameLimits{});
+  std::vector<RawFrame> frames;
+  ASSERT_TRUE(dec.feed(stream, [&](RawFrame&& f) { frames.push_back(std::move(f)); }));
+  ASSERT_EQ(frames.size(), 1u);
+  auto m = decode(std::move(frames[0]));
+  ASSERT_TRUE(m) << m.error().to_string();
+  auto& d = std::get<Data>(*m);
+  ASSERT_EQ(d.lent.size(), 2u);
+  EXPECT_EQ(d.lent[0].index, 1u);
+  EXPECT_EQ(d.lent[0].addr, reinterpret_cast<uintptr_t>(e.parts[1].data()));
+  EXPECT_EQ(d.lent[0].len, 200000u);
+  EXPECT_EQ(d.lent[1].index, 3u);
+  EXPECT_EQ(d.lent[1].len, 70000u);
+  ASSERT_EQ(d.envelope.parts.size(), 4u);
+  EXPECT_EQ(d.envelope.parts[0].view(), "small");
+  EXPECT_TRUE(d.envelope.parts[1].empty());
+  EXPECT_TRUE(d.envelope.parts[3].empty());
+  // Nothing lent below the threshold: the plain 7-element form.
+  std::vector<std::byte> plain, lend_none;
+  encode_data(7, e, plain);
+  encode_data(7, e, lend_none, 1 << 20);
+  EXPECT_EQ(plain, lend_none);
+
+  // Hello's probe and HelloAck's flag round-trip; the old forms still decode.
+  Hello h;
+  h.session_id = 9;
+  h.listen_address = "unix:/x";
+  h.flags = kHelloLend;
+  h.probe_addr = 0x7fff0000;
+  h.probe_value = 0x1234;
+  std::vector<std::byte> hs;
+  encode(h, hs);
+  frames.clear();
+  FrameDecoder dec2(FrameLimits{});
+  ASSERT_TRUE(dec2.feed(hs, [&](RawFrame&& f) { frames.push_back(std::move(f)); }));
+  auto hm = decode(std::move(frames.at(0)));
+  ASSERT_TRUE(hm) << hm.error().to_string();
+  EXPECT_EQ(std::get<Hello>(*hm).flags, kHelloLend);
+  EXPECT_EQ(std::get<Hello>(*hm).probe_addr, 0x7fff0000u);
+  EXPECT_EQ(std::get<Hello>(*hm).probe_value, 0x1234u);
+  std::vector<std::byte> as;
+  encode(HelloAck{5, kAckPull}, as);
+  encode(HelloAck{6}, as);
+  frames.clear();
+  FrameDecoder dec3(FrameLimits{});
+  ASSERT_TRUE(dec3.feed(as, [&](RawFrame&& f) { frames.push_back(std::move(f)); }));
+  ASSERT_EQ(frames.size(), 2u);
+  auto a1 = decode(std::move(frames[0]));
+  auto a2 = decode(std::move(frames[1]));
+  ASSERT_TRUE(a1 && a2);
+  EXPECT_EQ(std::get<HelloAck>(*a1).flags, kAckPull);
+  EXPECT_EQ(std::get<HelloAck>(*a2).flags, 0u);
+  EXPECT_EQ(std::get<HelloAck>(*a2).delivered_seq, 6u);
+}
+
+TEST(WireMessage, BadLentDescriptorsAreMalformed) {  // WI-8
+  std::vector<std::byte> s;
+  std::map<std::string, std::string> none;
+  using Lent = std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>;
+  auto data = [&](Lent lent, std::vector<Buffer> parts) {
+    return decode(frame_with(FrameKind::kData,
+                             std::make_tuple(1, 1, std::string("d"), std::string("s"), 0, 0,
+                                             none, lent),
+                             s, std::move(parts)));
+  };
+  EXPECT_TRUE(data({{0, 4096, 10}}, {Buffer{}}));
+  // A part with bytes of its own, an index out of range, 0 bytes, out of order, none at all.
+  EXPECT_FALSE(data({{0, 4096, 10}}, {Buffer::copy_of("x")}));
+  EXPECT_FALSE(data({{1, 4096, 10}}, {Buffer{}}));
+  EXPECT_FALSE(data({{0, 4096, 0}}, {Buffer{}}));
+  EXPECT_FALSE(data({{1, 4096, 10}, {0, 4096, 10}}, {Buffer{}, Buffer{}}));
+  EXPECT_FALSE(data({}, {Buffer{}}));
+  // A probe without kHelloLend, kHelloLend without a probe, an unknown HelloAck flag.
+  EXPECT_FALSE(decode(frame_with(FrameKind::kHello,
+                                 std::make_tuple(1, 2, std::string(""), std::string(""), 0, 1, 2),
+                                 s)));
+  EXPECT_FALSE(decode(frame_with(FrameKind::kHello,
+                                 std::make_tuple(1, 2, std::string(""), std::string(""), 2), s)));
+  EXPECT_FALSE(decode(frame_with(FrameKind::kHelloAck, std::make_tuple(1, 2), s)));
+}
+
 TEST(WireMessage, PeerMsgpackLimitRefusesCountsTheBytesCannotHold) {  // WI-7
   // 5 bytes announcing 2^32 - 1 array elements (msgpack-cxx would ask for 128 GiB), a map, a
   // str and a bin of 4 GiB, and nesting past kMaxPeerDepth: each a decode error.

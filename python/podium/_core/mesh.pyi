@@ -88,6 +88,11 @@ def shutdown() -> None:
 def this_proc_id() -> str:
     """The ProcId (channel address) of this process's root proc."""
 
+def channel_stats() -> dict:
+    """
+    This process's root proc's channel counters (CH-15), its parts lent to peers and not yet acknowledged (CH-26) and this process's pulls of lent parts (CH-25).
+    """
+
 def lineage() -> list[str]:
     """
     This process's proc key, then those of the procs it descends from (ME-15).

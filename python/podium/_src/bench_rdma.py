@@ -16,6 +16,9 @@ An actor on a spawned proc (the owner) and the controller:
   argument of a plain endpoint call (out-of-band frame parts, docs/python.md), next to the
   same bytes written into a tensor of the owner through ``RDMABuffer.write_from`` (best of
   ``--reps``; skipped, with the reason, where torch is not installed);
+- another link under a tensor argument: the ``call_one`` round trip to an actor on a second
+  proc while another thread calls the owner with the largest tensor over and over, next to
+  the idle round trip measured just before (where torch is installed);
 - lifetime: ``--cycles`` create/drop cycles in the owner, its registration count before and
   after.
 
@@ -199,6 +202,56 @@ def _rtt_under_bulk(owner: Any, n: int, write: bool, samples: int) -> Dict[str, 
             "transfers_during": transfers[0], "ratio": ratio}
 
 
+def _rtt_other_link_under_tensor_arg(owner: Any, pinger: Any, n: int,
+                                     samples: int) -> Dict[str, Any]:
+    """The call_one round trip to another proc (another link) while another thread calls
+    the owner with an n-byte tensor argument over and over, next to the idle round trip
+    measured just before: a large part on one link must not hold up the others (its bytes
+    are pulled off the io threads, docs/channel.md "Lent parts"). Only round trips that start
+    and end inside one call count."""
+    torch = _torch()
+    assert torch is not None
+    src = torch.ones(n, dtype=torch.uint8)
+    owner.take.call_one(src).get(timeout=_TIMEOUT_S)  # warm
+    idle = _rtts(pinger, samples)
+    stop = threading.Event()
+    calls = [0]
+    busy = threading.Event()
+
+    def bulk() -> None:
+        while not stop.is_set():
+            busy.set()
+            owner.take.call_one(src).get(timeout=_TIMEOUT_S)
+            busy.clear()
+            calls[0] += 1
+
+    t = threading.Thread(target=bulk, name="rdma-bench-tensor", daemon=True)
+    under: List[float] = []
+    t.start()
+    try:
+        busy.wait(timeout=_TIMEOUT_S)
+        deadline = time.monotonic() + 60.0
+        while ((len(under) < samples or calls[0] < 2) and t.is_alive()
+               and time.monotonic() < deadline):
+            start = calls[0]
+            if not busy.is_set():
+                continue
+            rtt = _time(lambda: pinger.ping.call_one().get(timeout=_TIMEOUT_S))
+            if busy.is_set() and calls[0] == start:
+                under.append(rtt)
+    finally:
+        stop.set()
+        t.join(timeout=_TIMEOUT_S)
+    ratio = _us(under) / _us(idle) if under else float("nan")
+    _say(f"call_one RTT to another proc idle {_us(idle):.1f} us, "
+         f"{_us(under) if under else float('nan'):.1f} us while {n} B tensor arguments go to "
+         f"the owner ({calls[0]} of them): x{ratio:.2f}")
+    return {"tensor_bytes": n, "idle_rtt_median_us": _us(idle), "idle_rtt_p90_us": _p90_us(idle),
+            "rtt_median_us": _us(under) if under else None,
+            "rtt_p90_us": _p90_us(under) if under else None, "samples": len(under),
+            "calls_during": calls[0], "ratio": ratio}
+
+
 def _tensor_args(owner: Any, sizes: List[int], reps: int) -> List[Dict[str, Any]]:
     torch = _torch()
     assert torch is not None
@@ -246,6 +299,15 @@ def run(max_mib: int, reps: int, cycles: int, bulk_mib: int, tensor_max_mib: int
         torch = _torch()
         tensors = (_tensor_args(owner, _sizes(_MIB, tensor_max_mib * _MIB), reps)
                    if torch is not None else [])
+        other_link = None
+        if torch is not None:
+            pm2 = pa.this_host().spawn_procs(per_host={"procs": 1})
+            try:
+                pinger = pm2.spawn("rdma_bench_pinger", _Owner).slice(procs=0)
+                other_link = _rtt_other_link_under_tensor_arg(
+                    owner, pinger, tensor_max_mib * _MIB, samples)
+            finally:
+                pm2.stop().get(timeout=_TIMEOUT_S)
         before, after = owner.cycles.call_one(cycles).get(timeout=_TIMEOUT_S * 10)
         big = [r for r in rows if r["bytes"] >= _MIB]
         return {
@@ -260,6 +322,7 @@ def run(max_mib: int, reps: int, cycles: int, bulk_mib: int, tensor_max_mib: int
             "rtt_under_bulk": under,
             "tensor_args": tensors,
             "tensor_args_skipped": None if torch is not None else "torch is not installed",
+            "rtt_other_link_under_tensor_arg": other_link,
             "create_drop_cycles": cycles,
             "registrations_before": before,
             "registrations_after": after,
@@ -315,6 +378,11 @@ def main(argv: List[str]) -> int:
     for row in result["tensor_args"]:
         print(f"tensor {row['bytes']:>11} B  endpoint arg {row['endpoint_arg_ms']:8.2f} ms  "
               f"RDMABuffer {row['rdma_write_ms']:8.2f} ms  x{row['endpoint_vs_rdma']:.2f}")
+    o = result["rtt_other_link_under_tensor_arg"]
+    if o:
+        print(f"call_one RTT to another proc median {o['idle_rtt_median_us']:.1f} us idle, "
+              f"{o['rtt_median_us'] or float('nan'):.1f} us while {o['tensor_bytes']} B tensor "
+              f"arguments go to the owner: x{o['ratio']:.2f}")
     if result["tensor_args_skipped"]:
         print(f"tensor arguments skipped: {result['tensor_args_skipped']}")
     print(f"{result['create_drop_cycles']} create/drop cycles: registrations "

@@ -1,0 +1,204 @@
+// The puller threads of CH-25: see pull.h.
+#include "podium/channel/pull.h"
+
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace podium::channel::internal {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+std::atomic<uint64_t> g_started{0}, g_failed{0};
+
+struct Job {
+  pid_t pid = 0;
+  std::vector<wire::LentPart> lent;
+  std::vector<std::byte*> dst;
+  std::vector<Buffer> out;
+  PullDone done;
+  std::shared_ptr<const std::atomic<bool>> cancel;
+  // Guarded by the pool's mutex: the next chunk to hand out.
+  size_t part = 0, offset = 0;
+  std::atomic<size_t> running{0};  // chunks handed out and not finished
+  std::atomic<int> err{0};
+};
+
+// Copies `len` bytes at `remote` in `pid` to `local`: 0 or an errno.
+int read_peer(pid_t pid, std::byte* local, uint64_t remote, size_t len) {
+  size_t done = 0;
+  while (done < len) {
+    iovec l{local + done, len - done};
+    iovec r{reinterpret_cast<void*>(remote + done), len - done};
+    ssize_t n = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EFAULT;
+    done += size_t(n);
+  }
+  return 0;
+}
+
+size_t env_size(const char* name, size_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  unsigned long long n = std::strtoull(v, &end, 10);
+  return end != nullptr && *end == '\0' ? size_t(n) : fallback;
+}
+
+class Pool {
+ public:
+  Pool() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    size_t cpus = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    // As the data plane's copiers (DA-11): at most half the CPUs, two at most by default.
+    size_t threads = env_size("PODIUM_RDMA_CMA_THREADS", cpus >= 4 ? 2 : 1);
+    int nice = int(env_size("PODIUM_RDMA_NICE", 5));
+    threads = std::clamp<size_t>(threads, 1, 16);
+    for (size_t i = 0; i < threads; ++i) {
+      std::thread([this, nice] { run(nice); }).detach();
+    }
+  }
+
+  void add(std::shared_ptr<Job> job) {
+    {
+      std::lock_guard lock(mu_);
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void run(int nice) {
+    if (nice > 0) {
+      pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
+      errno = 0;
+      int now = ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
+      if (errno == 0) (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), std::min(19, now + nice));
+    }
+    for (;;) {
+      std::shared_ptr<Job> job;
+      size_t part, offset, len;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return !jobs_.empty(); });
+        job = jobs_.front();
+        jobs_.pop_front();
+        part = job->part;
+        offset = job->offset;
+        len = std::min<size_t>(kPullChunkBytes, job->lent[part].len - offset);
+        job->offset += len;
+        if (job->offset == job->lent[part].len) {
+          ++job->part;
+          job->offset = 0;
+        }
+        job->running.fetch_add(1, std::memory_order_relaxed);
+        // Round robin: a job with chunks left goes behind the others.
+        if (job->part < job->lent.size()) jobs_.push_back(job);
+      }
+      if (job->cancel->load(std::memory_order_relaxed)) {
+        int zero = 0;
+        job->err.compare_exchange_strong(zero, ECANCELED);
+      }
+      if (job->err.load(std::memory_order_relaxed) == 0) {
+        int e = read_peer(job->pid, job->dst[part] + offset, job->lent[part].addr + offset, len);
+        if (e != 0) {
+          int zero = 0;
+          job->err.compare_exchange_strong(zero, e);
+        }
+      }
+      bool last;
+      {
+        std::lock_guard lock(mu_);
+        last = job->running.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
+               job->part == job->lent.size();
+      }
+      if (last) finish(*job);
+    }
+  }
+
+  static void finish(Job& job) {
+    int err = job.err.load();
+    if (err != 0) {
+      g_failed.fetch_add(1, std::memory_order_relaxed);
+      job.out.clear();
+    }
+    auto done = std::move(job.done);
+    done(err, std::move(job.out));
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> jobs_;
+};
+
+Pool& pool() {
+  static Pool* p = new Pool();  // never destroyed: its threads outlive static destruction
+  return *p;
+}
+
+struct Free {
+  void operator()(void* p) const { std::free(p); }
+};
+
+}  // namespace
+
+void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent,
+                std::shared_ptr<const std::atomic<bool>> cancel, PullDone done) {
+  g_started.fetch_add(1, std::memory_order_relaxed);
+  auto job = std::make_shared<Job>();
+  job->pid = pid;
+  job->cancel = std::move(cancel);
+  job->lent = lent;
+  job->done = std::move(done);
+  for (const auto& l : lent) {
+    void* p = nullptr;
+    // Large parts on huge-page boundaries, so that the copy faults in 2 MiB at a time.
+    size_t align = l.len >= kHugePage ? kHugePage : alignof(std::max_align_t);
+    if (l.len > size_t(PTRDIFF_MAX) || ::posix_memalign(&p, align, size_t(l.len)) != 0) {
+      g_failed.fetch_add(1, std::memory_order_relaxed);
+      job->out.clear();
+      auto fail = std::move(job->done);
+      job.reset();
+      fail(ENOMEM, {});
+      return;
+    }
+    if (l.len >= kHugePage) (void)::madvise(p, size_t(l.len), MADV_HUGEPAGE);
+    std::shared_ptr<void> owner(p, Free{});
+    job->dst.push_back(static_cast<std::byte*>(p));
+    job->out.push_back(Buffer::received(std::move(owner), static_cast<std::byte*>(p), l.len));
+  }
+  pool().add(std::move(job));
+}
+
+int probe_peer(pid_t pid, uint64_t addr, uint64_t value) {
+  uint64_t got = 0;
+  int e = read_peer(pid, reinterpret_cast<std::byte*>(&got), addr, sizeof got);
+  if (e != 0) return e;
+  return got == value ? 0 : EIO;
+}
+
+PullCounts pull_counts() {
+  return {g_started.load(std::memory_order_relaxed), g_failed.load(std::memory_order_relaxed)};
+}
+
+}  // namespace podium::channel::internal

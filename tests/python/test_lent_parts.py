@@ -1,0 +1,132 @@
+"""Large message parts between procs of one host are lent and pulled, not written to the
+socket (CH-25, CH-26 in cpp/podium/channel/net.h; docs/channel.md, "Lent parts").
+
+A part of at least PODIUM_CMA_PART_MIN bytes (512 KiB by default) in a call or a reply on a
+Unix-socket link travels as its address; the receiver copies it from the sender's memory
+with process_vm_readv into memory of its own, so arrays and tensors arrive as they do
+inline: intact, and writable where the call alone holds them (BU-1)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from podium._core import mesh as _mesh
+from podium.actor import Actor, endpoint
+
+T = 60
+pytestmark = pytest.mark.timeout(180)
+MIB = 1 << 20
+
+
+class Sink(Actor):
+    @endpoint
+    def numpy_info(self, a: np.ndarray) -> tuple:
+        a[0] = 7  # writable: the pulled part's own bytes
+        return bool(a.flags.writeable), bool(a.flags.owndata), int(a[1:].sum()), int(a[0])
+
+    @endpoint
+    def torch_info(self, t) -> tuple:
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a read-only buffer under a tensor warns
+            t.add_(1)
+        return int(t.numel()), int(t.sum())
+
+    @endpoint
+    def give_numpy(self, n: int) -> np.ndarray:
+        return np.arange(n, dtype=np.int64)
+
+    @endpoint
+    def give_tensor(self, n: int):
+        import torch
+        return torch.arange(n, dtype=torch.int64)
+
+    @endpoint
+    def stats(self) -> dict:
+        return dict(_mesh.channel_stats())
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def take(self, a) -> int:
+        return len(a)
+
+
+def _poll(pred, limit: float = 30.0) -> bool:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return pred()
+
+
+def test_a_64_mib_numpy_argument_is_pulled_and_arrives_writable(spawn, new_procs):  # CH-25
+    sink = spawn(Sink, on=new_procs(gpus=1))
+    sink.take.call_one(np.zeros(16, dtype=np.uint8)).get(timeout=T)  # link and handshake
+    before = sink.stats.call_one().get(timeout=T)["pulls"]
+    a = np.arange(8 * MIB, dtype=np.int64)  # 64 MiB
+    writeable, owndata, rest, first = sink.numpy_info.call_one(a).get(timeout=T)
+    assert writeable and not owndata  # a view over the pulled part, not a copy
+    assert rest == int(a[1:].sum()) and first == 7
+    assert a[0] == 0  # the sender's array is untouched
+    assert sink.stats.call_one().get(timeout=T)["pulls"] > before
+
+
+def test_a_64_mib_numpy_result_arrives_intact(spawn, new_procs):  # CH-25
+    sink = spawn(Sink, on=new_procs(gpus=1))
+    before = _mesh.channel_stats()["pulls"]
+    out = sink.give_numpy.call_one(8 * MIB).get(timeout=T)
+    assert out.shape == (8 * MIB,) and int(out[-1]) == 8 * MIB - 1
+    assert np.array_equal(out[:: 4099], np.arange(0, 8 * MIB, 4099))
+    assert _mesh.channel_stats()["pulls"] > before  # the controller pulled the reply
+
+
+def test_a_64_mib_tensor_argument_and_result_arrive_intact_and_writable(spawn, new_procs):  # CH-25
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    sink = spawn(Sink, on=new_procs(gpus=1))
+    t = torch.ones(16 * MIB, dtype=torch.int32)  # 64 MiB
+    n, total = sink.torch_info.call_one(t).get(timeout=T)
+    assert n == 16 * MIB and total == 2 * 16 * MIB
+    assert int(t.sum()) == 16 * MIB  # the sender's tensor is untouched
+    out = sink.give_tensor.call_one(8 * MIB).get(timeout=T)
+    assert out.numel() == 8 * MIB and int(out[-1]) == 8 * MIB - 1
+    out.add_(1)  # writable
+    assert int(out[0]) == 1
+
+
+def test_many_large_calls_leave_no_lent_part_behind(spawn, new_procs):  # CH-26
+    sink = spawn(Sink, on=new_procs(gpus=1))
+    a = np.ones(2 * MIB, dtype=np.uint8)
+    futures = [sink.take.call_one(a) for _ in range(50)]
+    assert [f.get(timeout=T) for f in futures] == [2 * MIB] * 50
+    assert _poll(lambda: _mesh.channel_stats()["lent_parts"] == 0)
+
+
+def test_a_receiver_killed_mid_pull_leaves_the_sender_healthy(spawn, new_procs):  # CH-26
+    pm = new_procs(gpus=1)
+    victim = spawn(Sink, on=pm)
+    other = spawn(Sink, on=new_procs(gpus=1))
+    pid = victim.pid.call_one().get(timeout=T)
+    a = np.ones(256 * MIB, dtype=np.uint8)
+    futures = [victim.take.call_one(a) for _ in range(4)]
+    # Lent and not acknowledged: the victim is pulling (or about to).
+    assert _poll(lambda: _mesh.channel_stats()["lent_parts"] > 0)
+    os.kill(pid, signal.SIGKILL)
+    for f in futures:
+        try:
+            f.get(timeout=T)
+        except Exception:
+            pass  # the proc died: a failed call is what the runtime says (SupervisionError)
+    # The sender lends nothing to the dead peer any more, and calls elsewhere still work,
+    # large ones included.
+    assert _poll(lambda: _mesh.channel_stats()["lent_parts"] == 0)
+    assert other.take.call_one(a).get(timeout=T) == 256 * MIB
+    assert _poll(lambda: _mesh.channel_stats()["lent_parts"] == 0)
