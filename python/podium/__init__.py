@@ -33,4 +33,8 @@ del _cls
 # notebook), as `podium debug` (docs/interactive.md).
 from podium.debugger.cli import debug  # noqa: E402
 
-__all__ = ["__version__", "Selection", "Shape", "Slice", "debug"]
+# podium.dashboard(): the job's web dashboard, served by this controller process, as
+# `podium dashboard` (docs/interactive.md).
+from podium._src.dashboard import dashboard  # noqa: E402
+
+__all__ = ["__version__", "Selection", "Shape", "Slice", "dashboard", "debug"]

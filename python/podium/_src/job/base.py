@@ -172,6 +172,13 @@ class JobTrait(ABC):
         self._workers = {}
         self._state_path = None
 
+    def dashboard(self, host: Optional[str] = None, port: Optional[int] = None) -> Any:
+        """The job's web dashboard, served by this (the controller) process: as
+        ``podium.dashboard()`` (docs/interactive.md). Returns it; ``.url`` is its address."""
+        from podium._src.dashboard import dashboard
+
+        return dashboard(host, port)
+
     def dump(self, filename: str) -> None:
         """Writes the job's state file (JSON, mode 0600, atomically)."""
         _write_private(filename, self.dumps())
