@@ -3,9 +3,10 @@ it starts a persistent job, spawns procs and actors, the kernel is restarted at 
 tagged ``restart-kernel``, and the notebook re-attaches to the same procs and actors with
 their state. Checked in the executed notebook's outputs:
 
-- NB-1 (see python/podium/_src/logs.py): what the actors print shows in the outputs of the cell whose call made them
-  print it, aggregated lines included, flushed at the end of that cell;
-- NB-2 (see python/podium/_src/logs.py): after the restart the same proc pids answer and a counter goes on from its value.
+- NB-1: what the actors print shows in the outputs of the cell whose call made them print
+  it, aggregated lines included, flushed at the end of that cell; after the restart, with
+  no wait for lines the procs sent to the kernel before;
+- NB-2: after the restart the same proc pids answer and a counter goes on from its value.
 
 The job is killed at the end even when a cell failed (through its state file)."""
 
@@ -19,6 +20,7 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
+from nbclient.util import run_sync  # noqa: E402
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "notebook.ipynb"
 CELL_TIMEOUT_S = 90
@@ -57,8 +59,9 @@ def test_the_notebook_keeps_its_actors_across_a_kernel_restart(tmp_path, monkeyp
             for index, cell in enumerate(nb.cells):
                 tags = cell.get("metadata", {}).get("tags", [])
                 if "restart-kernel" in tags:
-                    client.km.restart_kernel(now=True)
-                    client.kc.wait_for_ready(timeout=CELL_TIMEOUT_S)
+                    # As Jupyter's Restart: the kernel shuts down cleanly, then starts again.
+                    run_sync(client.km.restart_kernel)(now=False)
+                    run_sync(client.kc.wait_for_ready)(timeout=CELL_TIMEOUT_S)
                     restarts += 1
                     definitions = next(i for i, c in enumerate(nb.cells)
                                        if "definitions" in c.get("metadata", {}).get("tags", []))
@@ -86,6 +89,7 @@ def test_the_notebook_keeps_its_actors_across_a_kernel_restart(tmp_path, monkeyp
     assert "count is now 15" in counts_after, counts_after
     # NB-2: the same procs after the restart, and the counters kept their state.
     assert _pids(reattach) == _pids(start)
+    assert "did not reach" not in reattach, reattach  # NB-1: nothing waited for
     assert "counts: [15, 15, 15, 15]" in counts_after
     assert "job ended" in end and not state.exists()
     for pid in _pids(start):

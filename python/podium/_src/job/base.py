@@ -30,6 +30,11 @@ Invariants:
        (HostMesh.shutdown): the procs on them end as stopped, so ending the workers raises
        no supervision event in the controller that killed its own job; calls to their actors
        raise SupervisionError naming the shutdown.
+  NB-2 A persistent job outlives the controller that started it when that controller ends
+       cleanly (a notebook kernel restarted, a script that returns): a later controller
+       with the same spec and state file re-attaches at once, and finds the same procs and
+       actors, with their state, by name (examples/notebook.ipynb). ``job.dashboard()``
+       serves the dashboard of whichever controller holds the job now.
 """
 
 from __future__ import annotations
