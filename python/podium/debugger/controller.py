@@ -36,6 +36,9 @@ from podium.debugger.shell import Runner
 PROMPT = "podium_dbg> "
 # The DebugController of this process, once spawned (it lives in the controller process).
 current: Optional["DebugController"] = None
+# podium.dashboard(), set by podium._src.dashboard when it is imported (it reads `current`):
+# what `podium dashboard` asks this controller to run.
+start_dashboard: Optional[Any] = None
 BANNER = ("\n************************ PODIUM DEBUGGER ************************\n"
           "Enter 'help' for a list of commands.\n"
           "Enter 'list' to show all active breakpoints.\n\n")
@@ -218,10 +221,10 @@ class DebugController(Actor):
     async def dashboard_request(self, io: DebugIO) -> None:
         """`podium dashboard`: starts the dashboard in this process (podium._src.dashboard)
         and answers its URL, or why it cannot start."""
-        from podium._src.dashboard import dashboard
-
         try:
-            dash = await asyncio.to_thread(dashboard)
+            if start_dashboard is None:
+                raise RuntimeError("podium's dashboard module is not loaded in the controller")
+            dash = await asyncio.to_thread(start_dashboard)
             await io.close(f"podium-dashboard {dash.url}\n")
         except Exception as e:
             await io.close(f"podium-dashboard-error {type(e).__name__}: {e}\n")

@@ -29,17 +29,14 @@ from typing import Any, Optional
 
 from podium._src.dashboard.page import PAGE
 from podium._src.dashboard.state import Collector
+from podium.debugger import controller as _debug_controller
+from podium.debugger.server import is_loopback, job_secret
 
 DEFAULT_HOST = "127.0.0.1"
 TOKEN_CONTEXT = b"podium-dashboard"
 
 _lock = threading.Lock()
 _running: Optional["Dashboard"] = None
-
-
-def _is_loopback(host: str) -> bool:
-    from podium.debugger.server import is_loopback
-    return is_loopback(host)
 
 
 def token_for(secret: bytes) -> str:
@@ -51,9 +48,7 @@ class Dashboard:
     """A running dashboard: ``url`` (with the token when one is needed), ``stop()``."""
 
     def __init__(self, host: str, port: int) -> None:
-        from podium.debugger.server import job_secret
-
-        self.auth = os.environ.get("PODIUM_DASHBOARD_AUTH") == "1" or not _is_loopback(host)
+        self.auth = os.environ.get("PODIUM_DASHBOARD_AUTH") == "1" or not is_loopback(host)
         self.token: Optional[str] = None
         if self.auth:
             secret = job_secret()
@@ -145,3 +140,8 @@ def dashboard(host: Optional[str] = None, port: Optional[int] = None) -> Dashboa
             port = int(os.environ.get("PODIUM_DASHBOARD_PORT") or 0)
         _running = Dashboard(host, port)
         return _running
+
+
+# `podium dashboard` asks the debug controller, which starts it with this (the controller
+# does not import this module: this module reads the debugger's state).
+_debug_controller.start_dashboard = dashboard

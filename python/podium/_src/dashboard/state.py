@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from podium._src import call_stats, supervision
 from podium._src import proc_mesh as _proc_mesh
+from podium.debugger import controller as _dbg
 
 
 def _coords(sizes: Dict[str, int], rank: int) -> Dict[str, int]:
@@ -42,11 +43,7 @@ def _point_text(coords: Dict[str, int]) -> str:
 
 def _stopped_sessions() -> List[Dict[str, Any]]:
     """The debugger's stopped actors (podium.debugger), when its controller runs here."""
-    try:
-        from podium.debugger import controller as _dbg
-    except Exception:
-        return []
-    ctrl = getattr(_dbg, "current", None)
+    ctrl = _dbg.current
     if ctrl is None:
         return []
     for _ in range(5):  # the table changes on the controller's loop: copy it
@@ -69,8 +66,7 @@ def _stopped_sessions() -> List[Dict[str, Any]]:
 
 def _debug_server() -> Optional[str]:
     try:
-        from podium.debugger import controller as _dbg
-        ctrl = getattr(_dbg, "current", None)
+        ctrl = _dbg.current
         if ctrl is None or ctrl.server is None or ctrl.server.server is None:
             return None
         return f"{ctrl.server.host}:{ctrl.server.port}"

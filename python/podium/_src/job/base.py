@@ -46,6 +46,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from typing import Any, Dict, List, Mapping, Optional, Type
 
+from podium._src.dashboard import dashboard as _dashboard
 from podium._src.job import secret
 from podium._src.job.error import JobError
 from podium._src.proc_mesh import attach_to_workers
@@ -180,9 +181,7 @@ class JobTrait(ABC):
     def dashboard(self, host: Optional[str] = None, port: Optional[int] = None) -> Any:
         """The job's web dashboard, served by this (the controller) process: as
         ``podium.dashboard()`` (docs/interactive.md). Returns it; ``.url`` is its address."""
-        from podium._src.dashboard import dashboard
-
-        return dashboard(host, port)
+        return _dashboard(host, port)
 
     def dump(self, filename: str) -> None:
         """Writes the job's state file (JSON, mode 0600, atomically)."""
