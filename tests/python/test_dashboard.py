@@ -269,3 +269,36 @@ def test_off_loopback_the_dashboard_needs_the_token(tmp_path):
         assert "actor_meshes" in state(d.url)
     finally:
         d.stop()
+
+
+def test_call_stats_count_in_flight_calls_and_drop_done_ones():
+    """DS-1 on its own: calls count until their future is done, per rank; done ones are
+    dropped (so their replies are not kept alive) within a bound."""
+    from podium._src import call_stats
+
+    class Fut:
+        def __init__(self):
+            self.done = False
+
+        def ready(self):
+            return self.done
+
+    mesh = "ds1-test-mesh"
+    before = call_stats.messages_sent().get(mesh, 0)
+    waiting = Fut()
+    call_stats.call(mesh, 4, waiting, lambda: [0, 1, 2, 3])
+    call_stats.sent(mesh, 2)
+    assert call_stats.messages_sent()[mesh] == before + 6
+    assert call_stats.in_flight()[mesh] == {"calls": 1, "ranks": {0: 1, 1: 1, 2: 1, 3: 1}}
+    finished = []
+    for _ in range(5000):
+        f = Fut()
+        call_stats.call(mesh, 1, f, lambda: [2])
+        f.done = True
+        finished.append(f)
+    with call_stats._lock:
+        kept = sum(1 for p in call_stats._pending if p[0] == mesh)
+    assert kept <= max(call_stats._MIN_PRUNE_AT, 2 * 1) + 1
+    assert call_stats.in_flight()[mesh]["calls"] == 1
+    waiting.done = True
+    assert mesh not in call_stats.in_flight()

@@ -54,6 +54,7 @@ def test_the_notebook_keeps_its_actors_across_a_kernel_restart(tmp_path, monkeyp
     client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     restarts = 0
+    dashboard = None
     try:
         with client.setup_kernel():
             for index, cell in enumerate(nb.cells):
@@ -69,6 +70,8 @@ def test_the_notebook_keeps_its_actors_across_a_kernel_restart(tmp_path, monkeyp
                     continue
                 if cell.cell_type == "code":
                     client.execute_cell(cell, index)
+                if "dashboard" in tags:  # the kernel serves it while idle: look at it
+                    dashboard = _dashboard_state(_text(cell))
     finally:
         nbformat.write(nb, tmp_path / "executed.ipynb")  # to read when it failed
         if state.exists():  # a cell failed before job.kill(): end the job anyway
@@ -80,7 +83,7 @@ def test_the_notebook_keeps_its_actors_across_a_kernel_restart(tmp_path, monkeyp
     texts = [_text(c) for c in code]
     for t in texts:
         assert "ERROR" not in t and "Traceback" not in t, "\n---\n".join(texts)
-    start, counts, hello, reattach, counts_after, end = texts[1:]
+    start, counts, hello, dash, reattach, counts_after, end = texts[1:]
     # NB-1: each cell shows what its own calls made the actors print, and only that.
     assert "count is now 10" in counts and "[4 similar log lines]" in counts, counts
     assert "counts: [10, 10, 10, 10]" in counts
@@ -92,8 +95,22 @@ def test_the_notebook_keeps_its_actors_across_a_kernel_restart(tmp_path, monkeyp
     assert "did not reach" not in reattach, reattach  # NB-1: nothing waited for
     assert "counts: [15, 15, 15, 15]" in counts_after
     assert "job ended" in end and not state.exists()
+    # The dashboard the notebook served showed its mesh, with the calls it had sent.
+    meshes = {m["name"]: m for m in dashboard["actor_meshes"]}
+    assert meshes["counter"]["extent"] == {"hosts": 2, "gpus": 2}
+    assert meshes["counter"]["sent"] >= 12 and dashboard["failures"] == []
     for pid in _pids(start):
         assert not _alive_within(pid), f"proc {pid} outlived job.kill()"
+
+
+def _dashboard_state(text: str) -> dict:
+    import json
+    import urllib.request
+
+    m = re.search(r"http://127\.0\.0\.1:[0-9]+/", text)
+    assert m, text
+    with urllib.request.urlopen(m.group(0) + "api/state", timeout=30) as r:
+        return json.loads(r.read())
 
 
 def _alive_within(pid: int, timeout: float = 10.0) -> bool:

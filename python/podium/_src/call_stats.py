@@ -22,7 +22,12 @@ _lock = threading.Lock()
 _sent: Dict[str, int] = {}  # mesh name -> messages sent
 # (mesh name, core future, a function giving the base ranks it waits on, or None)
 _pending: List[Tuple[str, Any, Any]] = []
-_PRUNE_AT = 4096
+# A done call is dropped at the next sweep: one runs when the list reaches _prune_at, which
+# then becomes twice what is still in flight (at least _MIN_PRUNE_AT), so that sweeps cost
+# O(1) a call and at most max(_MIN_PRUNE_AT, 2 x in flight) done calls keep their replies
+# alive here (the core future holds them).
+_MIN_PRUNE_AT = 256
+_prune_at = _MIN_PRUNE_AT
 
 
 def sent(mesh: str, count: int) -> None:
@@ -33,11 +38,13 @@ def sent(mesh: str, count: int) -> None:
 def call(mesh: str, count: int, core_future: Any, ranks: Any) -> None:
     """A call of ``count`` actors whose replies complete ``core_future``; ``ranks``: the base
     ranks (in the mesh it was spawned as) that it waits on."""
+    global _prune_at
     with _lock:
         _sent[mesh] = _sent.get(mesh, 0) + count
         _pending.append((mesh, core_future, ranks))
-        if len(_pending) >= _PRUNE_AT:
+        if len(_pending) >= _prune_at:
             _pending[:] = [p for p in _pending if not _done(p[1])]
+            _prune_at = max(_MIN_PRUNE_AT, 2 * len(_pending))
 
 
 def _done(core_future: Any) -> bool:
