@@ -57,18 +57,27 @@ PROG = textwrap.dedent('''
 
 
     if __name__ == "__main__":
+        if len(sys.argv) > 1:  # argv: controller address, workers (one per namespace host)
+            from podium.actor import attach_to_workers, enable_transport
+            enable_transport(f"tcp://{sys.argv[1]}:0")
+            hosts = attach_to_workers(workers=sys.argv[2:])
+            hosts.initialized.get(timeout=30)
+            per_host, other_per_host = {"gpus": 2}, {"gpus": 1}
+        else:
+            hosts = this_host()
+            per_host, other_per_host = {"hosts": 2, "gpus": 2}, {"gpus": 2}
         ctrl = debug_controller()  # the debug server listens: `podium dashboard` reaches it
-        procs = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
+        procs = hosts.spawn_procs(per_host=per_host)
         counters = procs.spawn("counter", Counter)
         for _ in range(5):
             counters.incr.call().get(timeout=30)
-        other = this_host().spawn_procs(per_host={"gpus": 2})
+        other = hosts.spawn_procs(per_host=other_per_host)
         victims = other.spawn("victim", Counter)
         pids = victims.pid.call().get(timeout=30)
         print("DASHBOARD", podium.dashboard().url, flush=True)
         stopped = counters.slice(hosts=1, gpus=0).stop_here.call_one()
         print("SESSIONS", ctrl.wait_pending_session.call_one(1).get(timeout=60), flush=True)
-        os.kill(pids.item(gpus=1), 9)  # the injected failure
+        os.kill(list(pids.values())[1], 9)  # the injected failure: rank 1's proc
         deadline = time.monotonic() + 60
         while not faults and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -102,11 +111,11 @@ def browse(browser: str, url: str, tmp_path, *extra: str) -> subprocess.Complete
 
 
 class Controller:
-    def __init__(self, tmp_path, env: dict) -> None:
+    def __init__(self, tmp_path, env: dict, args: tuple = ()) -> None:
         script = tmp_path / "dash_prog.py"
         script.write_text(PROG)
         self.proc = subprocess.Popen(
-            [sys.executable, str(script)], cwd=tmp_path, stdin=subprocess.PIPE,
+            [sys.executable, str(script), *args], cwd=tmp_path, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, **env}, start_new_session=True)
         self.lines: list = []
@@ -149,8 +158,8 @@ def free_port() -> int:
 def controller(tmp_path):
     made = []
 
-    def start(**env: str) -> Controller:
-        c = Controller(tmp_path, env)
+    def start(*args: str, **env: str) -> Controller:
+        c = Controller(tmp_path, env, args)
         made.append(c)
         return c
 
@@ -176,6 +185,29 @@ def test_the_dashboard_in_chromium_shows_meshes_a_killed_proc_and_a_stopped_rank
     browser = chromium()
     port = free_port()
     c = controller(PODIUM_DEBUG_SERVER_PORT=str(port))
+    check_dashboard(tmp_path, c, port, browser, victim_extent={"gpus": 2}, shot_docs=True)
+
+
+def test_the_dashboard_of_procs_on_namespace_hosts(tmp_path, network, controller):
+    """The same job on two hosts (each a network namespace with its own worker; the
+    controller in the root namespace): the procs on attached hosts, the SIGKILLed one on the
+    second host, and the stopped rank show as on one host."""
+    from test_multihost_netns import PORT, start_workers, stop_workers
+
+    browser = chromium()
+    net = network(2)
+    workers = start_workers(net)
+    try:
+        port = free_port()
+        c = controller(net.controller_addr, *[f"tcp://{h.addr}:{PORT}" for h in net.hosts],
+                       PODIUM_DEBUG_SERVER_PORT=str(port))
+        check_dashboard(tmp_path, c, port, browser, victim_extent={"hosts": 2, "gpus": 1})
+    finally:
+        stop_workers(workers)
+
+
+def check_dashboard(tmp_path, c, port: int, browser: str, victim_extent: dict,
+                    shot_docs: bool = False) -> None:
     url = c.line("DASHBOARD ").split(" ", 1)[1]
     assert url.startswith("http://127.0.0.1:")  # DS-4: loopback by default, no token
     c.line("SESSIONS")
@@ -204,7 +236,7 @@ def test_the_dashboard_in_chromium_shows_meshes_a_killed_proc_and_a_stopped_rank
     assert failure["mesh"] == "victim" and failure["rank"] == 1 and failure["kind"] == "proc"
     assert failure["signal"] == "SIGKILL" and "victim" in failure["report"]
     procs = s["proc_meshes"]
-    assert [p["extent"] for p in procs] == [{"hosts": 2, "gpus": 2}, {"gpus": 2}]
+    assert [p["extent"] for p in procs] == [{"hosts": 2, "gpus": 2}, victim_extent]
     assert [p["health"] for p in procs[1]["procs"]] == ["ok", "exited"]
     assert sum(h["procs"] for h in s["hosts"]) == 6
     assert s["stopped"][0]["actor"] == "counter"  # as the debugger's `list` shows it
@@ -229,7 +261,7 @@ def test_the_dashboard_in_chromium_shows_meshes_a_killed_proc_and_a_stopped_rank
     out = browse(browser, url, tmp_path, "--window-size=1300,640", f"--screenshot={shot}")
     assert shot.exists() and shot.stat().st_size > 10000, out.stderr[-2000:]
     print(f"dashboard screenshot: {shot}")
-    if os.environ.get("PODIUM_DASHBOARD_DOCS_SHOT"):  # refresh docs/images/dashboard.png
+    if shot_docs and os.environ.get("PODIUM_DASHBOARD_DOCS_SHOT"):  # refresh docs/images/dashboard.png
         shutil.copy(shot, os.environ["PODIUM_DASHBOARD_DOCS_SHOT"])
 
     # The controller resumes the stopped rank and ends cleanly.
