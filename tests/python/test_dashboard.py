@@ -119,7 +119,8 @@ class Controller:
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, **env}, start_new_session=True)
         self.lines: list = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -131,6 +132,9 @@ class Controller:
                 if line.startswith(prefix):
                     return line.rstrip("\n")
             if self.proc.poll() is not None:
+                self.reader.join(timeout=10)  # what it printed last may still be in the pipe
+                if any(x.startswith(prefix) for x in list(self.lines)):
+                    return None  # found on the next poll
                 pytest.fail(f"the controller ended ({self.proc.returncode}) without "
                             f"'{prefix}':\n{''.join(self.lines)}")
             return None
@@ -261,7 +265,8 @@ def check_dashboard(tmp_path, c, port: int, browser: str, victim_extent: dict,
     out = browse(browser, url, tmp_path, "--window-size=1300,640", f"--screenshot={shot}")
     assert shot.exists() and shot.stat().st_size > 10000, out.stderr[-2000:]
     print(f"dashboard screenshot: {shot}")
-    if shot_docs and os.environ.get("PODIUM_DASHBOARD_DOCS_SHOT"):  # refresh docs/images/dashboard.png
+    # PODIUM_DASHBOARD_DOCS_SHOT=docs/images/dashboard.png refreshes the docs' image.
+    if shot_docs and os.environ.get("PODIUM_DASHBOARD_DOCS_SHOT"):
         shutil.copy(shot, os.environ["PODIUM_DASHBOARD_DOCS_SHOT"])
 
     # The controller resumes the stopped rank and ends cleanly.
