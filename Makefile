@@ -1,8 +1,9 @@
 # podium: `make demo` and `make test` set everything up themselves (see docs/build.md).
 #
-#   make setup   Debian packages, pinned Python packages, then one CMake build (via pip) of the
-#                C++ libraries, binaries, GoogleTest suites and the podium._core extension;
-#                installs podium into the active Python. Incremental when run again.
+#   make setup   Debian packages (and chromium, for the dashboard test, when missing), pinned
+#                Python packages, then one CMake build (via pip) of the C++ libraries,
+#                binaries, GoogleTest suites and the podium._core extension; installs podium
+#                into the active Python. Incremental when run again.
 #   make test    setup, then every C++ test (ctest) and every Python test (pytest)
 #   make demo    setup, then the main demo ($(DEMO))
 #   make bench   setup, then `podium bench core --json`
@@ -55,13 +56,17 @@ APT_PACKAGES := build-essential libasio-dev libmsgpack-cxx-dev libgtest-dev libb
 # on the control and data planes and the tensor engine to come).
 PIP_PACKAGES := cmake==4.4.4 ninja==1.13.2 scikit-build-core==1.1.2 nanobind==3.1.0 \
                 msgpack==1.2.4 cloudpickle==3.1.2 numpy==2.4.6 pytest==9.0.3 \
-                pytest-timeout==2.4.0 torch==2.13.0 pexpect==4.8.0
+                pytest-timeout==2.4.0 torch==2.13.0 pexpect==4.8.0 \
+                ipykernel==7.4.0 jupyter_client==8.10.0 nbclient==0.11.0 nbformat==5.11.1
+# The browser of the dashboard's test (tests/python/test_dashboard.py), installed only when
+# missing; a machine that cannot install it still sets up (that test then skips, saying why).
+BROWSER_PACKAGE := chromium
 # The ctest of the CMake that configured $(BUILD_DIR) (pip's cmake need not be on PATH).
 CTEST = $(or $(shell sed -n 's/^CMAKE_CTEST_COMMAND:INTERNAL=//p' $(BUILD_DIR)/CMakeCache.txt \
                 2>/dev/null),ctest)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup apt-packages pip-packages build test demo bench fuzz fuzz-run stubs clean \
+.PHONY: help setup apt-packages browser pip-packages build test demo bench fuzz fuzz-run stubs clean \
         test-sanitize
 
 # $(call fuzz_run,SECONDS): configures $(FUZZ_DIR) (PODIUM_FUZZ=ON: ASan + UBSan, libFuzzer
@@ -147,7 +152,7 @@ endef
 help:
 	@sed -n '3,13s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
-setup: apt-packages pip-packages build
+setup: apt-packages browser pip-packages build
 
 apt-packages:
 	@if dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
@@ -157,6 +162,16 @@ apt-packages:
 	  $(SUDO) apt-get update; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y --no-install-recommends $(APT_PACKAGES); \
+	fi
+
+browser:
+	@if command -v chromium >/dev/null 2>&1; then \
+	  echo "setup: chromium already installed"; \
+	else \
+	  echo "setup: installing $(BROWSER_PACKAGE) (the dashboard test's browser)"; \
+	  { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y --no-install-recommends $(BROWSER_PACKAGE); } || \
+	    echo "setup: $(BROWSER_PACKAGE) could not be installed: tests/python/test_dashboard.py will skip"; \
 	fi
 
 pip-packages: apt-packages

@@ -45,7 +45,10 @@ def __getattr__(name: str):
     if name == "debug":  # the job's debugger prompt in this process, as `podium debug`
         from podium.debugger.cli import debug  # (docs/interactive.md)
         return debug
+    if name == "dashboard":  # the job's web dashboard, as `podium dashboard`
+        from podium._src.dashboard import dashboard  # (docs/interactive.md)
+        return dashboard
     raise AttributeError(f"module 'podium' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "Selection", "Shape", "Slice", "debug", *sorted(_TENSOR_NAMES)]
+__all__ = ["__version__", "Selection", "Shape", "Slice", "dashboard", "debug", *sorted(_TENSOR_NAMES)]

@@ -187,7 +187,8 @@ class Controller:
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, **env}, start_new_session=True)
         self.lines: list = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -198,6 +199,8 @@ class Controller:
             for line in list(self.lines):
                 if line.startswith(prefix):
                     return line.rstrip("\n")
+            if self.proc.poll() is not None:
+                self.reader.join(timeout=10)  # its last lines may still be in the pipe
             if self.proc.poll() is not None and not any(
                     x.startswith(prefix) for x in list(self.lines)):
                 pytest.fail(f"the controller ended ({self.proc.returncode}) without "

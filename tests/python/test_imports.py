@@ -36,6 +36,7 @@ _ALLOWED_IN_FUNCTIONS = {
     # podium.debug() is the debugger's prompt: `import podium` does not load the actor
     # modules for it (scripts that never debug pay nothing).
     ("podium", "podium.debugger.cli"): "loaded on first use",
+    ("podium", "podium._src.dashboard"): "loaded on first use",
     # The zygote's purpose is to preload, in its main() before it forks; not a podium module.
     ("podium._src.zygote", "cloudpickle"): "preloaded on purpose",
 }

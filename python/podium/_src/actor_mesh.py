@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, Tuple
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
 from podium._core.base import ActorErrc as _ActorErrc
-from podium._src import errors, pickling
+from podium._src import call_stats, errors, pickling
 from podium._src.endpoint import (
     check_call,
     endpoints_of,
@@ -119,6 +119,19 @@ def _decode_bootstrap(core: Any) -> None:
 def _rebuild_actor_mesh(cls: type, state: tuple) -> "ActorMesh[Any]":
     ensure_runtime()
     return ActorMesh(cls, _mesh.ActorMesh.from_state(*state), None)
+
+
+def _ranks_of(core: Any, rank: Optional[int]) -> Callable[[], List[int]]:
+    """The base ranks (in the mesh spawned) of region rank ``rank`` (None: every rank),
+    computed when a snapshot asks (call_stats, DS-1)."""
+    if rank is None:
+        return lambda: [core.rank_info(r)[3] for r in range(core.region.num_ranks)]
+    return lambda: [core.rank_info(rank)[3]]
+
+
+def _track(core: Any, core_future: Any, rank: Optional[int]) -> None:
+    call_stats.call(core.name, 1 if rank is not None else core.region.num_ranks, core_future,
+                    _ranks_of(core, rank))
 
 
 class ActorMesh(MeshShape, Generic[T]):
@@ -265,7 +278,9 @@ class Endpoint(Generic[R]):
                                         RunValues(runs))
             return vm if then is None else then(vm)
 
-        return Future(core.call(name, [self._meta(), *parts]), decode)
+        cf = core.call(name, [self._meta(), *parts])
+        _track(core, cf, None)
+        return Future(cf, decode)
 
     def call(self, *args: Any, **kwargs: Any) -> "Future[ValueMesh[R]]":
         """Every actor of the mesh runs the endpoint; the future resolves to a ValueMesh of the
@@ -282,7 +297,10 @@ class Endpoint(Generic[R]):
             )
         parts = self._parts(args, kwargs)
         parts.insert(0, self._meta())
-        return self._single(self._mesh._core.call(self._name, parts), 0)
+        core = self._mesh._core
+        cf = core.call(self._name, parts)
+        _track(core, cf, 0)
+        return self._single(cf, 0)
 
     def choose(self, *args: Any, **kwargs: Any) -> "Future[R]":
         """One actor of the mesh runs the endpoint: the one with the fewest calls
@@ -290,7 +308,9 @@ class Endpoint(Generic[R]):
         parts = self._parts(args, kwargs)
         core = self._mesh._core
         rank = core.least_loaded_rank()
-        return self._single(core.call_rank(rank, self._name, [self._meta(rank), *parts]), rank)
+        cf = core.call_rank(rank, self._name, [self._meta(rank), *parts])
+        _track(core, cf, rank)
+        return self._single(cf, rank)
 
     def stream(self, *args: Any, **kwargs: Any) -> Iterator["Future[R]"]:
         """Calls every actor at once; yields one future per actor, in the order the replies
@@ -304,12 +324,18 @@ class Endpoint(Generic[R]):
             ((ok, payload),) = fut.replies()
             return _decode_reply(ok, payload, self, fut.rank())
 
-        return iter([Future(f, decode) for f in core.stream(name, per_rank)])
+        futures = core.stream(name, per_rank)
+        call_stats.sent(core.name, len(futures))
+        for f in futures:  # the reply of a rank not known before it arrives
+            call_stats.call(core.name, 0, f, None)
+        return iter([Future(f, decode) for f in futures])
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget to every actor of the mesh. An exception there fails the actor."""
         parts = self._parts(args, kwargs)
-        self._mesh._core.broadcast(self._name, [self._meta(), *parts])
+        core = self._mesh._core
+        core.broadcast(self._name, [self._meta(), *parts])
+        call_stats.sent(core.name, core.region.num_ranks)
 
     def _send(self, args: tuple, kwargs: dict, port: Any = None, selection: str = "all") -> None:
         """See send()."""
@@ -322,9 +348,11 @@ class Endpoint(Generic[R]):
         reply = "" if port is None or port._kind == _DROP else port._port_id
         if selection == "all":
             core.cast_to_port(self._name, [self._meta(), *parts], reply, None)
+            call_stats.sent(core.name, core.region.num_ranks)
         else:
             rank = core.least_loaded_rank()
             core.cast_to_port(self._name, [self._meta(rank), *parts], reply, rank)
+            call_stats.sent(core.name, 1)
 
     def _single(self, core_future: Any, rank: int) -> "Future[R]":
         return Future(core_future, _decode_single, (self, rank))

@@ -162,6 +162,19 @@ def _register_exec(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=debug_cli.run_exec)
 
 
+def _register_dashboard(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "dashboard",
+        help="start the web dashboard of a running job and print its URL",
+        description="Asks the controller of a running job (through its debug server, as "
+        "`podium debug` reaches it) to serve its dashboard, and prints the page's URL: hosts, "
+        "proc and actor meshes, per-rank health, message rates, in-flight calls, recent "
+        "failures and the debugger's stopped actors (docs/interactive.md).",
+    )
+    debug_cli.add_arguments(p)
+    p.set_defaults(run=debug_cli.run_dashboard)
+
+
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_version,
     _register_bench,
@@ -169,6 +182,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_worker,
     _register_debug,
     _register_exec,
+    _register_dashboard,
 ]
 
 

@@ -29,6 +29,11 @@ included. An actor's stop sends its lines before it is acknowledged, and
   LG-3 logging_option(level=L, stream_to_client=S) applies to every proc of the mesh before
     its Future resolves: their root loggers have level L, and their output goes to the client
     when S, to their own log file otherwise.
+  NB-1 In a notebook, what the procs of a streaming mesh printed during a cell is printed
+    at the end of that cell (IPython's post_run_cell), so it shows in that cell's outputs,
+    aggregated windows included; a controller that re-attached to persistent procs (a
+    restarted kernel) streams their later lines the same way, without waiting for lines
+    they sent to the controller before it.
   LG-7 When logging_option's Future resolves, every line the mesh's procs wrote before it
     has been printed (or written to their files), and when stop()'s Future resolves, every
     line they wrote before their actors stopped has been printed: each exactly once.
@@ -194,13 +199,18 @@ def logging_option(procs: Any, stream_to_client: bool = False,
                 _live.append(state)
         _register_cell_flush()
 
+    was_streaming = state.streaming
+
     async def apply() -> None:
         marks = await control.set_option.call(stream, level, port, state.log_id)
         state.streaming = stream
         if sink is not None:
             # The lines the procs wrote before the change arrive, and print under the old
-            # window; then the new one applies.
-            expected = _expected(marks.values())
+            # window; then the new one applies. Only lines streamed to this process's sink
+            # are waited for: before a first streaming option here, the procs' lines went
+            # elsewhere (their own output, a file, or the sink of the controller that had
+            # them before this one re-attached: NB-1).
+            expected = _expected(marks.values()) if was_streaming else {}
             window = aggregate_window_sec if stream else None
             await asyncio.get_running_loop().run_in_executor(
                 None, _settle, state, expected, window)

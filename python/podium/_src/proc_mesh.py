@@ -332,7 +332,9 @@ class HostMesh(MeshShape):
         if isinstance(self._core, _RemoteHosts):
             raise RuntimeError(f"proc_mesh({name!r}) on {self!r}: {_REFERENCE}")
         ensure_runtime()
-        return ProcMesh(self._core.with_region(self._r).find_procs(name), _ProcShared(True))
+        pm = ProcMesh(self._core.with_region(self._r).find_procs(name), _ProcShared(True))
+        spawned[id(pm)] = pm  # podium exec and the dashboard see it as one it spawned
+        return pm
 
     def __reduce__(self):
         if self._core is not None:

@@ -181,7 +181,13 @@ def _fault_main() -> None:
                 _run_hook(MeshFailure(d))
 
 
+# The failures this process's root was told of, newest last, whether a keeper or the
+# hook handled them: what the dashboard shows as recent failures (DS-2, podium.dashboard).
+recent_failures: "collections.deque[tuple]" = collections.deque(maxlen=100)
+
+
 def _run_hook(failure: MeshFailure) -> None:
+    recent_failures.append((time.time(), failure))
     if _kept(failure) is not None:  # a restart policy or a service handles it (SV-8)
         return
     hook = getattr(_hook_module, "unhandled_fault_hook", unhandled_fault_hook)

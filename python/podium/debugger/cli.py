@@ -10,7 +10,8 @@ from typing import Optional
 
 from podium.debugger.controller import debug_controller
 from podium.debugger import shell
-from podium.debugger.server import ask_prompt, configured_address, connect, relay
+from podium.debugger.server import (MODE_DASHBOARD, ask_prompt, configured_address, connect,
+                                     relay)
 
 
 def debug() -> None:
@@ -61,6 +62,33 @@ def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(prog="podium debug")
     add_arguments(p)
     return run(p.parse_args(argv))
+
+
+def run_dashboard(args: argparse.Namespace) -> int:
+    """``podium dashboard``: the controller starts its dashboard (or has one); prints its
+    URL (with its token when it listens off loopback: docs/security.md)."""
+    try:
+        sock = connect(args.host, args.port, args.wait, args.secret_file)
+    except (OSError, ValueError) as e:
+        print(f"podium dashboard: {e}", file=sys.stderr)
+        return 1
+    try:
+        sock.sendall((MODE_DASHBOARD + "\n").encode())
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        sock.close()
+    line = data.decode(errors="replace").strip()
+    if line.startswith(MODE_DASHBOARD + " "):
+        print(line[len(MODE_DASHBOARD) + 1:], flush=True)
+        return 0
+    print(f"podium dashboard: the controller did not start it: "
+          f"{line.split(' ', 1)[-1] or 'connection closed'}", file=sys.stderr)
+    return 1
 
 
 def run_exec(args: argparse.Namespace) -> int:

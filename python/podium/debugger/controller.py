@@ -34,6 +34,11 @@ from podium.debugger.server import DebugServer
 from podium.debugger.shell import Runner
 
 PROMPT = "podium_dbg> "
+# The DebugController of this process, once spawned (it lives in the controller process).
+current: Optional["DebugController"] = None
+# podium.dashboard(), set by podium._src.dashboard when it is imported (it reads `current`):
+# what `podium dashboard` asks this controller to run.
+start_dashboard: Optional[Any] = None
 BANNER = ("\n************************ PODIUM DEBUGGER ************************\n"
           "Enter 'help' for a list of commands.\n"
           "Enter 'list' to show all active breakpoints.\n\n")
@@ -98,6 +103,8 @@ class DebugController(Actor):
         self.local: Optional[LocalIO] = None
         self.server: Any = None  # podium.debugger.server.DebugServer, once started
         self.runner = Runner()  # podium exec (shell.py)
+        global current
+        current = self  # the dashboard reads the stopped actors from here (podium.dashboard)
 
     def _event(self) -> asyncio.Event:
         if self.some_session is None:
@@ -210,6 +217,17 @@ class DebugController(Actor):
     async def exec_request(self, io: DebugIO, line: str) -> None:
         """A `podium exec` request (shell.py, DB-10); does not disturb the prompt."""
         await self.runner.run(io, line)
+
+    async def dashboard_request(self, io: DebugIO) -> None:
+        """`podium dashboard`: starts the dashboard in this process (podium._src.dashboard)
+        and answers its URL, or why it cannot start."""
+        try:
+            if start_dashboard is None:
+                raise RuntimeError("podium's dashboard module is not loaded in the controller")
+            dash = await asyncio.to_thread(start_dashboard)
+            await io.close(f"podium-dashboard {dash.url}\n")
+        except Exception as e:
+            await io.close(f"podium-dashboard-error {type(e).__name__}: {e}\n")
 
     # --- the prompt --------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ AUTH_CONTEXT = b"podium-debug-client"
 AUTH_TIMEOUT_S = 10.0
 AUTH_LINE_MAX = 256
 MODE_PROMPT = "podium-prompt"
+MODE_DASHBOARD = "podium-dashboard"  # `podium dashboard`: start the dashboard, get its URL
 MODE_WAIT_S = 0.5
 
 
@@ -186,6 +187,9 @@ class DebugServer:
                 text = first.decode(errors="replace").rstrip("\r\n")
                 if text.startswith(MODE_EXEC):
                     await self.controller.exec_request(io, text)
+                    return
+                if text == MODE_DASHBOARD:
+                    await self.controller.dashboard_request(io)
                     return
                 if first and text != MODE_PROMPT:
                     io.pending.append(text)

@@ -30,6 +30,11 @@ Invariants:
        (HostMesh.shutdown): the procs on them end as stopped, so ending the workers raises
        no supervision event in the controller that killed its own job; calls to their actors
        raise SupervisionError naming the shutdown.
+  NB-2 A persistent job outlives the controller that started it when that controller ends
+       cleanly (a notebook kernel restarted, a script that returns): a later controller
+       with the same spec and state file re-attaches at once, and finds the same procs and
+       actors, with their state, by name (examples/notebook.ipynb). ``job.dashboard()``
+       serves the dashboard of whichever controller holds the job now.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from typing import Any, Dict, List, Mapping, Optional, Type
 
+from podium._src.dashboard import dashboard as _dashboard
 from podium._src.job import secret
 from podium._src.job.error import JobError
 from podium._src.proc_mesh import attach_to_workers
@@ -171,6 +177,11 @@ class JobTrait(ABC):
         self._job_id = None
         self._workers = {}
         self._state_path = None
+
+    def dashboard(self, host: Optional[str] = None, port: Optional[int] = None) -> Any:
+        """The job's web dashboard, served by this (the controller) process: as
+        ``podium.dashboard()`` (docs/interactive.md). Returns it; ``.url`` is its address."""
+        return _dashboard(host, port)
 
     def dump(self, filename: str) -> None:
         """Writes the job's state file (JSON, mode 0600, atomically)."""
