@@ -127,6 +127,7 @@ class _HostShared:
         self.reference = reference
         self.ref: Optional[tuple] = None  # a reference's (controller, key)
         self.core: Any = None  # the C++ HostMesh, once pickled (_host_mesh_ref)
+        self.workspace: Optional[tuple] = None  # (job, dirs) once synced (workspace_sync.py)
 
 
 class HostMesh(MeshShape):
@@ -273,6 +274,9 @@ class HostMesh(MeshShape):
             raise TypeError(f"bootstrap must be a function, not {type(bootstrap).__name__}")
         if name is not None and not isinstance(name, str):
             raise TypeError(f"spawn_procs: name must be a str, not {name!r}")
+        if self._host.workspace is not None:  # WS-4: synced code on sys.path before any actor
+            from podium._src import workspace_sync
+            bootstrap = workspace_sync.wrap_bootstrap(self._host, bootstrap)
         if self._host.shut_down and self._core is None:  # attached hosts: C++ says why
             raise RuntimeError(f"HostMesh has already been shut down ({self!r})")
         if isinstance(self._core, _RemoteHosts):
@@ -315,6 +319,17 @@ class HostMesh(MeshShape):
                 owner.proc_meshes.append(pm)
         spawned[id(pm)] = pm
         return pm
+
+    def sync_workspace(self, workspace: Any, conda: bool = False,
+                       auto_reload: bool = False) -> "Future[None]":
+        """Copies ``workspace``'s local directories (podium.tools.config.Workspace) to every
+        host of this mesh, sending each host only the files it lacks or has changed and the
+        deletions, and puts them on the sys.path of the procs spawned through this mesh
+        (running ones and later ones); with ``auto_reload``, running procs reload the modules
+        whose files changed (workspace.py, WS-1..WS-4). Awaitable, or ``.get()``."""
+        from podium._src import workspace_sync
+        ensure_runtime()
+        return workspace_sync.sync(self, workspace, conda, auto_reload)
 
     def proc_mesh(self, name: str) -> "ProcMesh":
         """The proc mesh ``name`` that this mesh's persistent workers kept after the controller
@@ -566,6 +581,13 @@ class ProcMesh(MeshShape):
 
     def _reshaped(self, op: Callable[[Any], Any]) -> "ProcMesh":
         return ProcMesh(op(self._core), self._shared)
+
+    def sync_workspace(self, workspace: Any, conda: bool = False,
+                       auto_reload: bool = False) -> None:
+        """As Monarch's: not for a ProcMesh; HostMesh.sync_workspace syncs once per host."""
+        raise NotImplementedError("sync_workspace is not implemented for ProcMesh: use "
+                                  "HostMesh.sync_workspace (it syncs each host once and "
+                                  "updates the procs spawned through it)")
 
     def stop(self) -> "Future[None]":
         """Stops the actor meshes spawned on these procs from this process (each drains its
