@@ -582,6 +582,18 @@ class ProcMesh(MeshShape):
     def _reshaped(self, op: Callable[[Any], Any]) -> "ProcMesh":
         return ProcMesh(op(self._core), self._shared)
 
+    def logs(self, rank: Optional[int] = None, tail: int = 100) -> "Future[List[str]]":
+        """The last ``tail`` lines of the log file of each proc (or of ``rank``), read through
+        the procs (proc_log.py), each prefixed ``[<coords> rank <r> <host>] `` (PL-3), in
+        rank order. Awaitable, or ``.get()``."""
+        from podium.debugger import logs as _logs
+        if not isinstance(tail, int) or tail < 0:
+            raise ValueError(f"logs(tail=...) takes a number of lines >= 0, not {tail!r}")
+
+        async def go() -> List[str]:
+            return await asyncio.to_thread(_logs.proc_mesh_logs, self, rank, tail)
+        return CoroFuture(go())
+
     def sync_workspace(self, workspace: Any, conda: bool = False,
                        auto_reload: bool = False) -> None:
         """As Monarch's: not for a ProcMesh; HostMesh.sync_workspace syncs once per host."""

@@ -33,6 +33,7 @@ from typing import Any, Optional, Tuple
 from podium._core import mesh as _mesh
 from podium._src.job.secret import _runtime_secret
 from podium.debugger.prompt_io import DebugIO, IOClosed
+from podium.debugger.logs import MODE_LOGS, serve as logs_serve
 from podium.debugger.shell import MODE_EXEC
 
 DEFAULT_HOST = "localhost"
@@ -186,6 +187,9 @@ class DebugServer:
                 text = first.decode(errors="replace").rstrip("\r\n")
                 if text.startswith(MODE_EXEC):
                     await self.controller.exec_request(io, text)
+                    return
+                if text.startswith(MODE_LOGS):  # `podium logs` (logs.py, PL-3)
+                    await logs_serve(io, text)
                     return
                 if first and text != MODE_PROMPT:
                     io.pending.append(text)
