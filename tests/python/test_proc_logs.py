@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 
 from conftest import CHILD_TIMEOUT_S
 from test_multihost_netns import PORT, start_workers, stop_workers

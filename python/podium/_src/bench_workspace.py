@@ -15,6 +15,10 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
+from podium.actor import attach_to_workers, enable_transport, this_host
+from podium._src import workspace_sync
+from podium.tools.config import Workspace
+
 
 def make_tree(top: str, files: int) -> List[str]:
     """``files`` Python files of about 1 KiB in 10 packages."""
@@ -30,8 +34,6 @@ def make_tree(top: str, files: int) -> List[str]:
 
 
 def measure(hm: Any, files: int, top: str) -> Dict[str, Any]:
-    from podium._src import workspace_sync
-    from podium.tools.config import Workspace
     paths = make_tree(os.path.join(top, "tree"), files)
     ws = Workspace(dirs=[os.path.join(top, "tree")])
     t0 = time.perf_counter()
@@ -59,7 +61,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--files", type=int, default=1000)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    from podium.actor import attach_to_workers, enable_transport, this_host
     if args.workers:
         if args.listen:
             enable_transport(args.listen)

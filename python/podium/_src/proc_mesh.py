@@ -46,6 +46,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
 from podium._src import context, logs, pickling, runtime, server, supervision, tls
+from podium._src import proc_log_read, workspace_sync
 from podium._src import restart as _restart
 from podium._src.bootstrap_cmd import _launches, _prod, _python_command
 from podium._src.actor_mesh import ActorMesh, _decode_bootstrap, _decode_none
@@ -275,7 +276,6 @@ class HostMesh(MeshShape):
         if name is not None and not isinstance(name, str):
             raise TypeError(f"spawn_procs: name must be a str, not {name!r}")
         if self._host.workspace is not None:  # WS-4: synced code on sys.path before any actor
-            from podium._src import workspace_sync
             bootstrap = workspace_sync.wrap_bootstrap(self._host, bootstrap)
         if self._host.shut_down and self._core is None:  # attached hosts: C++ says why
             raise RuntimeError(f"HostMesh has already been shut down ({self!r})")
@@ -327,7 +327,6 @@ class HostMesh(MeshShape):
         deletions, and puts them on the sys.path of the procs spawned through this mesh
         (running ones and later ones); with ``auto_reload``, running procs reload the modules
         whose files changed (workspace.py, WS-1..WS-4). Awaitable, or ``.get()``."""
-        from podium._src import workspace_sync
         ensure_runtime()
         return workspace_sync.sync(self, workspace, conda, auto_reload)
 
@@ -586,12 +585,11 @@ class ProcMesh(MeshShape):
         """The last ``tail`` lines of the log file of each proc (or of ``rank``), read through
         the procs (proc_log.py), each prefixed ``[<coords> rank <r> <host>] `` (PL-3), in
         rank order. Awaitable, or ``.get()``."""
-        from podium.debugger import logs as _logs
         if not isinstance(tail, int) or tail < 0:
             raise ValueError(f"logs(tail=...) takes a number of lines >= 0, not {tail!r}")
 
         async def go() -> List[str]:
-            return await asyncio.to_thread(_logs.proc_mesh_logs, self, rank, tail)
+            return await asyncio.to_thread(proc_log_read.proc_mesh_logs, self, rank, tail)
         return CoroFuture(go())
 
     def sync_workspace(self, workspace: Any, conda: bool = False,

@@ -33,10 +33,11 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import stat
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 SKIP_DIRS = {"__pycache__", ".git"}
 CHUNK_BYTES = 16 << 20  # files per apply message, at most about this much content
@@ -145,7 +146,6 @@ def scan(workspace: Workspace) -> Dict[str, Tuple[str, str]]:
 
 
 def _is_file(st: os.stat_result) -> bool:
-    import stat
     return stat.S_ISREG(st.st_mode)
 
 

@@ -14,6 +14,7 @@ import time
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from podium._core import mesh as _mesh
 from podium._src import workspace as _ws
 from podium._src.endpoint import Actor, endpoint
 from podium._src.future import CoroFuture, Future
@@ -141,8 +142,8 @@ def wrap_bootstrap(shared: Any, bootstrap: Optional[Callable[[], Any]]
 
 
 def job_key() -> str:
-    from podium._src.proc_mesh import runtime_id
-    return hashlib.sha256(runtime_id().encode()).hexdigest()[:16]
+    """The controller's address, hashed: the job's directory on the hosts."""
+    return hashlib.sha256(str(_mesh.this_proc_id()).encode()).hexdigest()[:16]
 
 
 def _points(mesh: Any) -> List[Dict[str, int]]:
