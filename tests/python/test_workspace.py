@@ -30,6 +30,11 @@ SCENARIO = textwrap.dedent("""
             return mymod.version()
 
         @endpoint
+        def alpha(self):
+            import alpha
+            return alpha.get()
+
+        @endpoint
         def exists(self, rel):
             return os.path.exists(os.path.join(os.environ["WORKSPACE_DIR"], rel))
 
@@ -71,6 +76,21 @@ SCENARIO = textwrap.dedent("""
         say("THIRD", workspace_sync.last_stats())
         say("EXISTS", sorted(users.exists.call("proj/sub/f3.txt").get(timeout=30).values())
             + sorted(users.exists.call("proj/sub/f4.txt").get(timeout=30).values()))
+        # Two changed modules, one importing from the other: the dependency reloads first.
+        with open(os.path.join(proj, "zeta.py"), "w") as f:
+            f.write("VALUE = 'old'\\n")
+        with open(os.path.join(proj, "alpha.py"), "w") as f:
+            f.write("from zeta import VALUE\\ndef get():\\n    return VALUE\\n")
+        hosts.sync_workspace(ws).get(timeout=60)
+        say("ALPHA1", sorted(users.alpha.call().get(timeout=30).values()))
+        time.sleep(0.01)
+        with open(os.path.join(proj, "zeta.py"), "w") as f:
+            f.write("VALUE = 'new'\\n")
+        with open(os.path.join(proj, "alpha.py"), "w") as f:
+            f.write("from zeta import VALUE\\ndef get():\\n    return VALUE + '!'\\n")
+        hosts.sync_workspace(ws, auto_reload=True).get(timeout=60)
+        say("BOTH", workspace_sync.last_stats())
+        say("ALPHA2", sorted(users.alpha.call().get(timeout=30).values()))
         later = hosts.spawn_procs(per_host={"gpus": 1}).spawn("later", User)
         say("LATER", sorted(later.version.call().get(timeout=30).values()))
         # WS-2: refused at the controller...
@@ -139,6 +159,11 @@ def _check(out, n_hosts: int, procs_per_host: int = 2):
     assert out["THIRD"]["sent"] == {str(h): 0 for h in range(n_hosts)}, out["THIRD"]
     assert out["THIRD"]["deleted"] == {str(h): 1 for h in range(n_hosts)}, out["THIRD"]
     assert out["EXISTS"] == [False] * everyone + [True] * everyone
+    # WS-4: the module that imports from the other reloads after it, and sees its new value.
+    assert out["ALPHA1"] == ["old"] * everyone
+    assert out["BOTH"]["sent"] == {str(h): 2 for h in range(n_hosts)}, out["BOTH"]
+    assert all(names == ["zeta", "alpha"] for names in out["BOTH"]["reloaded"].values()), out
+    assert out["ALPHA2"] == ["new!"] * everyone, out
     # WS-4: procs spawned after the sync import it too.
     assert out["LATER"] == [2] * n_hosts
     # WS-2: refused, each error naming the path.

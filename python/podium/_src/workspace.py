@@ -25,7 +25,8 @@ changed; procs spawned later get them before any actor (the bootstrap of spawn_p
   WS-4 After a sync every running proc of the HostMesh has each synced directory on its
     sys.path, and procs spawned on it later have them before any actor's constructor runs;
     with auto_reload, each running proc reloads (importlib.reload) the modules it imported
-    whose files changed, a module after the changed modules it refers to.
+    whose files changed, a module after the changed modules its new source imports (or its
+    namespace refers to); in a cycle, in name order.
 """
 
 from __future__ import annotations

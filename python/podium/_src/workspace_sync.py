@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import hashlib
 import importlib
@@ -15,6 +16,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from podium._core import mesh as _mesh
+from podium._src import proc_mesh as _proc_mesh
 from podium._src import workspace as _ws
 from podium._src.endpoint import Actor, endpoint
 from podium._src.future import CoroFuture, Future
@@ -68,7 +70,7 @@ def _add_paths(job: str, dsts: List[str]) -> List[str]:
 
 def _reload(root: str, changed: List[str]) -> List[str]:
     """Reloads the imported modules whose files are among ``changed`` (workspace-relative),
-    each after the changed modules its namespace refers to (WS-4)."""
+    each after the changed modules its source imports or its namespace refers to (WS-4)."""
     files = {os.path.realpath(os.path.join(root, *rel.split("/"))) for rel in changed}
     mods: Dict[str, ModuleType] = {}
     for name, mod in list(sys.modules.items()):
@@ -77,12 +79,12 @@ def _reload(root: str, changed: List[str]) -> List[str]:
             mods[name] = mod
     deps: Dict[str, set] = {}
     for name, mod in mods.items():
-        refs = set()
+        refs = _imports_of(mod)
         for v in list(vars(mod).values()):
             other = v.__name__ if isinstance(v, ModuleType) else getattr(v, "__module__", None)
-            if other in mods and other != name:
+            if isinstance(other, str):
                 refs.add(other)
-        deps[name] = refs
+        deps[name] = {r for r in refs if r in mods and r != name}
     order: List[str] = []
     seen: set = set()
 
@@ -100,6 +102,30 @@ def _reload(root: str, changed: List[str]) -> List[str]:
     for n in order:
         importlib.reload(sys.modules[n])
     return order
+
+
+def _imports_of(mod: ModuleType) -> set:
+    """The modules that ``mod``'s (new) source imports: ``import X``, ``from X import y``
+    (relative ones resolved against its package), and ``X.y`` for each ``from X import y``."""
+    out: set = set()
+    try:
+        with open(mod.__file__, "rb") as f:  # type: ignore[arg-type]
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return out
+    package = getattr(mod, "__package__", None) or ""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                parts = parts[:len(parts) - node.level + 1] if node.level > 1 else parts
+                base = ".".join(p for p in parts + ([base] if base else []) if p)
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return out
 
 
 class WorkspaceAgent(Actor):
@@ -185,6 +211,7 @@ def _host_mesh(hm: Any) -> Any:
     if entry is not None and not entry[0]._shared.stopped:
         return entry[1]
     pm = hm.spawn_procs(per_host={})
+    _proc_mesh.spawned.pop(id(pm), None)  # podium's own: not one of the job's meshes for exec
     mesh = pm.spawn(HOST_MESH, WorkspaceHost)
     with shared.lock:
         cache[key] = (pm, mesh)
