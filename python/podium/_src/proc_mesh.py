@@ -128,7 +128,10 @@ class _HostShared:
         self.reference = reference
         self.ref: Optional[tuple] = None  # a reference's (controller, key)
         self.core: Any = None  # the C++ HostMesh, once pickled (_host_mesh_ref)
-        self.workspace: Optional[tuple] = None  # (job, dirs) once synced (workspace_sync.py)
+        # (job, dirs) once synced, and the sync's host procs by region (workspace_sync.py):
+        # written under lock; spawn_procs reads workspace without it (one reference read).
+        self.workspace: Optional[tuple] = None
+        self.workspace_hosts: Dict[str, tuple] = {}
 
 
 class HostMesh(MeshShape):

@@ -206,7 +206,7 @@ def _host_mesh(hm: Any) -> Any:
     shared = hm._host
     key = str(hm._r)
     with shared.lock:
-        cache = shared.__dict__.setdefault("workspace_hosts", {})
+        cache = shared.workspace_hosts
         entry = cache.get(key)
     if entry is not None and not entry[0]._shared.stopped:
         return entry[1]
