@@ -110,7 +110,7 @@ SCENARIO = textwrap.dedent("""
             errors.append(str(e))
         os.unlink(os.path.join(proj, "escape"))
         # ...and by each host, whatever it is sent.
-        host_mesh = workspace_sync._host_mesh(hosts)
+        host_mesh = workspace_sync._host_mesh(hosts, {})
         for bad in ("../evil.py", "/tmp/evil.py", "proj/../../evil.py"):
             try:
                 host_mesh.apply.call(workspace_sync.job_key(), {bad: b"x"}, []).get(timeout=30)
@@ -220,3 +220,30 @@ def test_proc_mesh_sync_workspace_points_to_host_mesh():
     from podium._src.proc_mesh import ProcMesh
     with pytest.raises(NotImplementedError, match="HostMesh.sync_workspace"):
         ProcMesh.sync_workspace(None, None)
+
+
+def test_a_host_refuses_to_write_through_a_symlink_out_of_its_workspace(tmp_path, monkeypatch):
+    """WS-2 on the host, WS-3: a directory of the host's copy that is a symlink to elsewhere
+    is not written through; a good write replaces the file whole."""
+    from podium._src import workspace
+    monkeypatch.setenv("PODIUM_WORKSPACE_ROOT", str(tmp_path / "root"))
+    store = workspace.HostStore("job")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, os.path.join(store.root, "link"))
+    with pytest.raises(ValueError, match="outside the workspace"):
+        store.apply({"ok.py": b"x = 1\n", "link/evil.py": b"boom"}, [])
+    assert not (outside / "evil.py").exists()
+    assert not os.path.exists(os.path.join(store.root, "ok.py"))  # nothing written
+    assert store.apply({"pkg/ok.py": b"x = 1\n"}, []) == (1, 0)
+    assert store.apply({"pkg/ok.py": b"x = 2\n"}, []) == (1, 0)
+    with open(os.path.join(store.root, "pkg", "ok.py"), "rb") as f:
+        assert f.read() == b"x = 2\n"
+    assert [n for n in os.listdir(os.path.join(store.root, "pkg")) if n != "ok.py"] == []
+    have = store.have()
+    assert set(have) == {"pkg/ok.py"}
+    # WS-1: the plan sends the missing and changed files and deletes the rest.
+    local = {"pkg/ok.py": (have["pkg/ok.py"], ""), "new.py": ("abc", "")}
+    assert workspace.plan(local, {**have, "old.py": "def"}) == (["new.py"], ["old.py"])
+    assert store.apply({}, ["pkg/ok.py"]) == (0, 1)
+    assert not os.path.exists(os.path.join(store.root, "pkg"))  # left empty: removed

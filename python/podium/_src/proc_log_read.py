@@ -4,6 +4,7 @@ PL-3)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import threading
@@ -12,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from podium._src import proc_log
 from podium._src.endpoint import Actor, endpoint
+from podium._src.future import CoroFuture, Future
 
 LOGS_MESH = "podium_logs"
 
@@ -109,3 +111,13 @@ def read_new(chosen: List[Target], timeout: float = 30.0) -> List[str]:
 def proc_mesh_logs(pm: Any, rank: Optional[int], tail: int) -> List[str]:
     """ProcMesh.logs (blocking part)."""
     return read_tails(targets([pm], rank), tail)
+
+
+def logs(pm: Any, rank: Optional[int], tail: int) -> "Future[List[str]]":
+    """ProcMesh.logs: awaitable, or ``.get()``; the reading runs on a thread of its own."""
+    if not isinstance(tail, int) or isinstance(tail, bool) or tail < 0:
+        raise ValueError(f"logs(tail=...) takes a number of lines >= 0, not {tail!r}")
+
+    async def go() -> List[str]:
+        return await asyncio.to_thread(proc_mesh_logs, pm, rank, tail)
+    return CoroFuture(go())

@@ -278,8 +278,7 @@ class HostMesh(MeshShape):
             raise TypeError(f"bootstrap must be a function, not {type(bootstrap).__name__}")
         if name is not None and not isinstance(name, str):
             raise TypeError(f"spawn_procs: name must be a str, not {name!r}")
-        if self._host.workspace is not None:  # WS-4: synced code on sys.path before any actor
-            bootstrap = workspace_sync.wrap_bootstrap(self._host, bootstrap)
+        bootstrap = workspace_sync.wrap_bootstrap(self._host, bootstrap)  # WS-4: synced code
         if self._host.shut_down and self._core is None:  # attached hosts: C++ says why
             raise RuntimeError(f"HostMesh has already been shut down ({self!r})")
         if isinstance(self._core, _RemoteHosts):
@@ -325,13 +324,10 @@ class HostMesh(MeshShape):
 
     def sync_workspace(self, workspace: Any, conda: bool = False,
                        auto_reload: bool = False) -> "Future[None]":
-        """Copies ``workspace``'s local directories (podium.tools.config.Workspace) to every
-        host of this mesh, sending each host only the files it lacks or has changed and the
-        deletions, and puts them on the sys.path of the procs spawned through this mesh
-        (running ones and later ones); with ``auto_reload``, running procs reload the modules
-        whose files changed (workspace.py, WS-1..WS-4). Awaitable, or ``.get()``."""
+        """Copies ``workspace`` (podium.tools.config.Workspace) to these hosts, onto the
+        sys.path of their procs; ``auto_reload`` reloads changed modules (workspace.py)."""
         ensure_runtime()
-        return workspace_sync.sync(self, workspace, conda, auto_reload)
+        return workspace_sync.sync(self, workspace, conda, auto_reload, spawned)
 
     def proc_mesh(self, name: str) -> "ProcMesh":
         """The proc mesh ``name`` that this mesh's persistent workers kept after the controller
@@ -585,22 +581,15 @@ class ProcMesh(MeshShape):
         return ProcMesh(op(self._core), self._shared)
 
     def logs(self, rank: Optional[int] = None, tail: int = 100) -> "Future[List[str]]":
-        """The last ``tail`` lines of the log file of each proc (or of ``rank``), read through
-        the procs (proc_log.py), each prefixed ``[<coords> rank <r> <host>] `` (PL-3), in
-        rank order. Awaitable, or ``.get()``."""
-        if not isinstance(tail, int) or tail < 0:
-            raise ValueError(f"logs(tail=...) takes a number of lines >= 0, not {tail!r}")
-
-        async def go() -> List[str]:
-            return await asyncio.to_thread(proc_log_read.proc_mesh_logs, self, rank, tail)
-        return CoroFuture(go())
+        """The last ``tail`` lines of each proc's log file (or ``rank``'s), prefixed with its
+        coordinates, rank and host (proc_log_read.py, PL-3)."""
+        return proc_log_read.logs(self, rank, tail)
 
     def sync_workspace(self, workspace: Any, conda: bool = False,
                        auto_reload: bool = False) -> None:
         """As Monarch's: not for a ProcMesh; HostMesh.sync_workspace syncs once per host."""
         raise NotImplementedError("sync_workspace is not implemented for ProcMesh: use "
-                                  "HostMesh.sync_workspace (it syncs each host once and "
-                                  "updates the procs spawned through it)")
+                                  "HostMesh.sync_workspace")
 
     def stop(self) -> "Future[None]":
         """Stops the actor meshes spawned on these procs from this process (each drains its

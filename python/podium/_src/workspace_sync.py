@@ -16,7 +16,6 @@ from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from podium._core import mesh as _mesh
-from podium._src import proc_mesh as _proc_mesh
 from podium._src import workspace as _ws
 from podium._src.endpoint import Actor, endpoint
 from podium._src.future import CoroFuture, Future
@@ -187,8 +186,10 @@ def _one(mesh: Any, coords: Dict[str, int]) -> Any:
     return mesh.slice(**coords) if coords else mesh
 
 
-def sync(hm: Any, workspace: Any, conda: bool, auto_reload: bool) -> "Future[None]":
-    """HostMesh.sync_workspace."""
+def sync(hm: Any, workspace: Any, conda: bool, auto_reload: bool,
+         listed: Dict[int, Any]) -> "Future[None]":
+    """HostMesh.sync_workspace; ``listed``: the controller's ProcMeshes for ``podium exec`` and
+    ``podium logs`` (proc_mesh.spawned), which the sync's own host procs leave."""
     if not isinstance(workspace, _ws.Workspace):
         raise TypeError(f"sync_workspace takes a Workspace, not {type(workspace).__name__}")
     if conda:
@@ -198,11 +199,11 @@ def sync(hm: Any, workspace: Any, conda: bool, auto_reload: bool) -> "Future[Non
         raise RuntimeError(f"cannot call sync_workspace on {hm!r}: {hm._host.reference}")
 
     async def go() -> None:
-        await asyncio.to_thread(_sync, hm, workspace, auto_reload)
+        await asyncio.to_thread(_sync, hm, workspace, auto_reload, listed)
     return CoroFuture(go())
 
 
-def _host_mesh(hm: Any) -> Any:
+def _host_mesh(hm: Any, listed: Dict[int, Any]) -> Any:
     shared = hm._host
     key = str(hm._r)
     with shared.lock:
@@ -211,20 +212,20 @@ def _host_mesh(hm: Any) -> Any:
     if entry is not None and not entry[0]._shared.stopped:
         return entry[1]
     pm = hm.spawn_procs(per_host={})
-    _proc_mesh.spawned.pop(id(pm), None)  # podium's own: not one of the job's meshes for exec
+    listed.pop(id(pm), None)  # podium's own: not one of the job's meshes for exec and logs
     mesh = pm.spawn(HOST_MESH, WorkspaceHost)
     with shared.lock:
         cache[key] = (pm, mesh)
     return mesh
 
 
-def _sync(hm: Any, workspace: Any, auto_reload: bool) -> None:
+def _sync(hm: Any, workspace: Any, auto_reload: bool, listed: Dict[int, Any]) -> None:
     with _sync_lock:
         t0 = time.perf_counter()
         job = job_key()
         local = _ws.scan(workspace)
         dsts = sorted(set(workspace.dirs.values()))
-        hosts = _host_mesh(hm)
+        hosts = _host_mesh(hm, listed)
         points = _points(hosts)
         haves = [_one(hosts, p).have.call_one(job) for p in points]
         pending, sent, deleted, nbytes = [], {}, {}, 0
