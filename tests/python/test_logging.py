@@ -182,4 +182,6 @@ def test_logging_option_sets_the_level_and_where_output_goes(tmp_path):  # LG-3
     files = glob.glob(str(tmp_path / "logs" / "proc-*.log"))
     assert len(files) == 2, files
     text = "".join(open(f).read() for f in files)
-    assert "info three" in text and "print three" in text and "four" not in text
+    assert "info three" in text and "print three" in text
+    # PL-1: the procs' log files keep every line, also those streamed to the client.
+    assert "info four" in text and "print four" in text

@@ -30,6 +30,7 @@ _PYTHON_BENCHMARKS = {
     "rdma": "podium._src.bench_rdma",
     "rdma-net": "podium._src.bench_rdma_net",
     "tensor": "podium._src.bench_tensor",
+    "workspace": "podium._src.bench_workspace",
 }
 
 
@@ -175,6 +176,18 @@ def _register_dashboard(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=debug_cli.run_dashboard)
 
 
+def _register_logs(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "logs",
+        help="print the procs' log files of a running job (--rank, --tail, --follow)",
+        description="Reads the log file of every selected proc of the job whose controller "
+        "serves `podium debug` (docs/interactive.md), each line prefixed with the proc's "
+        "coordinates, rank and host.",
+    )
+    debug_cli.add_logs_arguments(p)
+    p.set_defaults(run=debug_cli.run_logs)
+
+
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_version,
     _register_bench,
@@ -183,6 +196,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_debug,
     _register_exec,
     _register_dashboard,
+    _register_logs,
 ]
 
 

@@ -46,13 +46,12 @@ import atexit
 import logging
 import os
 import sys
-import tempfile
 import threading
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
 from podium._core import mesh as _mesh
-from podium._src import log_sink, output, server
+from podium._src import log_sink, output, proc_log, server
 from podium._src.endpoint import Actor, endpoint
 from podium._src.future import CoroFuture, Future
 
@@ -68,9 +67,8 @@ _cell_flush_registered = False
 
 
 def log_dir() -> str:
-    """Where procs write their output when they do not stream it to the client."""
-    return os.environ.get("PODIUM_LOG_DIR") or os.path.join(
-        tempfile.gettempdir(), f"podium-logs-{os.getuid()}")
+    """Where procs write their log files (proc_log.py)."""
+    return proc_log.log_dir()
 
 
 class _LogControl(Actor):
@@ -96,11 +94,8 @@ class _LogControl(Actor):
         if stream_to_client:
             proc, seq = output.forward(port, log_id, _mesh.this_proc_id(), os.getpid())
             return proc, seq, None
-        folder = log_dir()
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        path = os.path.join(folder, f"proc-{os.getpid()}.log")
-        proc, seq = output.divert(path)
-        return proc, seq, path
+        proc, seq = output.divert(True)  # the proc's log file only (proc_log.py)
+        return proc, seq, proc_log.log.current_path()
 
     @endpoint
     def flush(self) -> Tuple[str, int]:

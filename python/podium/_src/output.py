@@ -13,9 +13,10 @@ the controller.
 A partial line waits for its newline in a per-thread buffer; ``flush()`` writes it out as a
 line of its own. Output that bypasses ``sys.stdout`` (C code writing to fd 1) is not prefixed.
 
-``ProcMesh.logging_option(stream_to_client=False)`` (logs.py) sends what this proc writes
-through ``sys.stdout``/``sys.stderr`` to a file of the proc's own instead of the client's
-terminal (``divert``); ``stream_to_client=True`` sends each line, split into its prefix and
+Every line also goes to the proc's log file (proc_log.py, PL-1), whatever else happens to it.
+``ProcMesh.logging_option(stream_to_client=False)`` (logs.py) keeps what this proc writes
+through ``sys.stdout``/``sys.stderr`` in that file only, off the client's terminal
+(``divert``); ``stream_to_client=True`` sends each line, split into its prefix and
 its text, to the controller's log sink over the runtime instead (``forward``, through a
 log_forward.Forwarder that batches them), whatever host the proc runs on. A mesh that never
 called logging_option writes to the file descriptors, as above.
@@ -30,27 +31,25 @@ from typing import Any, Dict, Optional, Tuple
 
 from podium._src.context import actor_context
 from podium._src.log_forward import Forwarder
+from podium._src.proc_log import log as _plog
 
-# Where this proc's lines go instead of the client's terminal (logging_option), or None:
-# a file (_diverted) or the controller's log sink (_forward); never both.
-_diverted: Optional[Any] = None
+# Where this proc's lines go instead of the client's terminal (logging_option): its log file
+# only (_diverted) or the controller's log sink too (_forward); never both.
+_diverted = False
 _forward: Optional[Forwarder] = None
 _divert_lock = threading.Lock()
 # The proc's own stdout and stderr, by fd (install()).
 _bases: Dict[int, Any] = {}
 
 
-def divert(path: Optional[str]) -> Tuple[str, int]:
-    """Lines written from now on go to the file ``path`` (appended), or, with None, to the
-    client's terminal again; streaming to the sink stops. Returns forward_mark() of the
-    streaming that stopped (its last batch sent)."""
+def divert(quiet: bool) -> Tuple[str, int]:
+    """Lines written from now on go to the proc's log file only (``quiet``), or to the
+    client's terminal again as well; streaming to the sink stops. Returns forward_mark() of
+    the streaming that stopped (its last batch sent)."""
     global _diverted, _forward
     with _divert_lock:
-        old, _diverted = _diverted, (open(path, "a", encoding="utf-8", buffering=1)
-                                     if path is not None else None)
+        _diverted = bool(quiet)
         fwd, _forward = _forward, None
-    if old is not None:  # left open: a writer may still hold it (one file per switch)
-        old.flush()
     return _close(fwd)
 
 
@@ -63,10 +62,8 @@ def forward(port: Any, log_id: str, proc: str, pid: int) -> Tuple[str, int]:
         if fwd is not None and fwd.log_id == log_id and fwd.port_id == port._port_id:
             fwd.flush()
             return fwd.mark()
-        old, _diverted = _diverted, None
+        _diverted = False
         _forward = Forwarder(port, log_id, proc, pid, _write_direct)
-    if old is not None:
-        old.flush()
     return _close(fwd)
 
 
@@ -88,8 +85,9 @@ def forward_flush() -> Tuple[str, int]:
 
 
 def _write_direct(fd: int, text: str) -> None:
-    """Writes to where a line goes when it does not stream: the file, or the proc's own fd."""
-    base = _diverted or _bases.get(fd)
+    """Writes a line that could not stream to the proc's own fd (it is in the log file
+    already, PL-1)."""
+    base = None if _diverted else _bases.get(fd)
     if base is None:
         return
     try:
@@ -156,25 +154,27 @@ class PrefixedStream(io.TextIOBase):
         fwd = _forward
         if prefix is None and not pending and fwd is None:
             with self._lock:
-                base = _diverted or self._base
-                base.write(text)
-                if "\n" in text:
-                    base.flush()
+                _plog.write(text)  # PL-1
+                if not _diverted:
+                    self._base.write(text)
+                    if "\n" in text:
+                        self._base.flush()
             return len(text)
         data = pending + text
         lines = data.split("\n")
         self._local.pending = lines.pop()  # after the last newline ("" if it ended one)
         if lines:
             p = prefix or ""
+            out = "".join(f"{p}{line}\n" for line in lines)
+            _plog.write(out)  # PL-1
             if fwd is not None:
                 for line in lines:
                     fwd.add(self._fd, p, line)
                 return len(text)
-            out = "".join(f"{p}{line}\n" for line in lines)
-            with self._lock:
-                base = _diverted or self._base
-                base.write(out)
-                base.flush()
+            if not _diverted:
+                with self._lock:
+                    self._base.write(out)
+                    self._base.flush()
         return len(text)
 
     def flush(self) -> None:
@@ -182,16 +182,18 @@ class PrefixedStream(io.TextIOBase):
         fwd = _forward
         if pending:
             self._local.pending = ""
+            _plog.write(f"{_prefix() or ''}{pending}\n")  # PL-1
             if fwd is not None:
                 fwd.add(self._fd, _prefix() or "", pending)
-            else:
+            elif not _diverted:
                 with self._lock:
-                    (_diverted or self._base).write(f"{_prefix() or ''}{pending}\n")
+                    self._base.write(f"{_prefix() or ''}{pending}\n")
         if fwd is not None:
             fwd.hurry()
             return
-        with self._lock:
-            (_diverted or self._base).flush()
+        if not _diverted:
+            with self._lock:
+                self._base.flush()
 
 
 def install() -> None:

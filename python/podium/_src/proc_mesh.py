@@ -46,6 +46,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
 from podium._src import context, logs, pickling, runtime, server, supervision, tls
+from podium._src import proc_log_read, workspace_sync
 from podium._src import restart as _restart
 from podium._src.bootstrap_cmd import _launches, _prod, _python_command
 from podium._src.actor_mesh import ActorMesh, _decode_bootstrap, _decode_none
@@ -128,6 +129,10 @@ class _HostShared:
         self.reference = reference
         self.ref: Optional[tuple] = None  # a reference's (controller, key)
         self.core: Any = None  # the C++ HostMesh, once pickled (_host_mesh_ref)
+        # (job, dirs) once synced, and the sync's host procs by region (workspace_sync.py):
+        # written under lock; spawn_procs reads workspace without it (one reference read).
+        self.workspace: Optional[tuple] = None
+        self.workspace_hosts: Dict[str, tuple] = {}
 
 
 class HostMesh(MeshShape):
@@ -274,6 +279,7 @@ class HostMesh(MeshShape):
             raise TypeError(f"bootstrap must be a function, not {type(bootstrap).__name__}")
         if name is not None and not isinstance(name, str):
             raise TypeError(f"spawn_procs: name must be a str, not {name!r}")
+        bootstrap = workspace_sync.wrap_bootstrap(self._host, bootstrap)  # WS-4: synced code
         if self._host.shut_down and self._core is None:  # attached hosts: C++ says why
             raise RuntimeError(f"HostMesh has already been shut down ({self!r})")
         if isinstance(self._core, _RemoteHosts):
@@ -316,6 +322,13 @@ class HostMesh(MeshShape):
                 owner.proc_meshes.append(pm)
         spawned[id(pm)] = pm
         return pm
+
+    def sync_workspace(self, workspace: Any, conda: bool = False,
+                       auto_reload: bool = False) -> "Future[None]":
+        """Copies ``workspace`` (podium.tools.config.Workspace) to these hosts, onto the
+        sys.path of their procs; ``auto_reload`` reloads changed modules (workspace.py)."""
+        ensure_runtime()
+        return workspace_sync.sync(self, workspace, conda, auto_reload, spawned)
 
     def proc_mesh(self, name: str) -> "ProcMesh":
         """The proc mesh ``name`` that this mesh's persistent workers kept after the controller
@@ -569,6 +582,17 @@ class ProcMesh(MeshShape, TensorMesh):
 
     def _reshaped(self, op: Callable[[Any], Any]) -> "ProcMesh":
         return ProcMesh(op(self._core), self._shared)
+
+    def logs(self, rank: Optional[int] = None, tail: int = 100) -> "Future[List[str]]":
+        """The last ``tail`` lines of each proc's log file (or ``rank``'s), prefixed with its
+        coordinates, rank and host (proc_log_read.py, PL-3)."""
+        return proc_log_read.logs(self, rank, tail)
+
+    def sync_workspace(self, workspace: Any, conda: bool = False,
+                       auto_reload: bool = False) -> None:
+        """As Monarch's: not for a ProcMesh; HostMesh.sync_workspace syncs once per host."""
+        raise NotImplementedError("sync_workspace is not implemented for ProcMesh: use "
+                                  "HostMesh.sync_workspace")
 
     def stop(self) -> "Future[None]":
         """Stops the actor meshes spawned on these procs from this process (each drains its

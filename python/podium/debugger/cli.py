@@ -9,6 +9,7 @@ import sys
 from typing import Optional
 
 from podium.debugger.controller import debug_controller
+from podium.debugger import logs as logs_cli
 from podium.debugger import shell
 from podium.debugger.server import (MODE_DASHBOARD, ask_prompt, configured_address, connect,
                                      relay)
@@ -98,3 +99,12 @@ def run_exec(args: argparse.Namespace) -> int:
 def add_exec_arguments(p: argparse.ArgumentParser) -> None:
     add_arguments(p)
     shell.add_arguments(p)
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    return logs_cli.run(args, connect)
+
+
+def add_logs_arguments(p: argparse.ArgumentParser) -> None:
+    add_arguments(p)
+    logs_cli.add_arguments(p)

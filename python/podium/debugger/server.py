@@ -33,6 +33,7 @@ from typing import Any, Optional, Tuple
 from podium._core import mesh as _mesh
 from podium._src.job.secret import _runtime_secret
 from podium.debugger.prompt_io import DebugIO, IOClosed
+from podium.debugger.logs import MODE_LOGS, serve as logs_serve
 from podium.debugger.shell import MODE_EXEC
 
 DEFAULT_HOST = "localhost"
@@ -190,6 +191,9 @@ class DebugServer:
                     return
                 if text == MODE_DASHBOARD:
                     await self.controller.dashboard_request(io)
+                    return
+                if text.startswith(MODE_LOGS):  # `podium logs` (logs.py, PL-3)
+                    await logs_serve(io, text)
                     return
                 if first and text != MODE_PROMPT:
                     io.pending.append(text)

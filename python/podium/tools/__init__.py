@@ -1,0 +1,1 @@
+"""Job tooling, as Monarch's ``monarch.tools``: ``podium.tools.config.Workspace``."""
