@@ -13,15 +13,14 @@ tests/python/test_rl.py run).
   clipped surrogate of the per-token probability ratio against the sampler's log-probabilities
   (a stale sample's ratio corrects for the weights it came from), averaged over tokens.
 
-Weight slots (``WeightSlots``, the trainer side; ``read_verified``, the generator side):
+Weight slots (``WeightSlots``, the trainer side; ``VersionedWeights``, the generator side) and
+the loop (``run``) keep the invariants of docs/rl.md, where they are stated:
 
-  RL-1 A slot holds a header (version, byte count, a checksum of the version and the weights) and the
-    flat float32 weights. The trainer writes version v into slot v % 2 only, so the slot of
-    version v - 1, the newest a generator may be reading, is never written while v is.
-  RL-2 A generator accepts a read only when the header's checksum matches the bytes it read and the
-    version is at least the one it asked for; a torn read (a slot rewritten while it was read)
-    fails the checksum and is read again, from the newest slot. It reads into a staging buffer and
-    swaps it in whole under a lock: sampling uses one version's weights, never a mix.
+  RL-1 (see docs/rl.md) version v is written into slot v % 2 only.
+  RL-2 (see docs/rl.md) a generator samples from one whole, published version.
+  RL-3 (see docs/rl.md) a train step uses samples at most max_staleness versions old.
+  RL-4 (see docs/rl.md) every trainer rank holds the same weights after every step.
+  RL-5 (see docs/rl.md) a failed generator replica is retried, replaced, and resynced.
 """
 
 from __future__ import annotations
@@ -254,7 +253,7 @@ class VersionedWeights:
                     self._active, self._staging = self._staging, self._active
                     self.version, self.crc = best
                 return moved
-        raise RuntimeError(f"no intact copy of weights version >= {want} after {tries} reads "
+        raise RuntimeError(f"no intact copy of weights version >= {want} after {tries} tries "
                            f"({self.torn_reads} torn)")
 
 
@@ -349,7 +348,7 @@ class Reward(Actor):
 
 class ReplayBuffer(Actor):
     """Scored batches, oldest first. ``take(min_version, n)`` drops those older than
-    ``min_version`` (too stale to train on) and gives the n oldest of the rest, or None."""
+    ``min_version`` (too stale to train on, RL-3) and gives the n oldest of the rest."""
 
     def __init__(self) -> None:
         self.batches: List[Dict[str, Any]] = []
@@ -361,18 +360,17 @@ class ReplayBuffer(Actor):
         return len(self.batches)
 
     @endpoint
-    def take(self, min_version: int, n: int) -> Optional[List[Dict[str, Any]]]:
+    def take(self, min_version: int, n: int) -> Dict[str, Any]:
+        """Drops the batches older than ``min_version``; then ``batches``: the n oldest of the
+        rest (taken out), or None when fewer are left; ``size``: what remains; ``dropped``:
+        how many were dropped so far."""
         keep = [b for b in self.batches if b["version"] >= min_version]
         self.dropped += len(self.batches) - len(keep)
+        out = None
+        if len(keep) >= n:
+            out, keep = keep[:n], keep[n:]
         self.batches = keep
-        if len(keep) < n:
-            return None
-        out, self.batches = keep[:n], keep[n:]
-        return out
-
-    @endpoint
-    def stats(self) -> Dict[str, int]:
-        return {"size": len(self.batches), "dropped": self.dropped}
+        return {"batches": out, "size": len(keep), "dropped": self.dropped}
 
 
 class Trainer(Actor):
@@ -475,6 +473,9 @@ async def _run(cfg: Config, on_step: Any, out: Run) -> None:
     from podium.actor import this_host
     from podium.tensor._collectives import spawn_store
 
+    if not 1 <= cfg.batches_per_step <= cfg.buffer_cap or cfg.max_staleness < 0:
+        raise ValueError(f"need 1 <= batches_per_step <= buffer_cap and max_staleness >= 0: "
+                         f"{cfg}")
     t_start = time.perf_counter()
     host = this_host()
     aux = host.spawn_procs(per_host={"procs": 1})
@@ -499,30 +500,34 @@ async def _run(cfg: Config, on_step: Any, out: Run) -> None:
         stopping = False
         added = asyncio.Event()  # set by every add: the trainer looks again
         taken = asyncio.Event()  # set by every take: paused generation looks again
-        in_buffer = 0  # batches in the buffer or being made (the cap's count; approximate)
+        in_buffer = 0  # batches in the buffer, as its last answer said
+        pending = 0  # generate calls in flight (the cap counts them too)
         generated_tokens = 0
         seeds = iter(range(cfg.seed * 1_000_003, 1 << 62))
         errors: List[BaseException] = []
 
         async def generate_forever() -> None:
-            nonlocal in_buffer, generated_tokens
+            nonlocal in_buffer, pending, generated_tokens
             try:
                 while not stopping:
-                    while in_buffer >= cfg.buffer_cap and not stopping:
+                    while in_buffer + pending >= cfg.buffer_cap and not stopping:
                         taken.clear()
                         await taken.wait()
                     if stopping:
                         return
-                    in_buffer += 1  # reserved before the call, so the cap holds
-                    want = latest
-                    res = await svc.generate.route(want, slots, cfg.prompts, cfg.group,
-                                                   next(seeds))
-                    res["rewards"] = await reward.score.call_one(res["prompts"],
-                                                                 res["completions"])
-                    out.samples.append((res["version"], res["crc"], res["pid"]))
-                    generated_tokens += res["tokens"]
-                    out_sync.append((res["sync_s"], res["sync_bytes"], res["sync_read_s"]))
-                    await buffer.add.call_one(res)
+                    pending += 1
+                    try:
+                        want = latest
+                        res = await svc.generate.route(want, slots, cfg.prompts, cfg.group,
+                                                       next(seeds))
+                        res["rewards"] = await reward.score.call_one(res["prompts"],
+                                                                     res["completions"])
+                        out.samples.append((res["version"], res["crc"], res["pid"]))
+                        generated_tokens += res["tokens"]
+                        out_sync.append((res["sync_s"], res["sync_bytes"], res["sync_read_s"]))
+                        in_buffer = await buffer.add.call_one(res)
+                    finally:
+                        pending -= 1
                     added.set()
             except BaseException as e:  # the trainer loop raises it
                 errors.append(e)
@@ -538,14 +543,13 @@ async def _run(cfg: Config, on_step: Any, out: Run) -> None:
                     if errors:
                         raise errors[0]
                     added.clear()
-                    batches = await buffer.take.call_one(min_version, cfg.batches_per_step)
+                    took = await buffer.take.call_one(min_version, cfg.batches_per_step)
+                    in_buffer, out.dropped = took["size"], took["dropped"]
+                    taken.set()  # a failed take leaves fewer than batches_per_step: room
+                    batches = took["batches"]
                     if batches is not None:
                         break
                     await added.wait()
-                stats = await buffer.stats.call_one()
-                in_buffer -= cfg.batches_per_step + (stats["dropped"] - out.dropped)
-                out.dropped = stats["dropped"]
-                taken.set()
                 result = [v for _, v in (await trainer.train.call(members, batches)).items()]
                 latest = result[0]["version"]
                 out.published[latest] = result[0]["crc"]
@@ -564,7 +568,7 @@ async def _run(cfg: Config, on_step: Any, out: Run) -> None:
                        "syncs": len(syncs), "sync_bytes": slots[0].size(),
                        "staleness": max(t - b["version"] for b in batches),
                        "versions": [b["version"] for b in batches],
-                       "train_ms": 1e3 * result[0]["train_s"], "dropped": stats["dropped"]}
+                       "train_ms": 1e3 * result[0]["train_s"], "dropped": out.dropped}
                 out.steps.append(row)
                 t_prev, tok_prev = now, generated_tokens
                 if on_step is not None:
