@@ -25,7 +25,10 @@ the loop (``run``) keep the invariants of docs/rl.md, where they are stated:
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import math
+import os
 import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -34,6 +37,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from podium.actor import Actor, current_rank, endpoint, this_host
+from podium.rdma import RDMABuffer
+from podium.tensor._collectives import Communicator, spawn_store
 
 DIGITS = 4
 SEP = 10
@@ -268,9 +275,6 @@ def _mean(xs: List[float]) -> float:
 # --- the actors -----------------------------------------------------------------------------
 # Defined here (not in main.py) so that `podium bench rl` and the tests run the same code.
 
-from podium.actor import Actor, current_rank, endpoint  # noqa: E402
-from podium.rdma import RDMABuffer  # noqa: E402
-
 
 def _crc_of(version: int, flat: torch.Tensor) -> int:
     """The checksum a slot holding ``flat`` as ``version`` has."""
@@ -295,8 +299,6 @@ class Generator(Actor):
         """``prompts`` prompts made from ``seed``, ``group`` completions each, sampled with
         weights of version >= ``want``. The result names the version and the checksum of the very
         weights that sampled (recomputed from the model, not copied from the header)."""
-        import os
-
         t0 = time.perf_counter()
         moved = self.weights.update(want, slots)
         sync_s = time.perf_counter() - t0 if moved else 0.0
@@ -334,7 +336,6 @@ class Generator(Actor):
 
     @endpoint
     def pid(self) -> int:
-        import os
         return os.getpid()
 
 
@@ -379,8 +380,6 @@ class Trainer(Actor):
     weights of every version into its two slots (RL-1), which generators read."""
 
     def __init__(self, seed: int, lr: float, store: Any, namespace: str) -> None:
-        from podium.tensor._collectives import Communicator
-
         torch.set_num_threads(TORCH_THREADS)
         Communicator.configure(store, namespace=namespace)
         self.index = current_rank().rank
@@ -394,15 +393,11 @@ class Trainer(Actor):
     def setup(self) -> Tuple[int, Optional[List[RDMABuffer]], int]:
         """(global rank for the collectives, the two slots' RDMABuffers on rank 0, the checksum of
         version 0)."""
-        from podium.tensor._collectives import Communicator
-
         bufs = [RDMABuffer(s) for s in self.slots.slots] if self.slots else None
         return Communicator.get().rank, bufs, self.crc
 
     @endpoint
     def train(self, members: List[int], batches: List[Dict[str, Any]]) -> Dict[str, Any]:
-        from podium.tensor._collectives import Communicator
-
         t0 = time.perf_counter()
         mine = batches[self.index::len(members)]
         prompts = torch.cat([b["prompts"] for b in mine])
@@ -434,8 +429,6 @@ class Trainer(Actor):
 
 # --- the loop -------------------------------------------------------------------------------
 
-import asyncio  # noqa: E402
-import dataclasses  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -470,9 +463,6 @@ class Run:
 
 
 async def _run(cfg: Config, on_step: Any, out: Run) -> None:
-    from podium.actor import this_host
-    from podium.tensor._collectives import spawn_store
-
     if not 1 <= cfg.batches_per_step <= cfg.buffer_cap or cfg.max_staleness < 0:
         raise ValueError(f"need 1 <= batches_per_step <= buffer_cap and max_staleness >= 0: "
                          f"{cfg}")
@@ -564,6 +554,7 @@ async def _run(cfg: Config, on_step: Any, out: Run) -> None:
                        "exact": float((rewards == 1).float().mean()),
                        "loss": result[0]["loss"], "time_s": now - t_start,
                        "tokens_per_s": (generated_tokens - tok_prev) / (now - t_prev),
+                       "tokens": generated_tokens - tok_prev, "step_s": now - t_prev,
                        "sync_ms": 1e3 * _mean(syncs) if syncs else math.nan,
                        "syncs": len(syncs), "sync_bytes": slots[0].size(),
                        "staleness": max(t - b["version"] for b in batches),

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 from conftest import eventually, WAIT_S  # noqa: E402
 from podium._src import rl_core  # noqa: E402
-from podium.actor import Actor, endpoint, this_host  # noqa: E402
+from podium.actor import Actor, endpoint  # noqa: E402
 from podium.rdma import RDMABuffer  # noqa: E402
 
 
