@@ -171,10 +171,6 @@ class Publisher(Actor):
         self.thread.start()
 
     @endpoint
-    def latest_version(self) -> int:
-        return self.latest
-
-    @endpoint
     def halt(self) -> int:
         self.stop.set()
         self.thread.join(10)
@@ -187,7 +183,8 @@ class Reader(Actor):
         w = rl_core.VersionedWeights(n)
         versions, mixed = [], 0
         for i in range(reads):
-            w.update(w.version + 1 if w.version >= 0 else 0, bufs, tries=200)
+            # Bounded: the publisher would have to stall for seconds to run out of tries.
+            w.update(w.version + 1 if w.version >= 0 else 0, bufs, tries=20_000)
             version, crc, flat = w.active()
             if not torch.all(flat == float(version)):
                 mixed += 1
