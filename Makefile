@@ -53,11 +53,13 @@ APT_PACKAGES := build-essential libasio-dev libmsgpack-cxx-dev libgtest-dev libb
                 libspdlog-dev libfmt-dev libssl-dev openssl iproute2 slurm-wlm munge \
                 pkg-config libucx-dev libucx0
 # Build tools, runtime dependencies and test tools, pinned (torch: the CPU build, for tensors
-# on the control and data planes and the tensor engine to come).
+# on the control and data planes and the tensor engine; pexpect: the terminal-driven CLI
+# tests; ipykernel..nbformat: the executed notebook; matplotlib: the RL and FT examples' plots).
 PIP_PACKAGES := cmake==4.4.4 ninja==1.13.2 scikit-build-core==1.1.2 nanobind==3.1.0 \
                 msgpack==1.2.4 cloudpickle==3.1.2 numpy==2.4.6 pytest==9.0.3 \
                 pytest-timeout==2.4.0 torch==2.13.0 pexpect==4.8.0 \
-                ipykernel==7.4.0 jupyter_client==8.10.0 nbclient==0.11.0 nbformat==5.11.1
+                ipykernel==7.4.0 jupyter_client==8.10.0 nbclient==0.11.0 nbformat==5.11.1 \
+                matplotlib==3.10.7
 # The browser of the dashboard's test (tests/python/test_dashboard.py), installed only when
 # missing; a machine that cannot install it still sets up (that test then skips, saying why).
 BROWSER_PACKAGE := chromium

@@ -31,6 +31,7 @@ _PYTHON_BENCHMARKS = {
     "rdma-net": "podium._src.bench_rdma_net",
     "tensor": "podium._src.bench_tensor",
     "workspace": "podium._src.bench_workspace",
+    "rl": "podium._src.bench_rl",
 }
 
 
