@@ -55,7 +55,8 @@ APT_PACKAGES := build-essential libasio-dev libmsgpack-cxx-dev libgtest-dev libb
 # on the control and data planes and the tensor engine to come).
 PIP_PACKAGES := cmake==4.4.4 ninja==1.13.2 scikit-build-core==1.1.2 nanobind==3.1.0 \
                 msgpack==1.2.4 cloudpickle==3.1.2 numpy==2.4.6 pytest==9.0.3 \
-                pytest-timeout==2.4.0 torch==2.13.0 pexpect==4.8.0
+                pytest-timeout==2.4.0 torch==2.13.0 pexpect==4.8.0 \
+                matplotlib==3.10.7
 # The ctest of the CMake that configured $(BUILD_DIR) (pip's cmake need not be on PATH).
 CTEST = $(or $(shell sed -n 's/^CMAKE_CTEST_COMMAND:INTERNAL=//p' $(BUILD_DIR)/CMakeCache.txt \
                 2>/dev/null),ctest)
