@@ -30,6 +30,7 @@ _PYTHON_BENCHMARKS = {
     "rdma": "podium._src.bench_rdma",
     "rdma-net": "podium._src.bench_rdma_net",
     "tensor": "podium._src.bench_tensor",
+    "ft": "podium._src.bench_ft",
 }
 
 
