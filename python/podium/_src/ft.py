@@ -292,6 +292,7 @@ class Group:
     procs: Any
     actors: Any
     pid: int = 0
+    ranks: List[Any] = field(default_factory=list)  # the actor of each proc, by rank
 
 
 def parse_inject(spec: Optional[str]) -> Tuple[int, List[str]]:
@@ -359,7 +360,8 @@ class Trainer:
         actors = procs.spawn(f"ft_{slot}_{generation}", FTWorker, slot, generation, self.P,
                              self.seed)
         pids = actors.ready.call().get(timeout=self.wait_s)
-        return Group(slot, generation, procs, actors, list(pids.values())[0])
+        return Group(slot, generation, procs, actors, list(pids.values())[0],
+                     [actors.slice(gpus=r) for r in range(self.P)])
 
     def start(self) -> None:
         out: Dict[int, Group] = {}
@@ -417,7 +419,7 @@ class Trainer:
             joined = False
             for donor in list(self.live.values()):
                 try:
-                    buf, layout, step, want = donor.actors.slice(gpus=0).share_state.call_one(
+                    buf, layout, step, want = donor.ranks[0].share_state.call_one(
                     ).get(timeout=self.wait_s)
                     got = new.actors.load_state.call(buf, layout, step).get(timeout=self.wait_s)
                     digests = set(got.values())
@@ -457,29 +459,48 @@ class Trainer:
         self._victim += 1
         return slot, kind
 
+    def _gather(self, pending: Dict[int, Tuple[Group, List[Any]]], deadline: float
+                ) -> Dict[int, Tuple[torch.Tensor, float]]:
+        """Each group's gradient, as its procs answer; a group with a failed proc, or not done
+        by ``deadline``, is dropped (FT-3)."""
+        grads: Dict[int, Tuple[torch.Tensor, float]] = {}
+        while pending:
+            progressed = False
+            for slot, (g, futs) in list(pending.items()):
+                failed = next((f for f in futs if f.done() and f.exception(0) is not None), None)
+                if failed is not None:
+                    e = failed.exception(0)
+                    self._drop(g, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                elif all(f.done() for f in futs):
+                    grads[slot] = futs[0].get(0)
+                else:
+                    continue
+                del pending[slot]
+                progressed = True
+            if pending and not progressed:
+                if time.monotonic() >= deadline:
+                    for g, _ in pending.values():
+                        self._drop(g, f"no gradient within {self.step_timeout_s} s")
+                    break
+                time.sleep(0.0005)
+        return grads
+
     def run_step(self) -> StepRecord:
         self._admit()
         step = self.step
         if not self.live:
             raise RuntimeError(f"step {step}: no live group left (every group failed)")
         fault = self._fault_for(step)
-        futures = {}
+        pending: Dict[int, Tuple[Group, List[Any]]] = {}
         for slot, g in sorted(self.live.items()):
             kind = fault[1] if fault and fault[0] == slot else None
             if kind:
                 self.faults.append(FaultRecord(step, slot, kind, time.monotonic()))
                 self.log(f"step {step}: injecting {kind} into group {slot} (pid {g.pid})")
-            futures[slot] = (g, g.actors.compute.call(step, kind))
-        deadline = time.monotonic() + self.step_timeout_s
-        grads: Dict[int, Tuple[torch.Tensor, float]] = {}
-        for slot, (g, fut) in futures.items():
-            try:
-                values = fut.get(timeout=max(0.0, deadline - time.monotonic()))
-                grads[slot] = [v for v in values.values() if v is not None][0]
-            except TimeoutError:
-                self._drop(g, f"no gradient within {self.step_timeout_s} s")
-            except Exception as e:
-                self._drop(g, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            # One call per proc: a proc's death fails its own call at once, while the group's
+            # other procs may still wait in their all-reduce (FT-3).
+            pending[slot] = (g, [r.compute.call_one(step, kind) for r in g.ranks])
+        grads = self._gather(pending, time.monotonic() + self.step_timeout_s)
         if not grads:
             raise RuntimeError(f"step {step}: no group returned its gradient")
         quorum = sorted(grads)
@@ -527,7 +548,7 @@ class Trainer:
         the controller's copy. Seconds it took."""
         t0 = time.monotonic()
         donor = next(iter(self.live.values()))
-        buf, layout, step, want = donor.actors.slice(gpus=0).share_state.call_one().get(
+        buf, layout, step, want = donor.ranks[0].share_state.call_one().get(
             timeout=self.wait_s)
         saved = torch.empty(buf.size() // 4, dtype=torch.float32)
         buf.read_into(saved.view(torch.uint8)).get(timeout=self.wait_s)
