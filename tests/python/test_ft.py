@@ -208,3 +208,96 @@ def test_bench_ft_json_report():
             assert all(_number(k[field][s]) for s in ("n", "median", "max")), (kind, field)
     assert set(rep["targets"]) >= {"survivors_lose_at_most_1_step", "rejoin_within_10_s",
                                    "worst_steps_lost", "worst_rejoin_s"}
+
+
+NETNS_CHILD = textwrap.dedent("""
+    import json, sys, time
+    import torch
+    from podium.actor import attach_to_workers, enable_transport
+    from podium._core import mesh as _mesh
+    from podium._src import ft
+
+    log = lambda m: print(m, file=sys.stderr, flush=True)
+    controller_addr, workers = sys.argv[1], sys.argv[2:]
+    enable_transport(f"tcp://{controller_addr}:0")
+    hosts = attach_to_workers(workers=workers)
+    hosts.initialized.get(timeout=30)
+
+    def spawn(slot, generation):
+        # Group i starts on host i; a replacement goes to the next host.
+        h = slot if generation == 0 else (slot + 1) % len(workers)
+        return hosts.slice(hosts=slice(h, h + 1)).spawn_procs(per_host={"gpus": 1})
+
+    tr = ft.Trainer(groups=3, procs=1, spawn_procs=spawn, step_timeout_s=3.0, log=log)
+    try:
+        tr.start()
+        tr.run(10, progress_every=0)
+        print("CUT?", flush=True)
+        sys.stdin.readline()
+        t_cut = time.monotonic()
+        deadline = t_cut + 90
+        while time.monotonic() < deadline and not any(s == 0 for s, _, _, _ in tr.rejoins):
+            tr.run_step()
+        tr.run(5, progress_every=0)
+        after = [s for s in tr.steps if s.t > t_cut]
+        lost = next((s for s in after if 0 not in s.quorum), None)
+        back = [t for s, _, _, t in tr.rejoins if s == 0]
+        states = {slot: [s for _, s in g.actors.state.call().get(timeout=60).items()]
+                  for slot, g in sorted(tr.live.items())}
+        infos = {slot: [i for _, i in g.actors.info.call().get(timeout=60).items()]
+                 for slot, g in sorted(tr.live.items())}
+        digests = {slot: sorted(set(g.actors.digest.call().get(timeout=60).values()))
+                   for slot, g in tr.live.items()}
+    finally:
+        tr.stop()
+    first = states[min(states)][0]
+    out = {
+        "steps": [[s.step, s.quorum, s.loss] for s in tr.steps],
+        "faults": [],
+        "rejoins": [[s, g, step] for s, g, step, _ in tr.rejoins],
+        "applied": {slot: [i["applied"] for i in v] for slot, v in infos.items()},
+        "generation": {slot: v[0]["generation"] for slot, v in infos.items()},
+        "identical": all(torch.equal(s, first) for v in states.values() for s in v),
+        "vs_reference": float((first - ft.reference(0, tr.steps)["flat"]).abs().max()),
+        "digests": digests,
+        "cut_step": after[0].step if after else None,
+        "lost_step": lost.step if lost else None,
+        "survivors_step_after_s": lost.t - t_cut if lost else None,
+        "rejoin_after_s": back[0] - t_cut if back else None,
+    }
+    print("RESULT " + json.dumps(out), flush=True)
+    """)
+
+
+# FT-3, FT-4 across hosts: a group's host is cut off the network (frames silently dropped);
+# the others finish their step without it once its gradient is late, train on, and a
+# replacement on another host rejoins with their state.
+def test_a_group_on_a_cut_host_is_dropped_and_replaced(network, tmp_path):
+    from conftest import CHILD_TIMEOUT_S
+    from test_multihost_netns import PORT, start_workers, stop_workers
+
+    net = network(3)
+    workers = start_workers(net, env={"PODIUM_ZYGOTE_PRELOAD": ",".join(ft.ZYGOTE_PRELOAD)})
+    c = subprocess.Popen([sys.executable, "-c", NETNS_CHILD, net.controller_addr,
+                          *[f"tcp://{h.addr}:{PORT}" for h in net.hosts]],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        line = c.stdout.readline()
+        assert line.startswith("CUT?"), line + c.stderr.read()[-6000:]
+        net.cut(0)
+        c.stdin.write("\n")
+        c.stdin.flush()
+        out, err = c.communicate(timeout=CHILD_TIMEOUT_S * 3)
+    finally:
+        if c.poll() is None:
+            c.kill()
+        stop_workers(workers)
+    lines = [l for l in out.splitlines() if l.startswith("RESULT ")]
+    assert c.returncode == 0 and lines, out[-3000:] + err[-6000:]
+    r = json.loads(lines[0][len("RESULT "):])
+    print(f"host cut: survivors' step done {r['survivors_step_after_s']:.3f} s after the cut, "
+          f"replacement rejoined after {r['rejoin_after_s']:.2f} s")
+    assert r["lost_step"] == r["cut_step"], r  # the first step after the cut goes on without it
+    assert r["rejoin_after_s"] is not None and r["generation"]["0"] >= 1, r
+    _check_run(r, 3)
