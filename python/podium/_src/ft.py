@@ -43,6 +43,7 @@ from torch import nn
 import podium.actor
 from podium.actor import Actor, current_rank, endpoint, this_host
 from podium.rdma import RDMABuffer
+from podium.tensor._collectives import Communicator
 
 FAULT_KINDS = ("sigkill", "segfault", "exit")
 IN_FEATURES = 64
@@ -206,7 +207,6 @@ class FTWorker(Actor):
             inject_fault(fault)
         g, loss = gradient(self.model, *batch(self.seed, step, self.slot, self.rank))
         if self.procs > 1:  # the intra-group all-reduce, the group's own gloo group
-            from podium.tensor._collectives import Communicator
             comm = Communicator.get()
             both = torch.cat([g, torch.tensor([loss])])
             comm.reduce(both, members=tuple(range(self.procs)), reduction="avg",
