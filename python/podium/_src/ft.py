@@ -344,6 +344,7 @@ class Trainer:
         self._ready: List[Group] = []
         self._lock = threading.Lock()
         self._threads: List[threading.Thread] = []
+        self._jobs: List[Tuple[Callable[[], None], int]] = []
         self._gens = {s: 0 for s in range(groups)}
         self._victim = 0
         self._doomed: Dict[int, FaultRecord] = {}
@@ -405,9 +406,14 @@ class Trainer:
             with self._lock:
                 self._ready.append(new)
 
-        jobs = [stop_it] + ([replace_it] if replace else [])
-        for job in jobs:
-            t = threading.Thread(target=job, daemon=True, name=f"ft-{job.__name__}-{g.slot}")
+        # Started once the step is committed: forking procs now would slow the survivors'
+        # step on a machine with few cores.
+        self._jobs.extend((job, g.slot) for job in [stop_it] + ([replace_it] if replace else []))
+
+    def _start_jobs(self) -> None:
+        jobs, self._jobs = self._jobs, []
+        for job, slot in jobs:
+            t = threading.Thread(target=job, daemon=True, name=f"ft-{job.__name__}-{slot}")
             t.start()
             self._threads.append(t)
 
@@ -433,6 +439,7 @@ class Trainer:
                 break
             if not joined:
                 self._drop(new, "could not fetch a live group's state")
+                self._start_jobs()
                 continue
             now = time.monotonic()
             self.live[new.slot] = new
@@ -502,6 +509,7 @@ class Trainer:
             pending[slot] = (g, [r.compute.call_one(step, kind) for r in g.ranks])
         grads = self._gather(pending, time.monotonic() + self.step_timeout_s)
         if not grads:
+            self._start_jobs()  # stops what is left of them
             raise RuntimeError(f"step {step}: no group returned its gradient")
         quorum = sorted(grads)
         mean = torch.stack([grads[s][0] for s in quorum]).sum(0) / len(quorum)  # FT-2
@@ -520,6 +528,7 @@ class Trainer:
         for f in self.faults:
             if f.t_next_step is None:
                 f.t_next_step = now
+        self._start_jobs()
         return rec
 
     def run(self, steps: int, progress_every: int = 1) -> List[StepRecord]:
@@ -568,6 +577,7 @@ class Trainer:
         return time.monotonic() - t0
 
     def stop(self) -> None:
+        self._start_jobs()
         for t in self._threads:
             t.join(self.wait_s)
         with self._lock:
