@@ -126,8 +126,8 @@ def main(argv: List[str]) -> int:
     w, f = r["without_faults"], r["with_faults"]
     print(f"{r['groups']} groups x {r['procs_per_group']} procs, {r['parameters']} parameters, "
           f"{r['steps']} steps, {r['inject']}")
-    print(f"without faults: {w['steps_per_s']:.1f} steps/s (median step {w['step_s_median'] * 1e3:.1f}"
-          f" ms), final loss {w['final_loss']:.4f}")
+    print(f"without faults: {w['steps_per_s']:.1f} steps/s (median step "
+          f"{w['step_s_median'] * 1e3:.1f} ms), final loss {w['final_loss']:.4f}")
     print(f"with {f['faults']} faults: {f['steps_per_s']:.1f} steps/s "
           f"({r['throughput_ratio']:.2f}x), final loss {f['final_loss']:.4f}")
     for kind, k in r["per_kind"].items():

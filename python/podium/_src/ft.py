@@ -198,7 +198,8 @@ class FTWorker(Actor):
         return os.getpid()
 
     @endpoint
-    def compute(self, step: int, fault: Optional[str] = None) -> Optional[Tuple[torch.Tensor, float]]:
+    def compute(self, step: int, fault: Optional[str] = None
+                ) -> Optional[Tuple[torch.Tensor, float]]:
         """The group's gradient of ``step`` (rank 0 returns it, the others None)."""
         if step != self.step:
             raise RuntimeError(f"group {self.slot}.{self.generation} rank {self.rank} is at step "
