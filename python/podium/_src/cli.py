@@ -32,6 +32,7 @@ _PYTHON_BENCHMARKS = {
     "tensor": "podium._src.bench_tensor",
     "workspace": "podium._src.bench_workspace",
     "rl": "podium._src.bench_rl",
+    "ft": "podium._src.bench_ft",
 }
 
 

@@ -1,0 +1,146 @@
+"""`podium bench ft [--json]`: fault-tolerant training (podium._src.ft, examples/ft/train.py)
+with faults injected, against the same run without faults.
+
+For a fixed run of R groups (default 3, one proc each) and N steps with one fault every K steps
+(the kinds in turn: SIGKILL, a segfault through ctypes, os._exit), per fault kind: the time from
+the fault to (a) the survivors' next completed step (the commit of the step the fault hit) and
+(b) the replacement group's rejoin; the progress a fault costs the survivors, in steps (the
+extra time of that step over the median step); throughput (steps/s) with faults against the
+same run without; and the time a full restart of all groups takes (stop every group, spawn
+them all again, reload the last state from the controller's copy over the data plane), in the
+same run, as the reference. Progress goes to stderr; --json prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+from podium._src import ft
+
+
+def _log(message: str) -> None:
+    print(f"bench ft: {message}", file=sys.stderr, flush=True)
+
+
+def _stats(values: List[float]) -> Optional[Dict[str, float]]:
+    if not values:
+        return None
+    return {"n": len(values), "median": statistics.median(values), "max": max(values),
+            "min": min(values)}
+
+
+def _one_run(groups: int, procs: int, steps: int, inject: Optional[str],
+             step_timeout_s: float, restart: bool) -> Dict[str, Any]:
+    trainer = ft.Trainer(groups=groups, procs=procs, inject=inject,
+                         step_timeout_s=step_timeout_s, log=_log)
+    try:
+        t0 = time.monotonic()
+        trainer.start()
+        started = time.monotonic() - t0
+        t0 = time.monotonic()
+        trainer.run(steps, progress_every=max(1, steps // 5))
+        wall = time.monotonic() - t0
+        if inject:
+            trainer.wait_rejoined(60.0)  # a fault near the end: its rejoin still counts
+        full_restart = trainer.full_restart() if restart else None
+    finally:
+        trainer.stop()
+    times = [b.t - a.t for a, b in zip(trainer.steps, trainer.steps[1:])]
+    return {"trainer": trainer, "start_s": started, "wall_s": wall, "steps_per_s": steps / wall,
+            "step_s_median": statistics.median(times) if times else wall,
+            "final_loss": trainer.steps[-1].loss, "full_restart_s": full_restart,
+            "slot_steps_lost": sum(groups - len(s.quorum) for s in trainer.steps)}
+
+
+def run(groups: int, procs: int, steps: int, every: int, kinds: List[str],
+        step_timeout_s: float) -> Dict[str, Any]:
+    _log(f"{groups} groups x {procs} procs, {steps} steps without faults")
+    clean = _one_run(groups, procs, steps, None, step_timeout_s, restart=False)
+    inject = f"every={every} kinds={','.join(kinds)}"
+    _log(f"the same with faults: {inject}")
+    faulty = _one_run(groups, procs, steps, inject, step_timeout_s, restart=True)
+    step_s = clean["step_s_median"]
+    per_kind: Dict[str, Any] = {}
+    for kind in kinds:
+        fs = [f for f in faulty["trainer"].faults if f.kind == kind]
+        nxt = [f.t_next_step - f.t_fault for f in fs if f.t_next_step is not None]
+        rej = [f.t_rejoin - f.t_fault for f in fs if f.t_rejoin is not None]
+        per_kind[kind] = {
+            "faults": len(fs),
+            "to_next_step_s": _stats(nxt),
+            "to_rejoin_s": _stats(rej),
+            "steps_lost": _stats([max(0.0, t - step_s) / step_s for t in nxt]),
+            "not_rejoined": len(fs) - len(rej),
+        }
+    all_next = [f.t_next_step - f.t_fault for f in faulty["trainer"].faults if f.t_next_step]
+    all_rej = [f.t_rejoin - f.t_fault for f in faulty["trainer"].faults if f.t_rejoin]
+    worst_lost = max([max(0.0, t - step_s) / step_s for t in all_next], default=0.0)
+    out = {
+        "benchmark": "ft",
+        "groups": groups, "procs_per_group": procs, "steps": steps, "inject": inject,
+        "parameters": sum(p.numel() for p in ft.make_model(0).parameters()),
+        "averaging": "controller: mean of the quorum's gradients",
+        "without_faults": {k: clean[k] for k in ("start_s", "wall_s", "steps_per_s",
+                                                 "step_s_median", "final_loss")},
+        "with_faults": {**{k: faulty[k] for k in ("wall_s", "steps_per_s", "step_s_median",
+                                                  "final_loss", "slot_steps_lost")},
+                        "faults": len(faulty["trainer"].faults)},
+        "throughput_ratio": faulty["steps_per_s"] / clean["steps_per_s"],
+        "per_kind": per_kind,
+        "full_restart_s": faulty["full_restart_s"],
+        "full_restart_steps": faulty["full_restart_s"] / step_s,
+        "targets": {
+            "survivors_lose_at_most_1_step": worst_lost <= 1.0,
+            "worst_steps_lost": worst_lost,
+            "rejoin_within_10_s": bool(all_rej) and max(all_rej) <= 10.0,
+            "worst_rejoin_s": max(all_rej, default=None),
+        },
+    }
+    return out
+
+
+def main(argv: List[str]) -> int:
+    p = argparse.ArgumentParser(prog="podium bench ft", description=__doc__.split("\n\n")[0])
+    p.add_argument("--groups", type=int, default=3)
+    p.add_argument("--procs", type=int, default=1, help="procs per group")
+    p.add_argument("--steps", type=int, default=None, help="steps per run (default 300)")
+    p.add_argument("--every", type=int, default=None, help="a fault every K steps (default 30)")
+    p.add_argument("--kinds", default=",".join(ft.FAULT_KINDS))
+    p.add_argument("--step-timeout", type=float, default=3.0)
+    p.add_argument("--quick", action="store_true", help="60 steps, a fault every 15 (the test's)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    a = p.parse_args(argv)
+    steps = a.steps or (60 if a.quick else 300)
+    every = a.every or (15 if a.quick else 30)
+    kinds = [k for k in a.kinds.split(",") if k]
+    ft.parse_inject(f"every={every} kinds={','.join(kinds)}")
+    r = run(a.groups, a.procs, steps, every, kinds, a.step_timeout)
+    if a.json:
+        print(json.dumps(r))
+        return 0
+    w, f = r["without_faults"], r["with_faults"]
+    print(f"{r['groups']} groups x {r['procs_per_group']} procs, {r['parameters']} parameters, "
+          f"{r['steps']} steps, {r['inject']}")
+    print(f"without faults: {w['steps_per_s']:.1f} steps/s (median step "
+          f"{w['step_s_median'] * 1e3:.1f} ms), final loss {w['final_loss']:.4f}")
+    print(f"with {f['faults']} faults: {f['steps_per_s']:.1f} steps/s "
+          f"({r['throughput_ratio']:.2f}x), final loss {f['final_loss']:.4f}")
+    for kind, k in r["per_kind"].items():
+        if not k["faults"]:
+            continue
+        n, j, lost = k["to_next_step_s"], k["to_rejoin_s"], k["steps_lost"]
+        print(f"  {kind:8s} x{k['faults']}: survivors' next step after {n['median']:.3f} s "
+              f"(max {n['max']:.3f}), {lost['max']:.1f} steps lost at most; rejoin after "
+              + (f"{j['median']:.2f} s (max {j['max']:.2f})" if j else "never"))
+    print(f"full restart of all groups (reference): {r['full_restart_s']:.2f} s "
+          f"({r['full_restart_steps']:.0f} steps)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
