@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import podium
+
 SEED = 0
 IN_FEATURES = 256
 HIDDEN = 1024
@@ -145,8 +147,6 @@ def train_from_controller(mesh: Any, steps: int, warmup: int = 1, dim: str = "gp
     are the controller's times per timed step with a sync after each (the value of the last
     parameter read back); ``loop_s`` is the timed steps without syncs in between, up to one
     at the end."""
-    import podium
-
     world = dict(zip(mesh.extent.labels, mesh.extent.sizes))[dim]
     batch = podium.remote(rank_batch_on, propagate=_batch_meta)
     initial = podium.remote(initial_parameters, propagate=_initial_meta)

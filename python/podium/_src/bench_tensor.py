@@ -50,6 +50,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from podium._src import ddp_common
+from podium._src.proc_mesh import this_host
+from podium.tensor._bench import measure_dispatch
 
 _TIMEOUT_S = 600.0
 
@@ -147,8 +149,6 @@ def model_info() -> Dict[str, Any]:
 
 def measure_controller_ddp(procs: int = 4, steps: int = 30, warmup: int = 5) -> Dict[str, Any]:
     """The controller-driven figures (see the module docstring)."""
-    from podium._src.proc_mesh import this_host
-
     mesh = this_host().spawn_procs(per_host={"gpus": procs})
     try:
         r = ddp_common.train_from_controller(mesh, steps, warmup=warmup)
@@ -171,8 +171,6 @@ def measure_controller_ddp(procs: int = 4, steps: int = 30, warmup: int = 5) -> 
 
 
 def run(procs: int, steps: int, warmup: int, ops: int) -> Dict[str, Any]:
-    from podium.tensor._bench import measure_dispatch
-
     _log(f"controller DDP: {procs} procs, {warmup} + 2 x {steps} steps")
     controller = measure_controller_ddp(procs=procs, steps=steps, warmup=warmup)
     _log(f"torchrun DDP: {procs} procs, {warmup} + {steps} steps")

@@ -32,16 +32,13 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextvars
 import inspect
 import logging
 import pickle
 import sys
 import threading
-import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 
 from podium._core import mesh as _mesh
 from podium._core import ndslice as _nd
@@ -49,15 +46,22 @@ from podium._src import context, logs, pickling, runtime, server, supervision, t
 from podium._src import proc_log_read, workspace_sync
 from podium._src import restart as _restart
 from podium._src.bootstrap_cmd import _launches, _prod, _python_command
-from podium._src.actor_mesh import ActorMesh, _decode_bootstrap, _decode_none
+from podium._src.actor_mesh import ActorMesh
 from podium._src.context import actor_context
 from podium._src.endpoint import Actor, check_actor_class, endpoint
 from podium._src.endpoint import check_spawn as _check_spawn
 from podium._src.errors import PROC_MESH_IS_STOPPED, SupervisionError
-from podium._src.future import CoroFuture, Future
+from podium._src.future import Future
 from podium._src.runtime import enable_transport, ensure_runtime
 from podium._src.tensor_mesh import TensorMesh
 from podium._src.shape import _RegionView, MeshShape, select
+from podium._src.mesh_stop import (
+    _decode_bootstrap_true,
+    _decode_stopped,
+    _decode_true,
+    _stop_all,
+    _stop_through_registry,
+)
 
 T = TypeVar("T")
 
@@ -66,6 +70,7 @@ STOP_GRACE_MS = 5000
 # ProcMesh.stop(): how long the actors' stops (drain + __cleanup__) may take before the procs
 # are asked to exit anyway.
 STOP_ACTORS_MS = 10000
+
 BOOTSTRAP_NAME = "podium-bootstrap"
 REGISTRY_NAME = "podium-controllers"
 
@@ -412,49 +417,6 @@ def _rebuild_this_host(region: "_nd.Region", command: Any) -> "HostMesh":
     return HostMesh(region, None, _HostShared(command))
 
 
-def _decode_bootstrap_true(value: Any) -> bool:
-    _decode_bootstrap(value)
-    return True
-
-
-def _decode_true(value: Any) -> bool:
-    _decode_none(value)
-    return True
-
-
-def _stop_all(meshes: List["ProcMesh"], then: Optional[Callable[[], Any]]) -> "Future[None]":
-    """Stops `meshes` in parallel (HostMesh.stop), or, with `then` (HostMesh.shutdown of
-    attached hosts, which kills their procs as stopped), marks them stopped and runs `then`.
-    Resolves when all is done; raises the first failure."""
-    if then is not None:
-        for pm in meshes:
-            logs.before_kill(pm._shared)  # what they stream is printed before they die
-            with pm._shared.lock:
-                pm._shared.stopped = True
-                pm._shared.actor_meshes = []
-        cores = [then()]
-    else:
-        cores = [pm.stop()._core for pm in meshes if not pm._shared.stopped]
-    return Future(_mesh.all_of(cores), _decode_all, (cores, meshes))
-
-
-def _decode_all(_: Any, arg: Tuple[List[Any], List["ProcMesh"]]) -> None:
-    cores, meshes = arg
-    try:
-        for c in cores:
-            _decode_none(c)
-    finally:
-        for pm in meshes:
-            logs.after_stop(pm._shared)
-
-
-def _decode_stopped(core: Any, shared: "_ProcShared") -> None:
-    try:
-        _decode_none(core)
-    finally:  # the lines its actors sent as they stopped are printed (LG-7)
-        logs.after_stop(shared)
-
-
 # --- ProcMesh -------------------------------------------------------------------------------
 
 
@@ -611,7 +573,8 @@ class ProcMesh(MeshShape, TensorMesh):
             cores, self._shared.actor_meshes = self._shared.actor_meshes, []
         first = [c.stop() for c in cores]
         if self._shared.remote is not None:
-            return _stop_through_registry(self._core, first, self._shared, *self._shared.remote)
+            return _stop_through_registry(self._core, first, self._shared, *self._shared.remote,
+                                          STOP_ACTORS_MS, STOP_GRACE_MS)
         return Future(self._core.stop_after(first, STOP_ACTORS_MS, STOP_GRACE_MS),
                       _decode_stopped, self._shared)
 
@@ -638,49 +601,6 @@ class ProcMesh(MeshShape, TensorMesh):
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self.extent}>"
-
-
-# How long a stop through the registry (HM-2) waits for the procs' ends to reach this process
-# once the controller began stopping them: its grace, then the kill and the notices.
-_REMOTE_END_S = (STOP_GRACE_MS + 10000) / 1000
-
-
-def _stop_through_registry(core: Any, first: List[Any], shared: "_ProcShared",
-                           registry: Any, token: int) -> "Future[None]":
-    """HM-2: stops procs a controller spawned for this process: once the actor meshes' stops
-    (`first`) are done (or after STOP_ACTORS_MS), asks the controller to stop the procs, then
-    waits until every proc's end reached this process. Starts at once, on a thread of its
-    own (the steps wait on other processes); the Future resolves when it is done."""
-    done: "concurrent.futures.Future[None]" = concurrent.futures.Future()
-
-    def run() -> None:
-        try:
-            deadline = time.monotonic() + STOP_ACTORS_MS / 1000
-            for f in first:  # whatever their outcome, as ProcMesh::stop_after (ME-12)
-                f.wait(max(0.0, deadline - time.monotonic()))
-            registry.stop_procs_for.call_one(token).get()
-            if not core.ended().wait(_REMOTE_END_S):
-                raise RuntimeError(f"the procs of {core.extent} did not end within "
-                                   f"{_REMOTE_END_S:.0f} s of their controller's stop")
-        except BaseException as e:  # the caller's Future raises it
-            failed: Optional[BaseException] = e
-        else:
-            failed = None
-        try:  # the lines its actors sent as they stopped are printed (LG-7)
-            logs.after_stop(shared)
-        finally:
-            if failed is None:
-                done.set_result(None)
-            else:
-                done.set_exception(failed)
-
-    threading.Thread(target=contextvars.copy_context().run, args=(run,), daemon=True,
-                     name="podium-remote-stop").start()
-
-    async def wait() -> None:
-        await asyncio.wrap_future(done)
-
-    return CoroFuture(wait())
 
 
 def _rebuild_proc_mesh(state: tuple, bootstrap: bool) -> ProcMesh:
