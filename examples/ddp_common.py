@@ -117,13 +117,18 @@ def max_abs_diff(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> floa
 PARAMETER_SHAPES = [(HIDDEN, IN_FEATURES), (HIDDEN,), (OUT_FEATURES, HIDDEN), (OUT_FEATURES,)]
 
 
-def _batch_meta(step: int, rank: torch.Tensor, world: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty(BATCH_PER_RANK, IN_FEATURES), torch.empty(BATCH_PER_RANK, OUT_FEATURES)
+def _batches_meta(steps: int, rank: torch.Tensor, world: int
+                  ) -> Tuple[torch.Tensor, torch.Tensor]:
+    return (torch.empty(steps, BATCH_PER_RANK, IN_FEATURES),
+            torch.empty(steps, BATCH_PER_RANK, OUT_FEATURES))
 
 
-def rank_batch_on(step: int, rank: torch.Tensor, world: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """On a worker: its shard of step ``step`` (``rank``: its 0-dim rank tensor)."""
-    return rank_batch(step, int(rank), world)
+def rank_batches_on(steps: int, rank: torch.Tensor, world: int
+                    ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """On a worker: its shards of steps 0..steps-1, stacked (``rank``: its 0-dim rank
+    tensor)."""
+    shards = [rank_batch(step, int(rank), world) for step in range(steps)]
+    return torch.stack([x for x, _ in shards]), torch.stack([y for _, y in shards])
 
 
 def _initial_meta() -> List[torch.Tensor]:
@@ -148,7 +153,7 @@ def train_from_controller(mesh: Any, steps: int, warmup: int = 1, dim: str = "gp
     parameter read back); ``loop_s`` is the timed steps without syncs in between, up to one
     at the end."""
     world = dict(zip(mesh.extent.labels, mesh.extent.sizes))[dim]
-    batch = podium.remote(rank_batch_on, propagate=_batch_meta)
+    batches = podium.remote(rank_batches_on, propagate=_batches_meta)
     initial = podium.remote(initial_parameters, propagate=_initial_meta)
     threads = podium.remote(set_torch_threads, propagate=lambda n: None)
     with mesh.activate():
@@ -162,11 +167,14 @@ def train_from_controller(mesh: Any, steps: int, warmup: int = 1, dim: str = "gp
                 p.copy_(w.to(device))
         opt = make_optimizer(params)
         rank = mesh.rank_tensor(dim)
+        # Every rank makes its shards before the timed steps, as torchrun's ranks make theirs
+        # outside their step timing.
+        xs, ys = batches(warmup + 2 * steps, rank, world)
 
         sizes = [p.numel() for p in params]
 
         def step(s: int) -> None:
-            x, y = batch(s, rank, world)
+            x, y = xs[s], ys[s]
             loss = loss_fn(model(x.to(device)), y.to(device))
             # One all-reduce of all the gradients, as DDP's bucket: on 2 cores each collective
             # costs more in wake-ups than in bytes.
