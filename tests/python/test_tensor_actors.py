@@ -109,6 +109,8 @@ def test_handle_argument_arrives_as_the_local_tensor(setup):  # TE-20
         actors.keep.broadcast(x - 1)
         assert actors.kept_now.call().get(timeout=T).item(gpus=0) == [9.0] * 3
         y = actors.doubled.rref(x)
+        # An rref still queued and a call taking its result, on the same actors: in order.
+        assert actors.keep.call(y).get(timeout=T).item(gpus=1) == [24.0] * 3
         assert podium.inspect(y, gpus=1).tolist() == [24.0] * 3
 
 

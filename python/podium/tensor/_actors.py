@@ -11,11 +11,12 @@ that proc's local torch tensor.
     once per proc either way). A failing endpoint poisons the outputs (TE-2): a fetch raises
     RemoteException naming rank, host and the endpoint's error.
   TE-20 A handle among the arguments of ``call``, ``call_one``, ``choose``, ``stream``,
-    ``broadcast`` or ``rref`` of actors on procs that hold its value arrives as that proc's
-    local torch tensor (the worker's own object, not a copy), after every command issued
-    before the call has run there; a failed value fails the call with RemoteException. A
-    handle sent to actors on procs that do not hold it raises TypeError at the call, naming
-    both meshes; nothing is sent.
+    ``broadcast``, ``send`` or ``rref`` of actors on procs that hold its value arrives as
+    that proc's local torch tensor (the worker's own object, not a copy), after every command
+    issued before the call has run there (the controller waits for that before sending the
+    call); a failed value fails the call with RemoteException. A handle sent to actors on
+    procs that do not all hold it raises TypeError at the call, naming both meshes; the call
+    is not sent.
 """
 
 from __future__ import annotations
@@ -100,6 +101,10 @@ def reduce_handle(t: Tensor) -> Any:
     seq = target["seq"].get(id(client))
     if seq is None:
         seq = target["seq"][id(client)] = client.mark()
+        # The call leaves once the workers of the value's procs have run what came before it:
+        # an rref issued earlier may be running the same actors, which must not receive this
+        # call first (it would wait for that rref, and that rref for it).
+        view.workers.reached.call().get(timeout=_worker.LOCAL_WAIT_TIMEOUT_S)
     return (_worker.local_value, (client.token, t._rid, seq))
 
 

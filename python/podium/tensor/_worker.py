@@ -298,6 +298,11 @@ class TensorWorker(Actor):
             self.rref_specs[out_ids[0]] = (True, (_structure(out, keys), keys))
 
     @endpoint
+    def reached(self) -> int:
+        """The last mark run: a message that follows the batch that carried it (TE-20)."""
+        return self.mark
+
+    @endpoint
     def rref_spec(self, first_id: int) -> Tuple[bool, Any]:
         """The structure and metadata of the result of the rref whose outputs start at
         `first_id` on this proc, or its Failure (TE-19)."""
