@@ -12,6 +12,7 @@ batch, and the ids of remote values.
 from __future__ import annotations
 
 import pickle
+import uuid
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -119,6 +120,10 @@ class Client:
         self._mailboxes_ready = False
         self.root_view = self.view(root)
         self.append(self.root_view, ("peers", self.mailboxes))
+        # Actors of these procs read the workers' values through this token (TE-20).
+        self.token = uuid.uuid4().hex
+        self.marks = 0
+        self.append(self.root_view, ("register", self.token))
 
     def mailboxes_ready(self) -> None:
         """Waits (once) until every Mailbox actor of the root mesh is up (to_mesh)."""
@@ -148,6 +153,14 @@ class Client:
         self.pending += 1
         if self.pending >= BATCH_LIMIT and not hold[0]:
             self.flush()
+
+    def mark(self) -> int:
+        """Sends the batch, ending with a mark every worker records once it has run what
+        came before (TE-20); returns the mark's number."""
+        self.marks += 1
+        self.append(self.root_view, ("mark", self.marks))
+        self.flush()
+        return self.marks
 
     def set_stream(self, name: str) -> None:
         """Every worker switches to stream `name` before the next command."""

@@ -131,6 +131,9 @@ class TensorWorker(Actor):
         self.streams: Dict[str, Any] = {}
         self.stream_ctx: Any = None
         self.peers: Any = None
+        self.token: Optional[str] = None
+        self.mark = 0  # the last mark command run (TE-20)
+        self.rref_specs: Dict[int, Tuple[bool, Any]] = {}  # first id -> this proc's result
 
     # --- commands ---------------------------------------------------------------------------
     @endpoint
@@ -253,6 +256,58 @@ class TensorWorker(Actor):
             self.stream_ctx = torch.cuda.stream(self._cuda_stream(name))
             self.stream_ctx.__enter__()
 
+    # --- actors (TE-19, TE-20) ----------------------------------------------------------------
+    def _c_register(self, token: str) -> None:
+        self.token = token
+        with _LOCAL_CV:
+            _LOCAL[token] = self
+
+    def _c_mark(self, seq: int) -> None:
+        with _LOCAL_CV:
+            self.mark = seq
+            _LOCAL_CV.notify_all()
+
+    def _c_actor(self, mesh: Any, name: str, out_ids: List[int], args: tuple, kwargs: dict,
+                 region: tuple, report: Optional[int]) -> None:
+        """Calls this proc's actor of `mesh` (endpoint.rref, TE-19) and keeps its result.
+        Handles among the arguments travel as references to this worker's values, read by
+        the actor while this command waits (TE-20)."""
+        try:
+            for ref in _refs((args, kwargs)):
+                self._get(ref)  # a failed input fails the call here (TE-2)
+            local = _as_local(self.token, (args, kwargs))
+            actor = mesh.slice(**coordinates(self.rank, region)) if region[0] else mesh
+            out = getattr(actor, name).call_one(*local[0], **local[1]).get(
+                timeout=ACTOR_CALL_TIMEOUT_S)
+            flat: List[Any] = []
+            _flatten(out, flat)
+            if len(flat) > len(out_ids):
+                raise ValueError(f"{name} returned {len(flat)} tensors; rref takes at most "
+                                 f"{len(out_ids)}")
+            self._store(out_ids, out)
+        except _Poisoned as p:
+            if report == self.rank:
+                self.rref_specs[out_ids[0]] = (False, p.failure)
+            raise
+        except Exception as e:
+            if report == self.rank:
+                self.rref_specs[out_ids[0]] = (False, self._failure(("actor", name), e))
+            raise
+        if report == self.rank:
+            keys: List[tuple] = []
+            self.rref_specs[out_ids[0]] = (True, (_structure(out, keys), keys))
+
+    @endpoint
+    def reached(self) -> int:
+        """The last mark run: a message that follows the batch that carried it (TE-20)."""
+        return self.mark
+
+    @endpoint
+    def rref_spec(self, first_id: int) -> Tuple[bool, Any]:
+        """The structure and metadata of the result of the rref whose outputs start at
+        `first_id` on this proc, or its Failure (TE-19)."""
+        return self.rref_specs.pop(first_id)
+
     def _c_collective(self, fn: Any, out_ids: List[int], args: tuple) -> None:
         self._store(out_ids, fn(self, *self._resolve(args)))
 
@@ -352,6 +407,76 @@ class TensorWorker(Actor):
         self.values[out_id] = dst.view(dtype).view(shape)
 
 
+# The workers of this process by client token, for the actors that read their values (TE-20).
+_LOCAL: Dict[str, "TensorWorker"] = {}
+_LOCAL_CV = threading.Condition()
+ACTOR_CALL_TIMEOUT_S = 3600.0  # bound on an rref's endpoint call
+LOCAL_WAIT_TIMEOUT_S = 300.0  # bound on an actor waiting for the commands before its call
+
+
+def local_value(token: str, rid: int, seq: Optional[int]) -> Any:
+    """Unpickled in an actor: this proc's value `rid`, once the worker has run the commands
+    up to mark `seq` (None: the worker is waiting in an rref command, the value is ready).
+    A failed value raises RemoteException (TE-20)."""
+    with _LOCAL_CV:
+        ok = _LOCAL_CV.wait_for(
+            lambda: token in _LOCAL and (seq is None or _LOCAL[token].mark >= seq),
+            LOCAL_WAIT_TIMEOUT_S)
+        if not ok:
+            raise TimeoutError(f"a tensor argument (value {rid}) did not become ready on this "
+                               f"proc within {LOCAL_WAIT_TIMEOUT_S} s")
+        worker = _LOCAL[token]
+    v = worker.values.get(rid)
+    if v is None:
+        raise ValueError(f"tensor argument: no value {rid} on rank {worker.rank} "
+                         f"({worker.host}): it was freed or never made here")
+    if type(v) is Failure:
+        from podium.tensor._fetch import RemoteException
+        raise RemoteException(v, "A tensor passed to this endpoint failed to compute.")
+    return v
+
+
+class _LocalRef:
+    """A worker value sent to an actor of the same proc by reference."""
+
+    __slots__ = ("token", "id")
+
+    def __init__(self, token: str, rid: int) -> None:
+        self.token = token
+        self.id = rid
+
+    def __reduce__(self):
+        return (local_value, (self.token, self.id, None))
+
+
+def _refs(x: Any) -> List[Ref]:
+    out: List[Ref] = []
+
+    def walk(v: Any) -> None:
+        if type(v) is Ref:
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            for e in v:
+                walk(e)
+        elif isinstance(v, dict):
+            for e in v.values():
+                walk(e)
+
+    walk(x)
+    return out
+
+
+def _as_local(token: Optional[str], x: Any) -> Any:
+    t = type(x)
+    if t is Ref:
+        return _LocalRef(token or "", x.id)
+    if t is list or t is tuple:
+        return t(_as_local(token, v) for v in x)
+    if t is dict:
+        return {k: _as_local(token, v) for k, v in x.items()}
+    return x
+
+
 # to_mesh's mailbox of this proc: what other workers delivered, and the buffers this proc's
 # worker exposes until their reader has read them. The Mailbox actor fills it while the
 # TensorWorker of the same proc waits in a recv command.
@@ -447,12 +572,16 @@ def _outputs(cmd: tuple) -> List[int]:
         return list(cmd[2]) + list(cmd[5])
     if kind in ("call", "collective"):
         return list(cmd[2])
+    if kind == "actor":
+        return list(cmd[3])
     if kind in ("lift", "rank", "alias", "recv"):
         return [cmd[1]]
     return []
 
 
 def _name(cmd: tuple) -> str:
+    if cmd[0] == "actor":
+        return f"{cmd[1]._class.__qualname__}.{cmd[2]}" if len(cmd) > 2 else str(cmd[1])
     if cmd[0] in ("op", "call", "collective"):
         fn = cmd[1]
         return fn if isinstance(fn, str) else getattr(fn, "__qualname__", repr(fn))
