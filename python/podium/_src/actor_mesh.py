@@ -15,7 +15,6 @@ endpoint raised: the caller raises ActorError).
 from __future__ import annotations
 
 import pickle
-import sys
 from typing import Any, Callable, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar
 
 from podium._core import mesh as _mesh
@@ -36,6 +35,10 @@ from podium._src.shape import MeshShape, RunValues, select, shareable, ValueMesh
 R = TypeVar("R")
 T = TypeVar("T")
 A = TypeVar("A")
+
+# Set by podium.tensor._actors when the tensor engine loads (it needs torch, which this module
+# must not import): how calls carry tensor handles (TE-20) and Endpoint.rref (TE-19).
+tensor_calls: Any = None
 
 _NO_META = b""
 # ActorMesh.stop(): how long an actor may take to stop before its proc is killed.
@@ -223,9 +226,9 @@ class Endpoint(Generic[R]):
         if kwargs or not prop.takes_positional(len(args)):
             check_call(self._what, prop.signature, args, kwargs,
                        port=prop._explicit_response_port)
-        if "podium.tensor._tensor" in sys.modules:  # handles among the arguments (TE-20)
-            from podium.tensor._actors import dumps_call
-            return dumps_call(self, lambda: pickling.dumps_call(self._what, args, kwargs))
+        if tensor_calls is not None:  # handles among the arguments (TE-20)
+            return tensor_calls.dumps_call(
+                self, lambda: pickling.dumps_call(self._what, args, kwargs))
         return pickling.dumps_call(self._what, args, kwargs)
 
     def _where(self, rank: int) -> str:
@@ -362,8 +365,10 @@ class Endpoint(Generic[R]):
         """Inside ``with mesh.activate():``, with these actors on the procs of the active mesh:
         each proc's actor runs the endpoint in the order of the tensor commands, and the
         result is a tensor handle (a pytree of them) of what each returned (docs/tensor.md)."""
-        from podium.tensor._actors import rref
-        return rref(self, args, kwargs)
+        if tensor_calls is None:
+            raise RuntimeError(f"{self._what}.rref() needs the tensor engine: call it inside "
+                               "`with mesh.activate():` (docs/tensor.md)")
+        return tensor_calls.rref(self, args, kwargs)
 
     def _single(self, core_future: Any, rank: int) -> "Future[R]":
         return Future(core_future, _decode_single, (self, rank))

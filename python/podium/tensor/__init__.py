@@ -4,6 +4,7 @@ Inside ``with mesh.activate():`` torch ops run on every proc of the mesh; tensor
 ``podium.Tensor`` handles. The names here are re-exported by ``podium`` itself, lazily, so
 that ``import podium`` never imports torch."""
 
+from podium.tensor import _actors  # noqa: F401  (actor calls carry handles; rref: TE-19, TE-20)
 from podium.tensor._fetch import RemoteException, fetch_shard, inspect, show
 from podium.tensor._grad import grad_generator
 from podium.tensor._move import slice_mesh, to_mesh

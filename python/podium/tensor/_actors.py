@@ -21,6 +21,7 @@ that proc's local torch tensor.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, List, Optional
 
@@ -28,11 +29,13 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import _disable_current_modes
 
+from podium._src import actor_mesh as _actor_mesh
 from podium._src.endpoint import check_call
 from podium.tensor._client import View
 from podium.tensor._fetch import RemoteException, root_point
 from podium.tensor._tensor import (
     Tensor,
+    _hooks as _tensor_hooks,
     _bad_arguments,
     _check,
     _rebuild,
@@ -191,3 +194,7 @@ def _fake(fn: Any, args: tuple, kwargs: dict) -> Any:
             return fn(*fake(args), **fake(kwargs))
 
 
+# The hooks through which podium's actor calls and handles reach this module (no import of
+# torch in podium._src.actor_mesh, no import cycle in this package).
+_tensor_hooks["reduce_handle"] = reduce_handle
+_actor_mesh.tensor_calls = sys.modules[__name__]

@@ -16,31 +16,11 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils._python_dispatch import _disable_current_modes
 
-from podium._src.errors import ActorError
 from podium._src.future import Future, resolved
 
 from podium.tensor._client import View
 from podium.tensor._tensor import Tensor, no_mesh
-from podium.tensor._worker import Failure
-
-
-class RemoteException(ActorError):
-    """A command failed on a worker (Monarch's ``monarch.common.invocation.RemoteException``):
-    ``.exception`` is the original error (when it could travel), ``.rank`` and ``.host`` say
-    where, and the message carries the remote traceback. The workers live on."""
-
-    def __init__(self, failure: Failure,
-                 message: str = "A remote function has failed asynchronously.") -> None:
-        text = (f"{message}\nrank {failure.rank} on host {failure.host}: {failure.what}\n"
-                f"Traceback of where the remote function failed on worker (most recent call "
-                f"last):\n{failure.remote_traceback}")
-        exc = failure.exception if failure.exception is not None else RuntimeError(failure.what)
-        super().__init__(exc, text, failure.remote_traceback)
-        self.rank = failure.rank
-        self.host = failure.host
-
-    def __str__(self) -> str:
-        return self.message
+from podium.tensor._worker import RemoteException  # noqa: F401  (public here)
 
 
 def root_point(view: View, rank: int) -> Dict[str, int]:

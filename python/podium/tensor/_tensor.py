@@ -102,16 +102,17 @@ class Tensor(torch.Tensor):
         drop(self)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        # TypeError, except in the arguments of an endpoint of actors on its procs (TE-20).
-        from podium.tensor._actors import reduce_handle
-        return reduce_handle(self)
+        # TypeError, except in the arguments of an endpoint of actors on its procs (TE-20;
+        # _actors.py fills the hook, and podium.tensor always imports it).
+        return _hooks["reduce_handle"](self)
 
     @property
     def dropped(self) -> bool:
         return self._dropped
 
 
-# Filled by the modules that implement them (_collective.py, _move.py): no import cycle.
+# Filled by the modules that implement them (_collective.py, _move.py, _actors.py): no
+# import cycle.
 _hooks: Dict[str, Any] = {}
 
 

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from podium._src.context import current_rank
+from podium._src.errors import ActorError
 from podium._src.endpoint import Actor, endpoint
 from podium._src.rdma import RDMABuffer
 
@@ -61,6 +62,25 @@ class Failure:
     def __reduce__(self):
         return (Failure, (self.rank, self.host, self.what, self.remote_traceback,
                           self.exception))
+
+
+class RemoteException(ActorError):
+    """A command failed on a worker (Monarch's ``monarch.common.invocation.RemoteException``):
+    ``.exception`` is the original error (when it could travel), ``.rank`` and ``.host`` say
+    where, and the message carries the remote traceback. The workers live on."""
+
+    def __init__(self, failure: Failure,
+                 message: str = "A remote function has failed asynchronously.") -> None:
+        text = (f"{message}\nrank {failure.rank} on host {failure.host}: {failure.what}\n"
+                f"Traceback of where the remote function failed on worker (most recent call "
+                f"last):\n{failure.remote_traceback}")
+        exc = failure.exception if failure.exception is not None else RuntimeError(failure.what)
+        super().__init__(exc, text, failure.remote_traceback)
+        self.rank = failure.rank
+        self.host = failure.host
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class _Poisoned(Exception):
@@ -431,7 +451,6 @@ def local_value(token: str, rid: int, seq: Optional[int]) -> Any:
         raise ValueError(f"tensor argument: no value {rid} on rank {worker.rank} "
                          f"({worker.host}): it was freed or never made here")
     if type(v) is Failure:
-        from podium.tensor._fetch import RemoteException
         raise RemoteException(v, "A tensor passed to this endpoint failed to compute.")
     return v
 
