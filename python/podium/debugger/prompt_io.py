@@ -3,21 +3,25 @@ or podium.debug() in the controller process (LocalIO)."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from typing import List, Optional
 
 
-class DebugIO:
+class DebugIO(abc.ABC):
     """Where the prompt reads and writes: a TCP client (server.py) or podium.debug()."""
 
+    @abc.abstractmethod
     async def input(self, prompt: str = "") -> str:
-        raise NotImplementedError
+        """The user's next line, after showing ``prompt``."""
 
+    @abc.abstractmethod
     async def output(self, text: str) -> None:
-        raise NotImplementedError
+        """Shows ``text`` to the user."""
 
+    @abc.abstractmethod
     async def close(self, text: str = "") -> None:
-        raise NotImplementedError
+        """Shows ``text`` and ends the prompt's connection."""
 
 
 class IOClosed(Exception):

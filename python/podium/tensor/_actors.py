@@ -26,8 +26,6 @@ import threading
 from typing import Any, List, Optional
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import _disable_current_modes
 
 from podium._src import actor_mesh as _actor_mesh
 from podium._src.endpoint import check_call
@@ -45,6 +43,7 @@ from podium.tensor._tensor import (
     state,
 )
 from podium.tensor import _worker
+from podium.tensor._remote import on_fakes
 
 # The most tensors an endpoint without `propagate` may return through rref (ids reserved).
 RREF_MAX_OUTPUTS = 64
@@ -142,7 +141,7 @@ def rref(endpoint: Any, args: tuple, kwargs: dict) -> Any:
         client.set_stream(stream.name)
     propagate = prop._propagator
     if callable(propagate):
-        out = _fake(propagate, args, kwargs)
+        out = on_fakes(propagate, args, kwargs)
         metas: List[torch.Tensor] = []
         spec = _spec(out, metas)
         default = handles[0].device if handles else torch.device("cpu")
@@ -176,22 +175,6 @@ def rref(endpoint: Any, args: tuple, kwargs: dict) -> Any:
         client.append(view, ("del", ids[len(keys):]))
     outs = [new_handle(view, k, stream, rid=first_id + i) for i, k in enumerate(keys)]
     return _rebuild(spec, outs)
-
-
-def _fake(fn: Any, args: tuple, kwargs: dict) -> Any:
-    with _disable_current_modes():
-        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-            def fake(x: Any) -> Any:
-                if isinstance(x, Tensor):
-                    return mode.from_tensor(torch.empty_strided(
-                        x.shape, x.stride(), dtype=x.dtype, device="meta"))
-                if isinstance(x, (list, tuple)):
-                    return type(x)(fake(v) for v in x)
-                if isinstance(x, dict):
-                    return {k: fake(v) for k, v in x.items()}
-                return x
-
-            return fn(*fake(args), **fake(kwargs))
 
 
 # The hooks through which podium's actor calls and handles reach this module (no import of

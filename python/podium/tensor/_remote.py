@@ -48,6 +48,24 @@ def _by_value(fn: Callable[..., Any]) -> bool:
             or "<lambda>" in getattr(fn, "__qualname__", ""))
 
 
+def on_fakes(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """``fn`` called with every handle in ``args``/``kwargs`` replaced by a fake tensor of its
+    metadata (how `propagate` functions give output metadata: TE-13, TE-19)."""
+    with _disable_current_modes():
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            def fake(x: Any) -> Any:
+                if isinstance(x, Tensor):
+                    return mode.from_tensor(torch.empty_strided(
+                        x.shape, x.stride(), dtype=x.dtype, device="meta"))
+                if isinstance(x, (list, tuple)):
+                    return type(x)(fake(v) for v in x)
+                if isinstance(x, dict):
+                    return {k: fake(v) for k, v in x.items()}
+                return x
+
+            return fn(*fake(args), **fake(kwargs))
+
+
 class Remote:
     """A function that runs on the workers (TE-13)."""
 
@@ -129,19 +147,7 @@ class Remote:
 
     def _fake_outputs(self, args: tuple, kwargs: dict, handles: List[Tensor]) -> Any:
         fn = self._propagate if self._propagate is not None else self._impl()
-        with _disable_current_modes():
-            with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-                def fake(x: Any) -> Any:
-                    if isinstance(x, Tensor):
-                        return mode.from_tensor(torch.empty_strided(
-                            x.shape, x.stride(), dtype=x.dtype, device="meta"))
-                    if isinstance(x, (list, tuple)):
-                        return type(x)(fake(v) for v in x)
-                    if isinstance(x, dict):
-                        return {k: fake(v) for k, v in x.items()}
-                    return x
-
-                return fn(*fake(args), **fake(kwargs))
+        return on_fakes(fn, args, kwargs)
 
     def rref(self, *args: Any, **kwargs: Any) -> Any:
         """As calling it (Monarch's name for the handle-returning call)."""
