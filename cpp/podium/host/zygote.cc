@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -14,7 +15,11 @@
 #include <asio/posix/stream_descriptor.hpp>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -57,9 +62,63 @@ void report_exits(int fd) {
   }
 }
 
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25  // Linux 6.1
+#endif
+
+constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+
+bool huge_pages_wanted() {
+  const char* v = std::getenv("PODIUM_ZYGOTE_HUGEPAGES");
+  return v == nullptr || (std::strcmp(v, "0") != 0 && std::strcmp(v, "false") != 0);
+}
+
 }  // namespace
 
+HugePageCollapse collapse_anonymous_memory() {
+  HugePageCollapse out;
+  // Read the whole map first: collapsing changes it.
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    // start-end perms offset dev inode [path]
+    std::istringstream in(line);
+    std::string span, perms, offset, dev, inode, path;
+    in >> span >> perms >> offset >> dev >> inode;
+    std::getline(in >> std::ws, path);
+    if (perms.size() < 4 || perms[1] != 'w' || perms[3] != 'p') continue;  // private, writable
+    if (!path.empty() && path != "[heap]") continue;  // anonymous only: no files, no stack
+    auto dash = span.find('-');
+    if (dash == std::string::npos) continue;
+    uintptr_t a = std::strtoull(span.substr(0, dash).c_str(), nullptr, 16);
+    uintptr_t b = std::strtoull(span.substr(dash + 1).c_str(), nullptr, 16);
+    uintptr_t lo = (a + kHugePage - 1) & ~(kHugePage - 1);
+    uintptr_t hi = b & ~(kHugePage - 1);
+    if (hi > lo) ranges.emplace_back(lo, hi);
+  }
+  for (auto [lo, hi] : ranges) {
+    for (uintptr_t c = lo; c < hi; c += kHugePage) {
+      ++out.chunks;
+      if (::madvise(reinterpret_cast<void*>(c), kHugePage, MADV_COLLAPSE) == 0) {
+        ++out.collapsed;
+        out.bytes += kHugePage;
+      } else if (out.first_error == 0) {
+        out.first_error = errno;  // EINVAL: no MADV_COLLAPSE, or a chunk it cannot take
+      }
+    }
+  }
+  return out;
+}
+
 Result<ZygoteChild> zygote_serve(int fd, const ForkHooks& hooks) {
+  if (huge_pages_wanted()) {
+    auto c = collapse_anonymous_memory();  // ZY-5
+    spdlog::debug("podium zygote {}: {} of {} anonymous 2 MiB chunks in huge pages ({} MiB){}",
+                  ::getpid(), c.collapsed, c.chunks, c.bytes >> 20,
+                  c.first_error ? std::string(", first error: ") + std::strerror(c.first_error)
+                                : std::string());
+  }
   sigset_t chld, old;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);

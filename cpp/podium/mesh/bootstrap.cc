@@ -23,6 +23,7 @@
 #include <optional>
 
 #include "podium/actor/message.h"
+#include "podium/host/death_watch.h"
 #include "podium/mesh/host_protocol.h"
 #include "podium/mesh/job_config.h"
 #include "podium/mesh/runtime_impl.h"
@@ -276,6 +277,11 @@ Status serve_proc() {
   if (const char* bind = std::getenv(mesh::kBindEnv)) {  // LA-1: before any runtime thread
     if (auto bound = mesh::apply_bind(bind); !bound) return std::unexpected(bound.error());
     ::unsetenv(mesh::kBindEnv);
+  }
+  // DW-1: the spawner hears of this proc's death when its exit begins (a thread of its own,
+  // started after the binding so that it keeps to the bound cores).
+  if (auto watched = host::attach_death_watch(); !watched) {
+    spdlog::debug("podium: proc not death-watched: {}", watched.error().to_string());
   }
   {
     std::lock_guard lock(mesh::g_mu);

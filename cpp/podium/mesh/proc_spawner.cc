@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
 #include <filesystem>
 
 #include "podium/host/zygote.h"
@@ -69,7 +71,13 @@ ProcSpawner::ProcSpawner(asio::io_context& io, host::ChildWatcher& watcher,
       watcher_(watcher),
       proc_argv_(proc_argv.empty() ? std::vector<std::string>{self_exe()} : std::move(proc_argv)),
       zygote_argv_(std::move(zygote_argv)),
-      spawn_env_(SpawnCommands{proc_argv_, zygote_argv_}.encode()) {}
+      spawn_env_(SpawnCommands{proc_argv_, zygote_argv_}.encode()) {
+  if (auto dw = host::DeathWatch::create()) {
+    death_watch_ = std::move(*dw);
+  } else {
+    spdlog::debug("podium: no early death notice for procs: {}", dw.error().to_string());
+  }
+}
 
 ProcSpawner::~ProcSpawner() { stop(); }
 
@@ -81,6 +89,7 @@ void ProcSpawner::stop() {
     std::lock_guard lock(mu_);
     zygote = std::move(zygote_);
   }
+  if (death_watch_) death_watch_->stop();  // no on_dying after this
   if (zygote) zygote->stop();  // SIGKILL to every forked proc's group (ME-3)
   thread_.stop();
 }
@@ -117,6 +126,8 @@ std::shared_ptr<host::Zygote> ProcSpawner::zygote_for_spawn() {
         spec.path = zygote_argv_[0];
         spec.argv = zygote_argv_;
         add_output_fds(spec);
+        // Its children inherit the death watch's memfd (DW-1).
+        if (death_watch_) spec.fds.push_back(host::PassFd{death_watch_->fd(), host::DeathWatch::kChildFd});
         auto zygote = host::Zygote::start(io_, watcher_, spec);
         if (!zygote) return std::unexpected(zygote.error());
         std::lock_guard lock(mu_);
@@ -155,22 +166,46 @@ void ProcSpawner::apply_launch(const ProcLaunch& launch, host::ChildSpec& spec) 
   spec.argv = std::move(argv);
 }
 
-Result<pid_t> ProcSpawner::spawn(const ProcCommand& cmd, host::OnExit on_exit) {
+Result<pid_t> ProcSpawner::spawn(const ProcCommand& cmd, host::OnExit on_exit,
+                                 host::OnExit on_dying) {
   host::ChildSpec spec;
   spec.path = proc_argv_[0];
   spec.argv = proc_argv_;
   spec.env = cmd.env;
   spec.env.emplace_back(kSpawnEnv, spawn_env_);  // BT-3: its own procs start as this one's
+  // DW-1: a slot of the death watch, or none (an empty value: not one inherited from us).
+  std::shared_ptr<host::DeathWatch> dw = on_dying ? death_watch_ : nullptr;
+  std::optional<size_t> slot = dw ? dw->reserve() : std::nullopt;
+  spec.env.emplace_back(host::DeathWatch::kEnv, slot ? host::DeathWatch::env_value(*slot) : "");
+  if (slot) {
+    on_exit = [dw, s = *slot, on_exit = std::move(on_exit)](const host::ExitStatus& st) {
+      dw->release(s);  // DW-2: reaped, the slot is free
+      if (on_exit) on_exit(st);
+    };
+  }
   add_output_fds(spec);
   apply_launch(cmd.launch, spec);
+  Result<pid_t> pid = std::unexpected(Error{});
   if (auto zygote = cmd.launch.program.empty() ? zygote_for_spawn() : nullptr) {
     std::error_code ec;
     std::string cwd = std::filesystem::current_path(ec).string();
-    return zygote->spawn(host::ZygoteChild{spec.argv, host::current_environment(spec.env), cwd},
-                         std::move(on_exit));
+    pid = zygote->spawn(host::ZygoteChild{spec.argv, host::current_environment(spec.env), cwd},
+                        std::move(on_exit));
+  } else {
+    if (slot) spec.fds.push_back(host::PassFd{dw->fd(), host::DeathWatch::kChildFd});
+    pid = thread_.run<pid_t>([&]() -> Result<pid_t> { return watcher_.spawn(spec, on_exit); },
+                             kSpawnWait);
   }
-  return thread_.run<pid_t>([&]() -> Result<pid_t> { return watcher_.spawn(spec, on_exit); },
-                            kSpawnWait);
+  if (slot) {
+    if (!pid) {
+      dw->release(*slot);
+    } else {
+      dw->watch(*slot, *pid, [this, on_dying = std::move(on_dying)](const host::ExitStatus& st) {
+        asio::post(io_, [on_dying, st] { on_dying(st); });
+      });
+    }
+  }
+  return pid;
 }
 
 bool ProcSpawner::kill_group(pid_t pid, int sig) {

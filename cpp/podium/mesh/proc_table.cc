@@ -122,7 +122,27 @@ void Runtime::Impl::on_undeliverable(const wire::Envelope& env, const Error& why
 void Runtime::Impl::on_exit(const std::string& key, const host::ExitStatus& status) {
   {
     std::lock_guard lock(mu);
-    reservations.erase(key);
+    reservations.erase(key);  // its port is free only now
+    if (ended_early.erase(key) > 0) return;  // on_dying told already, with this status
+  }
+  proc_ended(key, status.pid, status.signaled ? status.code : 0, status.signaled ? -1 : status.code,
+             status.to_string(), exit_cause(status));
+}
+
+// DW-1: the exit of the proc `key` has begun (its memory is still being torn down): its end,
+// with the status the reap will give, 10 to 30 ms sooner for a proc with torch loaded. A proc
+// being stopped, released or shut down is left to its reap, as before.
+void Runtime::Impl::on_dying(const std::string& key, const host::ExitStatus& status) {
+  {
+    std::lock_guard lock(mu);
+    if (shut_down || released.contains(key)) return;
+    auto it = by_key.find(key);
+    if (it == by_key.end()) return;
+    if (auto mesh = it->second.mesh.lock()) {
+      std::lock_guard mlock(mesh->mu);
+      if (mesh->stopping) return;
+    }
+    if (!ended_early.insert(key).second) return;
   }
   proc_ended(key, status.pid, status.signaled ? status.code : 0, status.signaled ? -1 : status.code,
              status.to_string(), exit_cause(status));
@@ -521,8 +541,9 @@ Result<std::shared_ptr<ProcMeshState>> Runtime::spawn_procs(
     Boot boot{impl.proc->id().addr, mesh->procs[r].id.addr, mesh->mesh_id, r, tcp};
     ProcCommand cmd{{{kBootEnv, boot.encode()}, {kLineageEnv, child_lineage}},
                     r < launches.size() ? launches[r] : ProcLaunch{}};
-    auto pid = impl.spawner->spawn(cmd,
-                                   [&impl, key](const host::ExitStatus& s) { impl.on_exit(key, s); });
+    auto pid = impl.spawner->spawn(
+        cmd, [&impl, key](const host::ExitStatus& s) { impl.on_exit(key, s); },
+        [&impl, key](const host::ExitStatus& s) { impl.on_dying(key, s); });
     if (!pid) {
       Error e = make_error(MeshErrc::kSpawnFailed, "cannot start proc rank " + std::to_string(r) +
                                                        ": " + pid.error().to_string());

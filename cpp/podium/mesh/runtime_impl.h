@@ -111,6 +111,8 @@ struct Runtime::Impl : ProcRegistry {
   // Procs whose end is expected: their host was shut down (shutdown_hosts). Taken out when
   // the end is seen.
   std::unordered_set<std::string> released;
+  // Procs whose end on_dying reported before their reap (DW-1); taken out by on_exit.
+  std::unordered_set<std::string> ended_early;
   uint64_t dead_generation = 0;  // bumped whenever `dead` grows
   std::unique_ptr<base::Timer> sweep_timer;  // made by the first death
   bool sweep_armed = false;
@@ -142,6 +144,7 @@ struct Runtime::Impl : ProcRegistry {
   void on_ready(const actor::SystemHeader& h, const std::string& sender);
   void on_undeliverable(const wire::Envelope& env, const Error& why);
   void on_exit(const std::string& key, const host::ExitStatus& status);
+  void on_dying(const std::string& key, const host::ExitStatus& status);
   void proc_ended(const std::string& key, int64_t pid, int32_t sig, int32_t code,
                   const std::string& how, const std::string& cause);
   bool proc_gone(const std::string& key, int64_t pid, int32_t sig, int32_t code,
