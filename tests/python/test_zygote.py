@@ -188,3 +188,44 @@ def test_first_spawns_from_several_threads_at_once_share_one_zygote(tmp_path):
     assert len(parents) == 1, out
     if os.environ.get("PODIUM_ZYGOTE", "1") != "0":
         assert "killed by signal" not in r.stderr, r.stderr[-2000:]
+
+
+WATCH_SCRIPT = textwrap.dedent(
+    """
+    import json, os
+    from podium.actor import Actor, endpoint, this_host
+
+    class Probe(Actor):
+        @endpoint
+        def info(self):
+            maps = open("/proc/self/maps").read()
+            fds = []
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    fds.append(os.readlink(f"/proc/self/fd/{fd}"))
+                except OSError:
+                    pass  # the listing's own descriptor, closed already
+            return {"watched": "podium-death-watch" in maps,
+                    "env": os.environ.get("PODIUM_DEATH_WATCH"),
+                    "fd": any("podium-death-watch" in f for f in fds)}
+
+    procs = this_host().spawn_procs(per_host={"procs": 2})
+    print(json.dumps(list(procs.spawn("probe", Probe).info.call().get(timeout=20).values())))
+    """
+)
+
+
+@pytest.mark.parametrize("zygote", [True, False])
+def test_every_proc_is_death_watched_and_passes_the_watch_on_to_nothing(tmp_path, zygote):
+    """DW-1: a proc, forked or exec'd, maps its slot of its spawner's death watch (so its death
+    is told when its exit begins); the variable and the descriptor that brought it are gone, so
+    programs it starts are not watched through its slot."""
+    script = tmp_path / "watch.py"
+    script.write_text(WATCH_SCRIPT)
+    env = {**os.environ, "PODIUM_ZYGOTE": "1" if zygote else "0"}
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=CHILD_TIMEOUT_S)
+    assert r.returncode == 0, r.stderr
+    infos = json.loads(r.stdout.strip().splitlines()[-1])
+    assert infos == [{"watched": True, "env": None, "fd": False}] * 2

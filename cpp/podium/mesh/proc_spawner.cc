@@ -71,12 +71,21 @@ ProcSpawner::ProcSpawner(asio::io_context& io, host::ChildWatcher& watcher,
       watcher_(watcher),
       proc_argv_(proc_argv.empty() ? std::vector<std::string>{self_exe()} : std::move(proc_argv)),
       zygote_argv_(std::move(zygote_argv)),
-      spawn_env_(SpawnCommands{proc_argv_, zygote_argv_}.encode()) {
-  if (auto dw = host::DeathWatch::create()) {
-    death_watch_ = std::move(*dw);
-  } else {
-    spdlog::debug("podium: no early death notice for procs: {}", dw.error().to_string());
+      spawn_env_(SpawnCommands{proc_argv_, zygote_argv_}.encode()) {}
+
+// Made at the first spawn (a process that spawns nothing has no watcher thread); a kernel
+// without futex_waitv or memfd leaves procs to their reap, as before.
+std::shared_ptr<host::DeathWatch> ProcSpawner::death_watch() {
+  std::lock_guard lock(mu_);
+  if (!death_watch_ && !death_watch_failed_ && !stopped_) {
+    if (auto dw = host::DeathWatch::create()) {
+      death_watch_ = std::move(*dw);
+    } else {
+      death_watch_failed_ = true;
+      spdlog::debug("podium: no early death notice for procs: {}", dw.error().to_string());
+    }
   }
+  return death_watch_;
 }
 
 ProcSpawner::~ProcSpawner() { stop(); }
@@ -85,11 +94,14 @@ void ProcSpawner::start() { thread_.start(); }
 
 void ProcSpawner::stop() {
   std::shared_ptr<host::Zygote> zygote;
+  std::shared_ptr<host::DeathWatch> dw;
   {
     std::lock_guard lock(mu_);
     zygote = std::move(zygote_);
+    dw = death_watch_;
+    stopped_ = true;
   }
-  if (death_watch_) death_watch_->stop();  // no on_dying after this
+  if (dw) dw->stop();  // no on_dying after this
   if (zygote) zygote->stop();  // SIGKILL to every forked proc's group (ME-3)
   thread_.stop();
 }
@@ -127,7 +139,9 @@ std::shared_ptr<host::Zygote> ProcSpawner::zygote_for_spawn() {
         spec.argv = zygote_argv_;
         add_output_fds(spec);
         // Its children inherit the death watch's memfd (DW-1).
-        if (death_watch_) spec.fds.push_back(host::PassFd{death_watch_->fd(), host::DeathWatch::kChildFd});
+        if (auto dw = death_watch()) {
+          spec.fds.push_back(host::PassFd{dw->fd(), host::DeathWatch::kChildFd});
+        }
         auto zygote = host::Zygote::start(io_, watcher_, spec);
         if (!zygote) return std::unexpected(zygote.error());
         std::lock_guard lock(mu_);
@@ -174,7 +188,7 @@ Result<pid_t> ProcSpawner::spawn(const ProcCommand& cmd, host::OnExit on_exit,
   spec.env = cmd.env;
   spec.env.emplace_back(kSpawnEnv, spawn_env_);  // BT-3: its own procs start as this one's
   // DW-1: a slot of the death watch, or none (an empty value: not one inherited from us).
-  std::shared_ptr<host::DeathWatch> dw = on_dying ? death_watch_ : nullptr;
+  std::shared_ptr<host::DeathWatch> dw = on_dying ? death_watch() : nullptr;
   std::optional<size_t> slot = dw ? dw->reserve() : std::nullopt;
   spec.env.emplace_back(host::DeathWatch::kEnv, slot ? host::DeathWatch::env_value(*slot) : "");
   if (slot) {

@@ -9,8 +9,8 @@
 //
 // Threads: every member is thread-safe. JobThread::run() from the job thread itself runs the
 // job inline (no self-deadlock).
-// Locks: JobThread::mu_ guards its queue and state; ProcSpawner::mu_ guards zygote_ and
-// zygote_failed_. Both are leaves: nothing else is locked under them, and no job runs under
+// Locks: JobThread::mu_ guards its queue and state; ProcSpawner::mu_ guards zygote_,
+// zygote_failed_ and the death watch's pointer. Both are leaves: nothing else is locked under them, and no job runs under
 // them.
 // Invariants:
 //   PS-1 No wait on the spawner is unbounded: run() returns the job's result, or fails
@@ -188,11 +188,15 @@ class ProcSpawner {
   const std::string spawn_env_;  // both, as PODIUM_SPAWN carries them (BT-3)
   int out_fd_[2] = {-1, -1};  // set before the first spawn; immutable after
   JobThread thread_{"the spawner"};
-  std::mutex mu_;  // guards zygote_, zygote_failed_
+  std::mutex mu_;  // guards zygote_, zygote_failed_, death_watch_ and its flags
   std::shared_ptr<host::Zygote> zygote_;
   bool zygote_failed_ = false;
-  // Null where the kernel has no futex_waitv; its memfd is every child's fd kChildFd.
+  // The death watch (made at the first spawn; null where the kernel has no futex_waitv); its
+  // memfd is every child's fd kChildFd. Guarded by mu_.
+  std::shared_ptr<host::DeathWatch> death_watch();
   std::shared_ptr<host::DeathWatch> death_watch_;
+  bool death_watch_failed_ = false;
+  bool stopped_ = false;
 };
 
 // This binary's path (/proc/self/exe resolved).

@@ -6,10 +6,10 @@ step.
 
 Figures: train steps/s and generated tokens/s over the loop (after start-up). The weight sync
 per step, next to the data plane's time for the same bytes: after the last step each generator
-runs ``--reps`` rounds of a plain ``RDMABuffer.read_into`` of the trainer's weight slot and a
-full weight sync of the same bytes (the read into the staging buffer, the checksum, the swap:
-``generate``'s path), interleaved so both see the same load; the medians and their ratio
-(target <= 1.5). Also the weight syncs made in the loop itself (median, mean, the read's part),
+in turn runs ``--reps`` rounds of a plain ``RDMABuffer.read_into`` of the trainer's weight slot
+and a full weight sync of the same bytes (the read into the staging buffer, the checksum, the
+swap: ``generate``'s path), interleaved (which goes first alternates) so both see the same
+load; the medians and their ratio (target <= 1.5). Also the weight syncs made in the loop itself (median, mean, the read's part),
 where generation and training compete for the same cores. And the mean reward of the first
 and last 10 steps, the start-up time and the stale batches dropped.
 
@@ -42,8 +42,11 @@ def run(steps: int, max_staleness: int, reps: int) -> Dict[str, Any]:
             _log(f"step {row['step']}: reward {row['reward']:.3f}, tokens/s "
                  f"{row['tokens_per_s']:.0f}, sync {row['sync_ms']:.2f} ms")
         if row["step"] == steps:  # the data plane's time for the same bytes, same procs
-            for times in r.service.compare_sync.fanout(r.slots, reps).get(timeout=120):
-                probe.extend(times)
+            # One replica after the other: measured at once, the two would take turns on the
+            # cores and each time the other's reads.
+            for replica in range(cfg.replicas):
+                probe.extend(r.service.compare_sync.call_one(r.slots, reps, replica=replica)
+                             .get(timeout=120))
 
     r = rl_core.run(cfg, on_step)
     loop_s = r.steps[-1]["time_s"] - r.startup_s

@@ -24,11 +24,11 @@ def main() -> int:
     # Output reaches the controller's terminal line by line, each line in one write(2) and,
     # when an actor wrote it, prefixed with the actor's name and rank (see output.py).
     output.install()
-    # serve_proc() reads PODIUM_BOOT, PODIUM_SPAWN and PODIUM_LINEAGE from the C environment
-    # and unsets them (BT-1, BT-3, BT-5); os.environ, read at start, must not keep them either,
-    # or a program an actor starts with a copy of it (env={**os.environ, ...}) would think it
-    # is a proc.
-    for key in ("PODIUM_BOOT", "PODIUM_SPAWN", "PODIUM_LINEAGE"):
+    # serve_proc() reads PODIUM_BOOT, PODIUM_SPAWN, PODIUM_LINEAGE and PODIUM_DEATH_WATCH from
+    # the C environment and unsets them (BT-1, BT-3, BT-5, DW-1); os.environ, read at start,
+    # must not keep them either, or a program an actor starts with a copy of it
+    # (env={**os.environ, ...}) would think it is a proc, or death-watched.
+    for key in ("PODIUM_BOOT", "PODIUM_SPAWN", "PODIUM_LINEAGE", "PODIUM_DEATH_WATCH"):
         value = os.environ.pop(key, None)
         if value is not None:
             os.putenv(key, value)  # the C environment only, for serve_proc
