@@ -60,7 +60,8 @@ std::optional<ThreadStat> read_stat(const std::string& path) {
   std::vector<std::string> fields;  // fields[0] is field 3 (the state)
   for (std::string s; in >> s;) fields.push_back(std::move(s));
   if (fields.size() < 50) return std::nullopt;
-  return ThreadStat{fields[0][0], static_cast<unsigned>(std::strtoul(fields[6].c_str(), nullptr, 10)),
+  return ThreadStat{fields[0][0],
+                    static_cast<unsigned>(std::strtoul(fields[6].c_str(), nullptr, 10)),
                     std::atoi(fields[49].c_str())};
 }
 
@@ -303,7 +304,8 @@ Status attach_death_watch() {
   }).detach();
   // Watched from here on: a proc that dies right after is told early too.
   if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready || !done.get()) {
-    return std::unexpected(make_error(HostErrc::kInvalidSpec, "death watch: set_robust_list failed"));
+    return std::unexpected(
+        make_error(HostErrc::kInvalidSpec, "death watch: set_robust_list failed"));
   }
   return ok();
 }

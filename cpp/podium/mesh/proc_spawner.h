@@ -10,8 +10,8 @@
 // Threads: every member is thread-safe. JobThread::run() from the job thread itself runs the
 // job inline (no self-deadlock).
 // Locks: JobThread::mu_ guards its queue and state; ProcSpawner::mu_ guards zygote_,
-// zygote_failed_ and the death watch's pointer. Both are leaves: nothing else is locked under them, and no job runs under
-// them.
+// zygote_failed_ and the death watch's pointer. Both are leaves: nothing else is locked under
+// them, and no job runs under them.
 // Invariants:
 //   PS-1 No wait on the spawner is unbounded: run() returns the job's result, or fails
 //        (MeshErrc::kSpawnFailed) when the job did not start within its timeout, or
