@@ -64,6 +64,12 @@
 //        local region's memory type is given to UCX with each chunk. Where this process's UCX
 //        has no CUDA support (supports(kCuda) is false), registering CUDA memory fails with
 //        kUnavailable naming it, before anything is mapped.
+//   DA-24 UCX's pipelined RMA protocols are on (RMA_PPLN_ENABLE, UCX 1.22 and later) unless
+//        UCX_RMA_PPLN_ENABLE is set: without them UCX 1.22 moves a get of CUDA memory, and
+//        every transfer between GPU and host memory, by software emulation over shared-memory
+//        segments (under 1 GB/s on an H200); with them a get of CUDA memory on one host is a
+//        zero-copy write by the owner's side over cuda_ipc, and GPU-host transfers run as
+//        pipelined copies (docs/data.md, "GPU memory", has the figures).
 //   DA-21 UCX_NET_DEVICES in the environment wins; else EngineConfig::net_devices, when set,
 //        restricts UCX's network transports (and so the TCP listener UCX's tcp transport
 //        opens on every device it uses) to those devices (ucp_config_modify before ucp_init).

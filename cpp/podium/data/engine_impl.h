@@ -36,6 +36,9 @@ using Clock = std::chrono::steady_clock;
 // DA-22: UCX's software RMA over TCP moves a get's reply and a put in active messages of at
 // most one TCP segment each (8 KiB by default), and acknowledges every put segment; 1 MiB
 // segments cut the messages and acknowledgements 128-fold (docs/data.md, "Across hosts").
+// DA-24: the first UCX 1.x release where RMA_PPLN_ENABLE was seen (1.22).
+inline constexpr unsigned kRmaPplnMinor = 22;
+
 inline constexpr std::pair<const char*, const char*> kTcpSegDefaults[] = {
     {"TX_SEG_SIZE", "1m"}, {"RX_SEG_SIZE", "1m"}};
 

@@ -61,6 +61,13 @@ Result<std::unique_ptr<Engine>> Engine::make(EngineConfig config) {
       }
     }
   }
+  // DA-24: UCX's pipelined RMA protocols, unless the environment says otherwise. Only where
+  // the option is known to exist: an older UCX keeps the unknown name and warns about it.
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  if (std::getenv("UCX_RMA_PPLN_ENABLE") == nullptr && (major > 1 || minor >= kRmaPplnMinor)) {
+    (void)ucp_config_modify(cfg, "RMA_PPLN_ENABLE", "y");
+  }
   ucp_params_t p{};
   p.field_mask = UCP_PARAM_FIELD_FEATURES;
   p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;

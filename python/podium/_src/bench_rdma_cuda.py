@@ -148,7 +148,6 @@ def run(max_mib: int, reps: int) -> Dict[str, Any]:
                  f"GB/s{'' if intact else '  BYTES DIFFER'}")
             buf.drop().get(timeout=_TIMEOUT_S)
             owner.free.call_one(n).get(timeout=_TIMEOUT_S)
-            del gpu, gpu2, cpu
     finally:
         pm.stop().get(timeout=_TIMEOUT_S)
     return {
