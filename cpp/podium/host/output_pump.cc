@@ -314,12 +314,12 @@ class OutputPumps::Impl : public std::enable_shared_from_this<OutputPumps::Impl>
         break;
       }
     }
-    if (done) done();
     {
       std::lock_guard lock(mu_);
       --active_;
     }
     cv_.notify_all();
+    if (done) done();
   }
 
   asio::io_context io_;
