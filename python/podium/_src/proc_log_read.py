@@ -22,7 +22,7 @@ import threading
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
-from podium._src import proc_log
+from podium._src import proc_log, supervision
 from podium._src.endpoint import Actor, endpoint
 from podium._src.future import CoroFuture, Future
 
@@ -84,7 +84,6 @@ def _reader(pm: Any) -> Any:
         if entry is not None and entry[0]() is pm:
             return entry[1]
         # PL-6: a reader dies with its proc; that proc's own meshes report it.
-        from podium._src import supervision
         supervision.keep_mesh(LOGS_MESH, lambda failure: "quiet")
         mesh = pm.spawn(LOGS_MESH, LogReader)
         _readers[id(pm)] = (weakref.ref(pm), mesh)
