@@ -209,6 +209,7 @@ class PrefixedStream(io.TextIOBase):
 
 def install() -> None:
     """Replaces sys.stdout and sys.stderr of this proc with prefixing streams."""
+    _plog.captured  # takes PODIUM_PROC_LOG_FD now: what the proc starts does not inherit it
     for fd, name in ((1, "stdout"), (2, "stderr")):
         stream = getattr(sys, name)
         if stream is None or isinstance(stream, PrefixedStream):
