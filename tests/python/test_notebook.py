@@ -123,9 +123,9 @@ def test_the_notebook_keeps_its_actors_across_a_kernel_restart(tmp_path, monkeyp
 
 def test_the_notebook_across_two_namespace_hosts_keeps_its_actors_across_a_restart(
         tmp_path, monkeypatch, network):
-    """NB-1, NB-2 and HA-7 across hosts: the kernel (on the controller's side of the network) drives persistent workers in
-    two network namespaces; after the restart it re-attaches to the same remote procs and
-    actors, and their lines are in the cells."""
+    """NB-1, NB-2 and HA-7 across hosts: the kernel (on the controller's side of the network)
+    drives persistent workers in two network namespaces; after the restart it re-attaches to
+    the same remote procs and actors, and their lines are in the cells."""
     from test_multihost_netns import PORT, start_workers, stop_workers
 
     net = network(2)

@@ -30,7 +30,10 @@ Result<std::unique_ptr<LogFile>> LogFile::open(std::string path, uint64_t max_by
   auto dir = std::filesystem::path(path).parent_path();
   if (!dir.empty() && !std::filesystem::exists(dir, ec)) {
     std::filesystem::create_directories(dir, ec);
-    if (ec) return std::unexpected(make_error(HostErrc::kSpawnFailed, "mkdir " + dir.string() + ": " + ec.message()));
+    if (ec) {
+      return std::unexpected(
+          make_error(HostErrc::kSpawnFailed, "mkdir " + dir.string() + ": " + ec.message()));
+    }
     ::chmod(dir.c_str(), 0700);
   }
   int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
@@ -72,7 +75,9 @@ void LogFile::unlock() {
 
 Status LogFile::rotate() {
   std::string old = path_ + ".1";
-  if (::rename(path_.c_str(), old.c_str()) != 0) return std::unexpected(errno_error("rename " + path_, errno));
+  if (::rename(path_.c_str(), old.c_str()) != 0) {
+    return std::unexpected(errno_error("rename " + path_, errno));
+  }
   int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return std::unexpected(errno_error("open " + path_, errno));
   // The new file is locked before the old one is closed (which drops its lock): a reader
@@ -84,7 +89,9 @@ Status LogFile::rotate() {
 }
 
 Status LogFile::append(std::string_view data) {
-  if (!fd_) return std::unexpected(make_error(HostErrc::kStopped, "log file " + path_ + " is closed"));
+  if (!fd_) {
+    return std::unexpected(make_error(HostErrc::kStopped, "log file " + path_ + " is closed"));
+  }
   // Whole lines, grouped so that no write passes the cap; a line longer than the cap is cut.
   while (!data.empty()) {
     uint64_t room = size_ < max_ ? max_ - size_ : 0;
@@ -349,7 +356,8 @@ void OutputPumps::add(std::string name, ProcPipes pipes, std::unique_ptr<LogFile
   for (int i = 0; i < 3; ++i) {
     p->streams[i].id = ids[i];
     if (!*fds[i]) continue;
-    p->streams[i].sd = std::make_unique<asio::posix::stream_descriptor>(impl_->io(), fds[i]->release());
+    p->streams[i].sd =
+        std::make_unique<asio::posix::stream_descriptor>(impl_->io(), fds[i]->release());
     ++p->open;
   }
   impl_->add(std::move(p));

@@ -2,8 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 
@@ -120,7 +122,18 @@ void ProcSpawner::pump(pid_t pid, host::ProcPipes pipes, const std::string& log_
               [this](int stream, std::string_view data) { emit(stream, data); });
 }
 
-void ProcSpawner::start() { thread_.start(); }
+void ProcSpawner::start() {
+  // Each proc costs this process four descriptors for its output (three pipes and its log
+  // file, PS-4) besides its pidfd and connections: a soft limit of 1024 would cap a host at
+  // ~150 procs. Raised towards the hard limit, as many runtimes do.
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < kWantedFds &&
+      nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = std::min<rlim_t>(nofile.rlim_max, kWantedFds);
+    (void)::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  thread_.start();
+}
 
 void ProcSpawner::stop() {
   std::shared_ptr<host::Zygote> zygote;

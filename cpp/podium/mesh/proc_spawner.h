@@ -32,6 +32,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -179,6 +180,8 @@ class ProcSpawner {
   // `sig` to a proc's process group, whether forked from the zygote or exec'd.
   bool kill_group(pid_t pid, int sig);
 
+  // start() raises this process's soft RLIMIT_NOFILE to this (or the hard limit) (PS-4).
+  static constexpr uint64_t kWantedFds = 1 << 16;
   // How long a spawn waits for the spawner thread to take it (PS-1).
   static constexpr std::chrono::seconds kSpawnWait{30};
 
