@@ -297,6 +297,12 @@ def test_what_procs_write_to_fds_1_and_2_and_their_subprocesses_is_in_their_log(
     # Still on the terminal (the controller's stdout / stderr) as before the pumps.
     assert r.stdout.count("straight on fd 1\n") == 2 and r.stderr.count("straight on fd 2\n") == 2
     assert r.stdout.count("from a subprocess\n") == 2
+    # PL-5: a call that printed answers once the pump has its lines: they reach the terminal
+    # ahead of what the controller prints after the call.
+    shown = r.stdout.splitlines()
+    said = [i for i, line in enumerate(shown) if line.endswith("] printed once")]
+    assert len(said) == 2 and max(said) < shown.index(next(
+        line for line in shown if line.startswith("ALL "))), r.stdout
     # PL-1: one line in the files per line written, no duplicates.
     lines = _file_lines(tmp_path)
     assert len(glob.glob(str(tmp_path / "logs" / "proc-*.log"))) == 2

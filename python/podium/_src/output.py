@@ -43,6 +43,8 @@ _forward: Optional[Forwarder] = None
 _divert_lock = threading.Lock()
 # The proc's own stdout and stderr, by fd (install()).
 _bases: Dict[int, Any] = {}
+# Lines went to fds 1 and 2 since the last forward_flush(): it waits for the pump (PL-5).
+_wrote_fds = False
 
 
 def divert(quiet: bool) -> Tuple[str, int]:
@@ -78,8 +80,12 @@ def _close(fwd: Optional[Forwarder]) -> Tuple[str, int]:
 
 
 def forward_flush() -> Tuple[str, int]:
-    """Sends the lines waiting to stream now; (this proc, the last batch sent), or ("", 0)
-    when this proc does not stream."""
+    """Sends the lines waiting to stream now, and lets the pump read what went to fds 1 and 2
+    (PL-5); (this proc, the last batch sent), or ("", 0) when this proc does not stream."""
+    global _wrote_fds
+    if _wrote_fds:
+        _wrote_fds = False
+        _plog.settle()
     fwd = _forward
     if fwd is None:
         return "", 0
@@ -99,6 +105,11 @@ def _write_direct(fd: int, text: str) -> None:
         base.flush()
     except Exception:  # a closed stream while the proc leaves
         pass
+
+
+def _note_fds() -> None:
+    global _wrote_fds
+    _wrote_fds = True
 
 
 def _prefix() -> Optional[str]:
@@ -166,6 +177,7 @@ class PrefixedStream(io.TextIOBase):
                     self._base.write(text)
                     if "\n" in text:
                         self._base.flush()
+                        _note_fds()
             return len(text)
         data = pending + text
         lines = data.split("\n")
@@ -184,6 +196,7 @@ class PrefixedStream(io.TextIOBase):
                     _plog.switch_to(self._fd)  # PL-5
                     self._base.write(out)
                     self._base.flush()
+                _note_fds()
         return len(text)
 
     def flush(self) -> None:
@@ -205,6 +218,7 @@ class PrefixedStream(io.TextIOBase):
         if not _diverted:
             with self._lock:
                 self._base.flush()
+            _note_fds()
 
 
 def install() -> None:

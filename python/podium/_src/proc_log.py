@@ -35,7 +35,8 @@ about twice the cap.
     shared flock, which the pump holds exclusively from a pipe read to its file write. Lines
     the proc writes through sys.stdout, sys.stderr and the log-only pipe keep their order in
     the file: before it writes to another of the three, a proc waits (bounded) until the one
-    it used last is drained.
+    it used last is drained; and an endpoint call that printed to fds 1 and 2 answers once
+    the pump has read those lines, so they reach the terminal ahead of the answer.
 """
 
 from __future__ import annotations
@@ -175,6 +176,12 @@ class ProcLog:
             self._open()
             fds = list(self._pipes.values()) if self._captured else []
         return wait_drained(fds, timeout)
+
+    def settle(self, timeout: float = DRAIN_WAIT_S) -> None:
+        """Waits (bounded) until the pump has read what this proc wrote to fds 1 and 2, so
+        that it is on its way to the terminal before the call's answer (PL-5)."""
+        if self._captured:
+            wait_drained([fd for s, fd in self._pipes.items() if s != LOG_STREAM], timeout)
 
     def write(self, text: str) -> None:
         if not text:
