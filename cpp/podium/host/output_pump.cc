@@ -226,13 +226,7 @@ class OutputPumps::Impl : public std::enable_shared_from_this<OutputPumps::Impl>
       for (auto& p : pumps) self->finish(*p);
     });
     work_.reset();
-    if (thread_.joinable()) {
-      if (thread_.get_id() == std::this_thread::get_id()) {
-        thread_.detach();
-      } else {
-        thread_.join();
-      }
-    }
+    if (thread_.joinable()) thread_.join();  // never called from a sink or on_done
   }
 
   size_t active() {

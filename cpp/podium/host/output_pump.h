@@ -21,8 +21,10 @@
 // byte written to them before in the file (OP-3).
 //
 // Threads: OutputPumps runs every pump on one thread of its own (an asio io_context), so a
-// slow file or sink never stalls the caller's event loop; the sink runs on that thread.
-// add() and stop() are thread-safe.
+// slow file or sink never stalls the caller's event loop; the sink and on_done run on that
+// thread and must not call stop(). add() and stop() are thread-safe.
+// Locks: Impl::mu_ (the count of live pumps) is a leaf; the flock on a log file is held only
+// on the pump thread, across one pipe read and its file write.
 // Invariants (tests name them):
 //   OP-1 Every byte written to a pumped pipe before its last writer closed it (or died) is
 //        appended to the log file, and (stdout/stderr) passed to the sink, exactly once and
