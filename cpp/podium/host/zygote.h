@@ -17,7 +17,7 @@
 //
 // Wire (a SOCK_SEQPACKET socketpair, the zygote's end as its fd 3; one msgpack array per
 // packet, docs/host.md):
-//   controller -> zygote  ["spawn", id, argv, env, cwd]
+//   controller -> zygote  ["spawn", id, argv, env, cwd, targets] (+ the fds, SCM_RIGHTS)
 //   zygote -> controller  ["spawned", id, pid] | ["failed", id, why]
 //                         ["exit", pid, signaled, code, core_dumped]
 //
@@ -32,6 +32,9 @@
 //        with the controller, and exits when the controller closes the socket.
 //   ZY-4 The environment of a child is the one sent with the request (the controller's at
 //        spawn time), not the zygote's.
+//   ZY-5 The descriptors sent with a request are the child's at their targets (its fds 1, 2,
+//        3: pipes whose read ends the controller holds); the zygote closes its copies at
+//        once, so only the child (and what it starts) holds the write ends.
 #pragma once
 
 #include <sys/types.h>
@@ -57,6 +60,10 @@ struct ZygoteChild {
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;  // the whole environment
   std::string cwd;                                       // empty: the zygote's
+  // Controller side: the controller's descriptor `fd` becomes the child's `target` (its
+  // stdout/stderr pipes, ZY-5). They travel with the request (SCM_RIGHTS); the child gets
+  // them dup2'd onto their targets, and the zygote keeps none. In the child: empty.
+  std::vector<PassFd> fds;
 };
 
 // Run around fork() in the zygote (a language runtime's own fork bookkeeping: Python's
