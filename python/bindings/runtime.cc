@@ -9,6 +9,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <asio/io_context.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -20,6 +22,7 @@
 #include "future.h"
 #include "podium/actor/executor.h"
 #include "podium/actor/proc.h"
+#include "podium/channel/probe.h"
 #include "podium/mesh/proc_mesh.h"
 #include "podium/mesh/relay.h"
 #include "podium/mesh/runtime.h"
@@ -151,6 +154,40 @@ void bind_runtime(nb::module_& m) {
       },
       "This process's root proc's channel counters (CH-15), its parts lent to peers and not "
       "yet acknowledged (CH-26) and this process's pulls of lent parts (CH-25).");
+  m.def(
+      "serve_gateway",
+      [](const std::string& addr) {
+        auto a = unwrap(channel::Address::parse(addr));
+        Result<channel::Address> bound;
+        {
+          nb::gil_scoped_release unlocked;
+          bound = mesh::Runtime::get().proc().serve_gateway(a);
+        }
+        return unwrap(std::move(bound)).to_string();
+      },
+      nb::arg("addr"),
+      "DB-8: this process's root proc also accepts on `addr` ('tcp:HOST:PORT') as a gateway "
+      "(channel GW-1..GW-4): clients that attach there (`podium debug`, `exec`, `logs`, "
+      "`dashboard`) pass the channel's setup (the job's secret, TLS) and reach this proc's "
+      "actors. Returns the bound address; again with the same address (or port 0) returns it.");
+  m.def(
+      "probe",
+      [](const std::string& addr, int timeout_ms) -> std::optional<std::string> {
+        auto a = unwrap(channel::Address::parse(addr));
+        std::optional<std::string> why;
+        {
+          nb::gil_scoped_release unlocked;
+          asio::io_context io;
+          channel::probe(io, a, timeout_ms, [&](std::error_code ec) {
+            if (ec) why = ec.message();
+          });
+          io.run();
+        }
+        return why;
+      },
+      nb::arg("addr"), nb::arg("timeout_ms"),
+      "One plain connect to `addr` (no handshake), closed at once: None when something "
+      "accepted it, else why not (refused, unreachable, timed out).");
   m.def("lineage", [] { return mesh::Runtime::get().lineage(); },
         "This process's proc key, then those of the procs it descends from (ME-15).");
   m.def("cast_fanout", &mesh::cast_fanout,

@@ -67,9 +67,9 @@ def _stopped_sessions() -> List[Dict[str, Any]]:
 def _debug_server() -> Optional[str]:
     try:
         ctrl = _dbg.current
-        if ctrl is None or ctrl.server is None or ctrl.server.server is None:
+        if ctrl is None or ctrl.listener.address is None:
             return None
-        return f"{ctrl.server.host}:{ctrl.server.port}"
+        return f"{ctrl.listener.host}:{ctrl.listener.port}"
     except Exception:
         return None
 
