@@ -6,13 +6,23 @@ notebook, a script). Both drive the prompt with DebugController.exchange calls."
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import sys
 from typing import Any, Optional
 
-from podium.debugger.controller import LOCAL, debug_controller
+from podium._src import dashboard as _dashboard
+from podium._src.actor_mesh import ActorMesh
+from podium.debugger.controller import LOCAL, DebugController, debug_controller
 from podium.debugger import logs as logs_cli
 from podium.debugger import shell
-from podium.debugger.endpoint import client_id, configured_address, connect
+from podium.debugger.endpoint import client_id, configured_address, connect_core
+
+
+def connect(host: str, port: int, wait_s: float, secret_file: Optional[str]) -> Any:
+    """The DebugController of the job whose controller listens on host:port (endpoint.py,
+    DB-8), as an ActorMesh of this process."""
+    return ActorMesh(DebugController, connect_core(host, port, wait_s, secret_file), None)
 
 
 def debug() -> None:
@@ -55,8 +65,6 @@ class _LineReader:
         self.eof = False
 
     def line(self) -> Optional[str]:
-        import os
-        import select
         fd = sys.stdin.fileno()
         while b"\n" not in self.buffer:
             if self.eof:
@@ -127,7 +135,6 @@ def run_dashboard(args: argparse.Namespace) -> int:
     if ctrl is None:
         return 1
     if getattr(args, "serve", None) is not None:
-        from podium._src import dashboard as _dashboard
         try:
             dash = _dashboard.Dashboard(
                 "127.0.0.1", args.serve,

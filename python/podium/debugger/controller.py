@@ -34,7 +34,8 @@ from podium.debugger import commands
 from podium.debugger.commands import CommandError
 from podium.debugger.prompt_io import DebugIO, IOClosed, LocalIO
 from podium.debugger import logs as _logs
-from podium.debugger.endpoint import Listener
+from podium._src.dashboard.state import Collector
+from podium.debugger.endpoint import Listener, has_secret
 from podium.debugger.shell import Runner
 
 PROMPT = "podium_dbg> "
@@ -204,7 +205,6 @@ class DebugController(Actor):
         (endpoint.py); raises when it could not listen (DB-9)."""
         await self._ensure_server()
         host, port = self.listener.where()
-        from podium.debugger.endpoint import has_secret
         return host, port, has_secret()
 
     @concurrent_endpoint
@@ -291,8 +291,7 @@ class DebugController(Actor):
         """One snapshot of the job for the dashboard's page (DS-1..DS-3): what every
         dashboard, the controller's or `podium dashboard --serve`'s, shows."""
         if self.collector is None:
-            from podium._src.dashboard.state import Collector
-            self.collector = Collector()
+            self.collector = Collector(self)
         return await asyncio.to_thread(self.collector.snapshot)
 
     # --- the prompt --------------------------------------------------------------------------

@@ -36,6 +36,9 @@ import time
 import uuid
 from typing import Any, Optional, Tuple
 
+from podium._core import mesh as _mesh
+from podium._src import runtime
+
 DEFAULT_HOST = "localhost"
 DEFAULT_PORT = 27000
 CONTROLLER_NAME = "debug_controller"  # the DebugController's name in the controller's proc
@@ -76,7 +79,6 @@ def channel_address(host: str, port: int) -> str:
 def job_secret_file() -> Optional[str]:
     """The file of the job's secret as this (controller) process holds it: PODIUM_SECRET_FILE,
     or the one its runtime generated (SE-1)."""
-    from podium._core import mesh as _mesh
     return os.environ.get("PODIUM_SECRET_FILE") or _mesh.secret_file() or None
 
 
@@ -145,7 +147,6 @@ class Listener:
     def start(self) -> None:
         if self.address is not None or self.error is not None:
             return
-        from podium._core import mesh as _mesh
         loopback = is_loopback(self.host)
         try:
             if not loopback and not has_secret():
@@ -204,16 +205,11 @@ def _client_secret(host: str, port: int, secret_file: Optional[str]) -> None:
         os.environ["PODIUM_SECRET_FILE"] = path
 
 
-def connect(host: str, port: int, wait_s: float, secret_file: Optional[str]) -> Any:
-    """The DebugController of the job whose controller listens on host:port, as an ActorMesh
-    of this process (a podium client attached through that address: GW-1). Waits up to
-    ``wait_s`` seconds for something to listen there (the controller starts listening with
-    its debug controller: at the first breakpoint, or debug_controller())."""
-    from podium._core import mesh as _mesh
-    from podium._src import compat
-    from podium._src.actor_mesh import ActorMesh
-    from podium.debugger.controller import DebugController
-
+def connect_core(host: str, port: int, wait_s: float, secret_file: Optional[str]) -> Any:
+    """The DebugController of the job whose controller listens on host:port, as the core of
+    an ActorMesh of this process (a podium client attached through that address: GW-1).
+    Waits up to ``wait_s`` seconds for something to listen there (the controller starts
+    listening with its debug controller: at the first breakpoint, or debug_controller())."""
     address = channel_address(host, port)
     deadline = time.monotonic() + wait_s
     said = False
@@ -241,16 +237,15 @@ def connect(host: str, port: int, wait_s: float, secret_file: Optional[str]) -> 
     _client_secret(host, port, secret_file)
     os.environ.setdefault("PODIUM_ATTACH_TIMEOUT_MS", ATTACH_TIMEOUT_MS)
     try:
-        compat.attach("tcp://" + address[len("tcp:"):])
+        runtime.attach_via("tcp://" + address[len("tcp:"):])
     except Exception as e:
         raise PermissionError(
             f"the controller at {host}:{port} did not accept this client ({e}); it asks for "
             f"the job's secret: set PODIUM_SECRET_FILE or give --secret-file") from None
     actor = f"{address}#{CONTROLLER_NAME}[0]"
-    core = _mesh.ActorMesh.from_state(
+    return _mesh.ActorMesh.from_state(
         CONTROLLER_NAME, [], [], [(address, 0, host)],
         [(address, actor + ":0", actor, address)], ([], 0, [], []), [])
-    return ActorMesh(DebugController, core, None)
 
 
 def _listening_here(port: int) -> Optional[bool]:
