@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -558,7 +559,13 @@ def test_the_debug_address_is_the_channels_and_no_python_listener_remains(
     assert _tcp_listeners(job.proc.pid) == {port}
     got = _raw_client(port, b"\n")
     assert b"podium" not in got, got  # the old Python server greeted with "podium-debug v1"
-    t = terminal("--port", str(port))
+    # On loopback, a command without the secret in its environment finds the secret file
+    # in the note the controller left for its user (never the secret itself).
+    note = os.path.join(tempfile.gettempdir(), f"podium-debug-{os.getuid()}", str(port))
+    with open(note) as f:
+        assert f.read().strip() == os.environ["PODIUM_SECRET_FILE"]
+    assert os.stat(note).st_mode & 0o077 == 0
+    t = terminal("--port", str(port), env=env_without_secret())
     t.expect_exact(PROMPT)
     assert len(rows(command(t, "list"))) == 2
     # A `podium exec` meanwhile is a client of its own, and leaves no listener behind.

@@ -93,6 +93,16 @@ def channel_stats() -> dict:
     This process's root proc's channel counters (CH-15), its parts lent to peers and not yet acknowledged (CH-26) and this process's pulls of lent parts (CH-25).
     """
 
+def serve_gateway(addr: str) -> str:
+    """
+    DB-8: this process's root proc also accepts on `addr` ('tcp:HOST:PORT') as a gateway (channel GW-1..GW-4): clients that attach there (`podium debug`, `exec`, `logs`, `dashboard`) pass the channel's setup (the job's secret, TLS) and reach this proc's actors. Returns the bound address; again with the same address (or port 0) returns it.
+    """
+
+def probe(addr: str, timeout_ms: int) -> str | None:
+    """
+    One plain connect to `addr` (no handshake), closed at once: None when something accepted it, else why not (refused, unreachable, timed out).
+    """
+
 def lineage() -> list[str]:
     """
     This process's proc key, then those of the procs it descends from (ME-15).
