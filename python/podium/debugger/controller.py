@@ -35,7 +35,7 @@ from podium.debugger.commands import CommandError
 from podium.debugger.prompt_io import DebugIO, IOClosed, LocalIO
 from podium.debugger import logs as _logs
 from podium._src.dashboard.state import Collector
-from podium.debugger.endpoint import Listener, has_secret
+from podium.debugger.endpoint import CONTROLLER_NAME, Listener, has_secret
 from podium.debugger.shell import Runner
 
 PROMPT = "podium_dbg> "
@@ -435,7 +435,7 @@ def debug_controller() -> Any:
     Called in the controller process, it also starts listening on the debug address, so that
     `podium debug` and `podium exec` reach the job from then on (DB-8; an address it cannot
     listen on is reported: DB-9)."""
-    mesh = get_or_spawn_controller("debug_controller", DebugController).get()
+    mesh = get_or_spawn_controller(CONTROLLER_NAME, DebugController).get()
     if not _server.in_proc():
         try:
             mesh.server_address.call_one().get()

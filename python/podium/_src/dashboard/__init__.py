@@ -26,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, Optional
 
 from podium._src.dashboard.page import PAGE
+from podium._src.proc_mesh import get_or_spawn_controller
 from podium.debugger import controller as _debug_controller
 from podium.debugger.endpoint import is_loopback
 
@@ -122,8 +123,11 @@ def dashboard(host: Optional[str] = None, port: Optional[int] = None) -> Dashboa
 
 
 def _controller_state() -> Dict[str, Any]:
-    """The snapshot, in the controller, through its DebugController as every dashboard's."""
-    return _debug_controller.debug_controller().dashboard_state.call_one().get(timeout=60)
+    """The snapshot, in the controller, through its DebugController as every dashboard's
+    (spawned if need be, without making it listen on the debug address)."""
+    ctrl = get_or_spawn_controller(_debug_controller.CONTROLLER_NAME,
+                                   _debug_controller.DebugController).get(timeout=60)
+    return ctrl.dashboard_state.call_one().get(timeout=60)
 
 
 # `podium dashboard` asks the debug controller, which starts it with this (the controller
