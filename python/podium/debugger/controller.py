@@ -40,10 +40,8 @@ from podium.debugger.shell import Runner
 
 PROMPT = "podium_dbg> "
 LOCAL = "podium.debug()"  # the client name of the controller's own prompt
-# The DebugController of this process, once spawned (it lives in the controller process).
-current: Optional["DebugController"] = None
-# podium.dashboard(), set by podium._src.dashboard when it is imported (it reads `current`):
-# what `podium dashboard` asks this controller to run.
+# podium.dashboard(), set by podium._src.dashboard when it is imported: what `podium
+# dashboard` asks this controller to run.
 start_dashboard: Optional[Any] = None
 BANNER = ("\n************************ PODIUM DEBUGGER ************************\n"
           "Enter 'help' for a list of commands.\n"
@@ -111,8 +109,6 @@ class DebugController(Actor):
         self.runner = Runner()  # podium exec (shell.py)
         self.logs = _logs.Reads()  # podium logs (logs.py)
         self.collector: Any = None  # the dashboard's (podium._src.dashboard.state)
-        global current
-        current = self  # the dashboard reads the stopped actors from here (podium.dashboard)
 
     def _event(self) -> asyncio.Event:
         if self.some_session is None:

@@ -215,13 +215,11 @@ def connect_core(host: str, port: int, wait_s: float, secret_file: Optional[str]
     said = False
     local = is_loopback(host)
     while True:
-        why = _listening_here(port) if local else None
-        if why is False:
-            why = "nothing listens on this host's port"
-        elif why is None or not local:  # elsewhere (or no /proc): one plain connect
+        here = _listening_here(port) if local else None
+        if here is not None:
+            why = None if here else "nothing listens on this host's port"
+        else:  # another host (or no /proc): one plain connect
             why = _mesh.probe(address, PROBE_MS)
-        else:
-            why = None
         if why is None:
             break
         if time.monotonic() >= deadline:
