@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -310,8 +311,26 @@ def test_a_dashboard_listens_on_loopback_only():
         with urllib.request.urlopen(d.url, timeout=10) as r:
             assert b"podium dashboard" in r.read()
         assert state(d.url) == {"actor_meshes": []}  # what fetch() returned
+        # The HTTP is the C++ responder's (HT-1..HT-3): GET only, a bounded head, one
+        # request per connection.
+        assert raw_http(d.port, b"POST / HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405")
+        big = b"GET / HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n"
+        assert raw_http(d.port, big).startswith(b"HTTP/1.1 431")
+        assert b"Connection: close" in raw_http(d.port, b"GET / HTTP/1.1\r\n\r\n")
     finally:
         d.stop()
+
+
+def raw_http(port: int, request: bytes) -> bytes:
+    """What the dashboard answers to ``request``, until it closes the connection."""
+    got = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=T) as s:
+        s.sendall(request)
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return got
+            got += data
 
 
 def test_call_stats_count_in_flight_calls_and_drop_done_ones():

@@ -6,8 +6,9 @@ returns it; ``podium dashboard`` asks a running controller to start it (through 
 address, as ``podium debug`` reaches it: the channel, the job's secret) and prints its
 address; ``podium dashboard --serve`` serves the page in its own process instead. Either
 way the page's data is a call to the job's DebugController (``dashboard_state``), an actor
-message over podium's channel: the HTTP responder (Python's ``http.server`` on a thread)
-reads nothing of the job itself, and holds no secret.
+message over podium's channel. The HTTP responder is C++'s (channel/http.h: loopback only,
+GET only, bounded: HT-1..HT-3) on the process's io threads; a thread of the Dashboard takes
+its requests and answers them. It reads nothing of the job itself, and holds no secret.
 
   DS-4 A dashboard listens on loopback only (PODIUM_DASHBOARD_HOST may name another loopback
     address; any other is refused with a ValueError that says how to view it from another
@@ -22,11 +23,12 @@ import json
 import os
 import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
+from podium._core import mesh as _mesh
 from podium._src.dashboard.page import PAGE
 from podium._src.proc_mesh import get_or_spawn_controller
+from podium._src.runtime import ensure_runtime
 from podium.debugger import controller as _debug_controller
 from podium.debugger.endpoint import is_loopback
 
@@ -38,20 +40,22 @@ _running: Optional["Dashboard"] = None
 
 class Dashboard:
     """A running dashboard: ``url``, ``stop()``. ``fetch()`` returns one snapshot of the job
-    (a DebugController.dashboard_state call)."""
+    (a DebugController.dashboard_state call). The HTTP is C++'s (``_mesh.HttpServer``:
+    channel/http.h, bounded before anything is handed on: HT-2); a thread of this object
+    (``podium-dashboard``) answers each request, one at a time."""
 
     def __init__(self, host: str, port: int, fetch: Callable[[], Dict[str, Any]]) -> None:
-        if not is_loopback(host):  # DS-4
+        if not is_loopback(host):  # DS-4 (the C++ responder refuses it too: HT-1)
             raise ValueError(
                 f"the dashboard listens on loopback only, not {host}: to view it from another "
                 f"machine, run `podium dashboard --serve --host CONTROLLER` there (it reaches "
                 f"the controller through the job's channel and secret), or tunnel "
                 f"(ssh -L PORT:127.0.0.1:PORT)")
+        ensure_runtime()
         self.fetch = fetch
-        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
-        self.httpd.daemon_threads = True
-        self.host, self.port = host, self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="podium-dashboard",
+        self.http = _mesh.HttpServer(_tcp_address(host, port))
+        self.host, self.port = host, int(self.http.address.rsplit(":", 1)[1])
+        self.thread = threading.Thread(target=self._serve, name="podium-dashboard",
                                        daemon=True)
         self.thread.start()
 
@@ -62,11 +66,32 @@ class Dashboard:
 
     def stop(self) -> None:
         global _running
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.http.stop()
         with _lock:
             if _running is self:
                 _running = None
+
+    def _serve(self) -> None:
+        while True:
+            request = self.http.next(1.0)
+            if request is None:
+                if self.http.stopped:
+                    return
+                continue
+            rid, target = request
+            status, ctype, body = self._answer(target)
+            self.http.respond(rid, status, ctype, body)
+
+    def _answer(self, target: str) -> Tuple[int, str, bytes]:
+        path = urllib.parse.urlsplit(target).path
+        if path == "/":
+            return 200, "text/html; charset=utf-8", PAGE.encode()
+        if path == "/api/state":
+            try:
+                return 200, "application/json", json.dumps(self.fetch(), default=str).encode()
+            except Exception as e:
+                return 500, "text/plain", f"{type(e).__name__}: {e}\n".encode()
+        return 404, "text/plain", b"not found\n"
 
     def __repr__(self) -> str:
         return f"<podium dashboard at http://{self.host}:{self.port}/>"
@@ -75,36 +100,8 @@ class Dashboard:
         return f'<a href="{self.url}" target="_blank">podium dashboard: {self.url}</a>'
 
 
-def _handler(dash: Dashboard) -> type:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "podium-dashboard"
-
-        def log_message(self, fmt: str, *args: Any) -> None:  # quiet: no line per poll
-            pass
-
-        def _send(self, code: int, ctype: str, body: bytes) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            url = urllib.parse.urlsplit(self.path)
-            if url.path == "/":
-                self._send(200, "text/html; charset=utf-8", PAGE.encode())
-            elif url.path == "/api/state":
-                try:
-                    body = json.dumps(dash.fetch(), default=str).encode()
-                except Exception as e:
-                    self._send(500, "text/plain", f"{type(e).__name__}: {e}\n".encode())
-                    return
-                self._send(200, "application/json", body)
-            else:
-                self._send(404, "text/plain", b"not found\n")
-
-    return Handler
+def _tcp_address(host: str, port: int) -> str:
+    return f"tcp:[{host}]:{port}" if ":" in host else f"tcp:{host}:{port}"
 
 
 def dashboard(host: Optional[str] = None, port: Optional[int] = None) -> Dashboard:
