@@ -554,48 +554,6 @@ TEST_F(ProcTest, AnActorWithoutSuperviseFailsOnAChildFailure) {
       << later->error.message;
 }
 
-// DB-8: a proc listening on a Unix socket also serves a TCP gateway (the controller's debug
-// address); a client attached there with the job's secret reaches the proc's actors by the
-// gateway's address, one with another secret is refused by the channel, and the proc goes
-// on serving.
-TEST_F(ProcTest, ServeGatewayLetsAnAttachedClientReachThisProcsActors) {
-  channel::Config secure;
-  secure.secret = "the-jobs-secret";
-  auto server = make("server", secure);
-  auto bound = server->serve_gateway(*channel::Address::parse("tcp:127.0.0.1:0"));
-  ASSERT_TRUE(bound) << bound.error().to_string();
-  EXPECT_NE(bound->port, 0);
-  // Again: the same address; another port: refused (one gateway per proc).
-  auto again = server->serve_gateway(*channel::Address::parse("tcp:127.0.0.1:0"));
-  ASSERT_TRUE(again);
-  EXPECT_EQ(*again, *bound);
-  EXPECT_FALSE(server->serve_gateway(*channel::Address::parse("tcp:127.0.0.1:1")));
-  EXPECT_FALSE(server->serve_gateway(*channel::Address::parse("unix:" + dir_ + "/g.sock")));
-  ActorId actor = spawn(*server, "debug_controller");
-  // The client names the actor by the gateway's address: the proc routes by its name.
-  ActorId via_gateway{ProcId{*bound}, actor.name, actor.index};
-
-  auto attach = [&](const std::string& secret) {
-    ProcConfig cfg{*bound, {}};
-    cfg.channel.secret = secret;
-    cfg.via = *bound;
-    cfg.channel.via = *bound;
-    cfg.via_timeout = 2000ms;
-    return Proc::make(cfg);
-  };
-  auto client = attach("the-jobs-secret");
-  ASSERT_TRUE(client) << client.error().to_string();
-  auto stranger = attach("another-secret");
-  EXPECT_FALSE(stranger);  // the channel refused its setup: no duplex, no routed address
-  auto r = call(**client, via_gateway, "echo", "list").get(10s);
-  ASSERT_TRUE(r);
-  ASSERT_TRUE(r->ok) << r->error.to_string();
-  EXPECT_EQ(r->value, "list");
-  EXPECT_GE(server->channel_stats().refused_auth, 1u);
-  // A proc that attaches through a gateway itself serves none.
-  EXPECT_FALSE((*client)->serve_gateway(*channel::Address::parse("tcp:127.0.0.1:0")));
-}
-
 TEST(MeshFailureTest, EncodesAndReports) {
   MeshFailure f{MeshFailure::Kind::kProc, "counter", "unix:/x.sock#counter[1]", 1,
                 "{'gpus': 1/2}", "h", 42, SIGKILL, -1, "its proc (pid 42) was killed"};
