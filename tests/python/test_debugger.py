@@ -511,6 +511,12 @@ def test_debug_server_off_loopback_requires_the_job_secret(controller, terminal,
         t.expect(pexpect.EOF)
         t.close()
         assert t.exitstatus == 1
+    # `podium exec` and `podium logs` reach the job the same way, and are refused the same way.
+    for cmd in (("exec", "--", "true"), ("logs",)):
+        r = subprocess.run([sys.executable, "-m", "podium", cmd[0], "--host", "127.0.0.1",
+                            "--port", str(port), "--secret-file", str(wrong), *cmd[1:]],
+                           capture_output=True, text=True, timeout=T, stdin=subprocess.DEVNULL)
+        assert r.returncode == 1 and "asks for the job's secret" in r.stderr, (cmd, r.stderr)
     assert "podium_dbg" not in job.output()
     # The controller goes on serving: with the job's secret (PODIUM_SECRET_FILE, as the
     # controller's), a client gets the prompt.
