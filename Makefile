@@ -10,6 +10,8 @@
 #   make fuzz    build the fuzz targets with sanitizers ($(FUZZ_DIR)), run each FUZZ_SECONDS
 #   make test-sanitize  the C++ tests built and run under ASan+UBSan ($(ASAN_DIR)) and TSan
 #                ($(TSAN_DIR)); slow, not part of `make test`
+#   make build-cuda  build against a CUDA-enabled UCX (the libucx-cu13 wheel), for CUDA
+#                tensors in podium.rdma (docs/data.md, "GPU memory"); in $(CUDA_BUILD_DIR)
 #   make stubs   build, then regenerate the typed stubs of podium._core (python/podium/_core/)
 #   make clean   remove the build trees ($(BUILD_DIR), $(FUZZ_DIR), $(ASAN_DIR), $(TSAN_DIR))
 
@@ -19,6 +21,11 @@ SHELL := bash
 
 PYTHON    ?= python3
 BUILD_DIR ?= build/py
+# make build-cuda: UCX built with CUDA support, from PyPI, and its own build tree. UCX_ROOT (a
+# UCX installation with include/ and lib/) builds against any other UCX.
+UCX_CUDA_WHEEL := libucx-cu13==1.22.0
+CUDA_BUILD_DIR ?= build/cuda
+UCX_ROOT ?=
 NPROC     := $(shell nproc 2>/dev/null || echo 2)
 # Per-test limits: ctest's applies to tests without their own TIMEOUT property
 # (podium_test() sets one), pytest's to every Python test.
@@ -68,7 +75,7 @@ CTEST = $(or $(shell sed -n 's/^CMAKE_CTEST_COMMAND:INTERNAL=//p' $(BUILD_DIR)/C
                 2>/dev/null),ctest)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup apt-packages browser pip-packages build test demo bench fuzz fuzz-run stubs clean \
+.PHONY: help setup apt-packages browser pip-packages build build-cuda test demo bench fuzz fuzz-run stubs clean \
         test-sanitize
 
 # $(call fuzz_run,SECONDS): configures $(FUZZ_DIR) (PODIUM_FUZZ=ON: ASan + UBSan, libFuzzer
@@ -183,9 +190,15 @@ pip-packages: apt-packages
 # $(BUILD_DIR) (libraries, binaries, GoogleTest suites, podium._core), then installs the wheel.
 build: pip-packages
 	$(PYTHON) -m pip install --no-build-isolation -v \
-	  -Cbuild-dir=$(BUILD_DIR) -Ccmake.define.PODIUM_TESTS=ON .
+	  -Cbuild-dir=$(BUILD_DIR) -Ccmake.define.PODIUM_TESTS=ON \
+	  -Ccmake.define.PODIUM_UCX_ROOT=$(UCX_ROOT) .
 	@# pyenv finds new console scripts (the `podium` command) only after a rehash.
 	@if command -v pyenv >/dev/null 2>&1; then pyenv rehash || true; fi
+
+build-cuda: pip-packages
+	$(PYTHON) -m pip install -q $(UCX_CUDA_WHEEL)
+	$(MAKE) build BUILD_DIR=$(CUDA_BUILD_DIR) \
+	  UCX_ROOT="$$($(PYTHON) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')"
 
 test: setup
 	@status=0; \

@@ -186,6 +186,19 @@ Buffer pin_python_buffer(nb::handle obj, bool writable) {
   return Buffer(std::shared_ptr<const void>(std::move(owner), e), data, size);
 }
 
+Buffer pin_foreign_memory(nb::handle owner, uintptr_t addr, size_t size, bool writable) {
+  auto* e = new PyExport();
+  // Fills the view without reading it; the view holds a reference to `owner`.
+  if (PyBuffer_FillInfo(&e->view, owner.ptr(), reinterpret_cast<void*>(addr),
+                        static_cast<Py_ssize_t>(size), writable ? 0 : 1, PyBUF_SIMPLE) != 0) {
+    delete e;
+    throw nb::python_error();
+  }
+  std::shared_ptr<PyExport> keep(e, DeferredRelease{});
+  return Buffer(std::shared_ptr<const void>(std::move(keep), e),
+                reinterpret_cast<const std::byte*>(addr), size);
+}
+
 std::vector<Buffer> buffers_from_python(nb::handle seq) {
   release_deferred();
   std::vector<Buffer> out;

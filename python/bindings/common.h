@@ -24,6 +24,7 @@
 #include <nanobind/nanobind.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -45,6 +46,10 @@ Buffer buffer_from_python(nb::handle obj);
 // under the GIL, as above) while any copy of it lives. `writable`: the export must be
 // writable (a destination of one-sided reads); raises BufferError otherwise.
 Buffer pin_python_buffer(nb::handle obj, bool writable);
+// A Buffer over `size` bytes at `addr` that the caller vouches for (device memory, such as a
+// CUDA tensor's storage, which no Python buffer can export), holding a reference to `owner`
+// released later under the GIL, as pin_python_buffer's export is. The bytes are not touched.
+Buffer pin_foreign_memory(nb::handle owner, uintptr_t addr, size_t size, bool writable);
 // Every item of the sequence `seq`, in order.
 std::vector<Buffer> buffers_from_python(nb::handle seq);
 // A PartBuffer owning a reference to `b`.

@@ -270,13 +270,31 @@ void bound(const std::shared_ptr<Outcome>& out, std::chrono::nanoseconds timeout
   });
 }
 
+// A region as podium.rdma hands it over: a Python buffer (host memory), or, for CUDA memory,
+// the tuple (address, size, tensor), whose bytes no Python buffer can export (DA-23).
+struct Region {
+  Buffer pinned;
+  data::Memory memory = data::Memory::kHost;
+};
+
+Region region_from_python(nb::handle obj, bool writable) {
+  if (nb::isinstance<nb::tuple>(obj)) {
+    auto t = nb::borrow<nb::tuple>(obj);
+    if (t.size() != 3) throw nb::value_error("a device region is (address, size, owner)");
+    return Region{pin_foreign_memory(t[2], nb::cast<uintptr_t>(t[0]), nb::cast<size_t>(t[1]),
+                                     writable),
+                  data::Memory::kCuda};
+  }
+  return Region{pin_python_buffer(obj, writable), data::Memory::kHost};
+}
+
 std::chrono::nanoseconds seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(std::max(0.0, s) * 1e9));
 }
 
 // One operation as podium.rdma hands it over (see transfer's doc).
 using PyOp = std::tuple<bool, std::string, uint64_t, std::string, uint64_t, nb::bytes, nb::bytes,
-                        nb::object, size_t, bool, int>;
+                        nb::object, size_t, bool, int, bool>;
 
 CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   release_deferred();
@@ -293,8 +311,8 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   std::vector<actor::SystemHeader> checks;
   for (size_t i = 0; i < py_ops.size(); ++i) {
     const auto& [write, owner, id, token, remote_addr, rkey, worker, local, size, same_host,
-                 pid] = py_ops[i];
-    Buffer pinned = pin_python_buffer(local, !write);
+                 pid, remote_cuda] = py_ops[i];
+    auto [pinned, memory] = region_from_python(local, !write);
     if (pinned.size() < size) {
       throw nb::value_error("transfer: the local buffer is smaller than the operation");
     }
@@ -308,6 +326,8 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
     op.keep = std::make_shared<Buffer>(std::move(pinned));
     op.same_host = same_host;
     op.peer_pid = same_host ? pid : 0;
+    op.local_memory = memory;  // DA-23
+    op.remote_memory = remote_cuda ? data::Memory::kCuda : data::Memory::kHost;
     ops->push_back(std::move(op));
     auto [it, fresh] = owner_index.try_emplace(owner, owners.size());
     if (fresh) {
@@ -407,6 +427,9 @@ void bind_data(nb::module_& m) {
       "The network devices UCX may use in this process (DA-21): UCX_NET_DEVICES when set, "
       "else the interface of this process's control-plane address ('lo' on Unix sockets); "
       "'' when neither applies (UCX's default, every device). Starts the data plane.");
+  m.def(
+      "cuda_supported", [] { return engine().supports(data::Memory::kCuda); },
+      "Whether this process's UCX reaches CUDA memory (DA-23). Starts the data plane.");
   m.def("cma_allowed", &data::Engine::cma_allowed,
         "Whether same-host transfers are copied with CMA (DA-10; PODIUM_RDMA_CMA=0: never).");
   m.def(
@@ -418,18 +441,18 @@ void bind_data(nb::module_& m) {
         release_deferred();
         install_handlers();
         bool writable = true;
-        Buffer pinned;
+        Region region;
         try {
-          pinned = pin_python_buffer(obj, true);
+          region = region_from_python(obj, true);
         } catch (nb::python_error&) {
           writable = false;
-          pinned = pin_python_buffer(obj, false);
+          region = region_from_python(obj, false);
         }
-        const std::byte* data = pinned.data();
-        size_t size = pinned.size();
+        const std::byte* data = region.pinned.data();
+        size_t size = region.pinned.size();
         if (size == 0) throw nb::value_error("cannot register an empty buffer");
-        auto keep = std::make_shared<Buffer>(std::move(pinned));
-        auto reg = unwrap(engine().register_memory(data, size, keep));
+        auto keep = std::make_shared<Buffer>(std::move(region.pinned));
+        auto reg = unwrap(engine().register_memory(data, size, keep, region.memory));
         std::string rkey = reg->rkey();
         uint64_t addr = reg->addr();
         auto added = unwrap(table().add(std::move(reg), owner, writable));
@@ -438,7 +461,8 @@ void bind_data(nb::module_& m) {
                               nb::bytes(w.data(), w.size()), writable);
       },
       nb::arg("obj"), nb::arg("owner"),
-      "Registers the C-contiguous buffer `obj` for `owner` (an actor id); returns (id, token, "
+      "Registers the C-contiguous buffer `obj` (or the CUDA region (address, size, tensor), "
+      "DA-23) for `owner` (an actor id); returns (id, token, "
       "addr, size, rkey, worker_address, writable). The buffer stays pinned and registered "
       "until drop or release_owner (DA-8).");
   m.def(
@@ -460,7 +484,7 @@ void bind_data(nb::module_& m) {
       nb::arg("owner"), "Releases every buffer of the actor `owner` (it stopped); returns how many.");
   m.def("transfer", &transfer, nb::arg("ops"), nb::arg("timeout_s"),
         "Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, "
-        "worker_address, local_buffer, size, same_host, owner_pid): checked by their owners, "
+        "worker_address, local, size, same_host, owner_pid, remote_cuda): checked by their owners, "
         "then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10). "
         "A CoreFuture of one reply.");
   m.def(

@@ -9,8 +9,15 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <asio/io_context.hpp>
+
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -20,13 +27,114 @@
 #include "future.h"
 #include "podium/actor/executor.h"
 #include "podium/actor/proc.h"
+#include "podium/channel/http.h"
+#include "podium/channel/probe.h"
 #include "podium/mesh/proc_mesh.h"
 #include "podium/mesh/relay.h"
 #include "podium/mesh/runtime.h"
 
 namespace podium::python {
 
+namespace {
+
+// DS-4, HT-1..HT-3: the dashboard's HTTP responder (channel/http.h) on this process's root
+// proc's io_context. Requests queue here; a Python thread takes them with next() (the GIL
+// released while it waits) and answers with respond(): Python never runs on an io thread.
+class HttpServer {
+ public:
+  explicit HttpServer(const std::string& addr) : state_(std::make_shared<State>()) {
+    auto a = unwrap(channel::Address::parse(addr));
+    auto st = state_;
+    Result<std::shared_ptr<channel::HttpResponder>> made;
+    {
+      nb::gil_scoped_release unlocked;
+      made = channel::HttpResponder::listen(
+          mesh::Runtime::get().proc().io(), a,
+          [st](std::string path, channel::HttpResponder::Respond respond) {
+            std::lock_guard lock(st->mu);
+            if (st->stopped) return;  // the connection closes with the responder
+            uint64_t id = ++st->last_id;
+            st->answers.emplace(id, std::move(respond));
+            st->requests.emplace_back(id, std::move(path));
+            st->cv.notify_one();
+          });
+    }
+    http_ = unwrap(std::move(made));
+  }
+
+  std::string address() const { return http_->bound().to_string(); }
+
+  // The next request (id, path), or None after `timeout_s` or once stopped.
+  std::optional<std::pair<uint64_t, std::string>> next(double timeout_s) {
+    nb::gil_scoped_release unlocked;
+    std::unique_lock lock(state_->mu);
+    state_->cv.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                        [&] { return state_->stopped || !state_->requests.empty(); });
+    if (state_->stopped || state_->requests.empty()) return std::nullopt;
+    auto r = std::move(state_->requests.front());
+    state_->requests.pop_front();
+    return r;
+  }
+
+  void respond(uint64_t id, int status, const std::string& content_type, nb::bytes body) {
+    std::string b(body.c_str(), body.size());
+    channel::HttpResponder::Respond respond;
+    {
+      std::lock_guard lock(state_->mu);
+      auto it = state_->answers.find(id);
+      if (it == state_->answers.end()) return;
+      respond = std::move(it->second);
+      state_->answers.erase(it);
+    }
+    respond(status, content_type, std::move(b));
+  }
+
+  bool stopped() const {
+    std::lock_guard lock(state_->mu);
+    return state_->stopped;
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(state_->mu);
+      state_->stopped = true;
+      state_->requests.clear();
+      state_->answers.clear();
+      state_->cv.notify_all();
+    }
+    nb::gil_scoped_release unlocked;
+    http_->stop();
+  }
+
+ private:
+  struct State {
+    mutable std::mutex mu;  // guards everything below
+    std::condition_variable cv;
+    bool stopped = false;
+    uint64_t last_id = 0;
+    std::deque<std::pair<uint64_t, std::string>> requests;
+    std::map<uint64_t, channel::HttpResponder::Respond> answers;
+  };
+  std::shared_ptr<State> state_;
+  std::shared_ptr<channel::HttpResponder> http_;
+};
+
+}  // namespace
+
 void bind_runtime(nb::module_& m) {
+  nb::class_<HttpServer>(m, "HttpServer",
+                         "DS-4: a loopback-only HTTP GET responder in C++ (channel/http.h, "
+                         "HT-1..HT-3) on this process's io threads; a Python thread takes its "
+                         "requests with next() and answers them with respond().")
+      .def(nb::init<const std::string&>(), nb::arg("addr"),
+           "Listens on `addr` ('tcp:127.0.0.1:PORT'; a loopback address only).")
+      .def_prop_ro("address", &HttpServer::address, "The bound address.")
+      .def("next", &HttpServer::next, nb::arg("timeout_s"),
+           "(request id, path with its query), or None after timeout_s or once stopped.")
+      .def("respond", &HttpServer::respond, nb::arg("id"), nb::arg("status"),
+           nb::arg("content_type"), nb::arg("body"), "Answers request `id` (once).")
+      .def_prop_ro("stopped", &HttpServer::stopped)
+      .def("stop", &HttpServer::stop, "Closes the listener and every connection.");
   m.def(
       "set_poll",
       [](double runners_us, double drivers_us) {
@@ -151,6 +259,40 @@ void bind_runtime(nb::module_& m) {
       },
       "This process's root proc's channel counters (CH-15), its parts lent to peers and not "
       "yet acknowledged (CH-26) and this process's pulls of lent parts (CH-25).");
+  m.def(
+      "serve_gateway",
+      [](const std::string& addr) {
+        auto a = unwrap(channel::Address::parse(addr));
+        Result<channel::Address> bound;
+        {
+          nb::gil_scoped_release unlocked;
+          bound = mesh::Runtime::get().proc().serve_gateway(a);
+        }
+        return unwrap(std::move(bound)).to_string();
+      },
+      nb::arg("addr"),
+      "DB-8: this process's root proc also accepts on `addr` ('tcp:HOST:PORT') as a gateway "
+      "(channel GW-1..GW-4): clients that attach there (`podium debug`, `exec`, `logs`, "
+      "`dashboard`) pass the channel's setup (the job's secret, TLS) and reach this proc's "
+      "actors. Returns the bound address; again with the same address (or port 0) returns it.");
+  m.def(
+      "probe",
+      [](const std::string& addr, int timeout_ms) -> std::optional<std::string> {
+        auto a = unwrap(channel::Address::parse(addr));
+        std::optional<std::string> why;
+        {
+          nb::gil_scoped_release unlocked;
+          asio::io_context io;
+          channel::probe(io, a, timeout_ms, [&](std::error_code ec) {
+            if (ec) why = ec.message();
+          });
+          io.run();
+        }
+        return why;
+      },
+      nb::arg("addr"), nb::arg("timeout_ms"),
+      "One plain connect to `addr` (no handshake), closed at once: None when something "
+      "accepted it, else why not (refused, unreachable, timed out).");
   m.def("lineage", [] { return mesh::Runtime::get().lineage(); },
         "This process's proc key, then those of the procs it descends from (ME-15).");
   m.def("cast_fanout", &mesh::cast_fanout,

@@ -4,7 +4,14 @@
 exposes them from `monarch._rust_bindings.monarch_hyperactor.shape` / `.selection`."""
 
 import ctypes as _ctypes
+import os as _os
 from importlib.metadata import PackageNotFoundError, version as _dist_version
+
+# DA-25: UCX's own log goes to stderr, not stdout (UCX's default), so that a program's stdout
+# stays its own (`podium bench ... --json` prints one JSON object there). UCX reads this once,
+# when its library loads with podium._core, below; procs inherit it. An explicit UCX_LOG_FILE
+# wins.
+_os.environ.setdefault("UCX_LOG_FILE", "stderr")
 
 # libstdc++ joins the global symbol scope before podium._core loads it as the dependency of an
 # extension (which Python opens RTLD_LOCAL). Without this, a C++ library imported afterwards

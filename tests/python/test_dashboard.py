@@ -1,10 +1,12 @@
 """The dashboard (docs/interactive.md): a controller program of its own serves it; `podium
-dashboard` finds it through the debug server; a real headless Chromium (Debian's `chromium`)
-loads the page, and the test checks that the spawned meshes, an injected failure (a proc
-killed with SIGKILL) and a rank stopped in the debugger appear, then saves a screenshot.
+dashboard` finds it through the controller's debug address (its channel, the job's secret),
+and `podium dashboard --serve` serves the page in a process of its own with the data fetched
+through that channel; a real headless Chromium (Debian's `chromium`) loads the page, and the
+test checks that the spawned meshes, an injected failure (a proc killed with SIGKILL) and a
+rank stopped in the debugger appear, then saves a screenshot.
 
 DS-1 (message counts, in-flight calls), DS-2 (per-rank health, failures with their reports),
-DS-3 (rates), DS-4 (the token off loopback) are checked here."""
+DS-3 (rates), DS-4 (loopback only, no token) are checked here."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -213,7 +216,7 @@ def test_the_dashboard_of_procs_on_namespace_hosts(tmp_path, network, controller
 def check_dashboard(tmp_path, c, port: int, browser: str, victim_extent: dict,
                     shot_docs: bool = False) -> None:
     url = c.line("DASHBOARD ").split(" ", 1)[1]
-    assert url.startswith("http://127.0.0.1:")  # DS-4: loopback by default, no token
+    assert url.startswith("http://127.0.0.1:") and "?" not in url  # DS-4: loopback, no token
     c.line("SESSIONS")
     assert c.line("FAULTS ") == "FAULTS 1"
 
@@ -223,6 +226,24 @@ def check_dashboard(tmp_path, c, port: int, browser: str, victim_extent: dict,
                          capture_output=True, text=True, timeout=T, stdin=subprocess.DEVNULL)
     assert cli.returncode == 0, cli.stderr
     assert cli.stdout.strip() == url
+    # `podium dashboard --serve` serves the page itself; what it shows comes from the
+    # controller through the channel (DebugController.dashboard_state), as the controller's
+    # own page's does.
+    served = subprocess.Popen([sys.executable, "-m", "podium", "dashboard", "--port", str(port),
+                               "--serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, text=True)
+    try:
+        url2 = served.stdout.readline().strip()
+        assert url2.startswith("http://127.0.0.1:") and url2 != url, served.stderr.read()
+        s2 = eventually(lambda: (lambda s: s if s["stopped"] else None)(state(url2)), T,
+                        "the stopped rank in the state served by `podium dashboard --serve`")
+        assert {m["name"] for m in s2["actor_meshes"]} >= {"counter", "victim"}
+        assert s2["controller"]["pid"] == c.proc.pid
+        with urllib.request.urlopen(url2, timeout=T) as r:
+            assert b"podium dashboard" in r.read()
+    finally:
+        served.kill()
+        served.wait(timeout=T)
 
     # The JSON the page polls: the runtime's own state (DS-1, DS-2, DS-3).
     s = eventually(lambda: (lambda s: s if s["failures"] and s["stopped"] else None)(state(url)),
@@ -277,35 +298,39 @@ def check_dashboard(tmp_path, c, port: int, browser: str, victim_extent: dict,
     assert c.proc.wait(timeout=T) == 0
 
 
-def test_off_loopback_the_dashboard_needs_the_token(tmp_path):
-    """DS-4, in this process: PODIUM_DASHBOARD_AUTH=1 asks for the token on loopback too."""
+def test_a_dashboard_listens_on_loopback_only():
+    """DS-4: another address is refused (the page has no authentication of its own; from
+    another machine, `podium dashboard --serve` reaches the controller through the channel)."""
     from podium._src import dashboard as dash_mod
 
-    secret_file = tmp_path / "secret"
-    secret_file.write_bytes(b"s" * 32)
-    old = {k: os.environ.get(k) for k in ("PODIUM_DASHBOARD_AUTH", "PODIUM_SECRET_FILE")}
-    os.environ.update(PODIUM_DASHBOARD_AUTH="1", PODIUM_SECRET_FILE=str(secret_file))
+    with pytest.raises(ValueError, match="loopback only.*--serve"):
+        dash_mod.Dashboard("0.0.0.0", 0, lambda: {})
+    d = dash_mod.Dashboard("127.0.0.1", 0, lambda: {"actor_meshes": []})
     try:
-        d = dash_mod.Dashboard("127.0.0.1", 0)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    try:
-        assert d.token == dash_mod.token_for(b"s" * 32)
-        assert d.url.endswith("?token=" + d.token)
-        base = f"http://127.0.0.1:{d.port}/"
-        for bad in (base, base + "api/state", base + "api/state?token=" + "0" * 64):
-            with pytest.raises(urllib.error.HTTPError) as e:
-                urllib.request.urlopen(bad, timeout=10)
-            assert e.value.code == 403
+        assert d.url == f"http://127.0.0.1:{d.port}/"
         with urllib.request.urlopen(d.url, timeout=10) as r:
             assert b"podium dashboard" in r.read()
-        assert "actor_meshes" in state(d.url)
+        assert state(d.url) == {"actor_meshes": []}  # what fetch() returned
+        # The HTTP is the C++ responder's (HT-1..HT-3): GET only, a bounded head, one
+        # request per connection.
+        assert raw_http(d.port, b"POST / HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405")
+        big = b"GET / HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n"
+        assert raw_http(d.port, big).startswith(b"HTTP/1.1 431")
+        assert b"Connection: close" in raw_http(d.port, b"GET / HTTP/1.1\r\n\r\n")
     finally:
         d.stop()
+
+
+def raw_http(port: int, request: bytes) -> bytes:
+    """What the dashboard answers to ``request``, until it closes the connection."""
+    got = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=T) as s:
+        s.sendall(request)
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return got
+            got += data
 
 
 def test_call_stats_count_in_flight_calls_and_drop_done_ones():

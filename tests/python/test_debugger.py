@@ -1,8 +1,10 @@
 """The mesh debugger (docs/interactive.md): breakpoint() in actor endpoints, driven end to end
 through the real `podium debug` command in a real terminal (pexpect's pty), against a
 controller program of its own with a 4-rank mesh; post-mortem, async endpoints, the
-in-process podium.debug(), the debug server's secret off loopback, and `list` with 64
-stopped actors (its time is printed, not asserted)."""
+in-process podium.debug(), the job's secret the channel asks of the commands (DB-8: they
+attach to the controller's debug address, a listener of its C++ channel, and no Python
+listener remains), and `list` with 64 stopped actors (its time is printed, not
+asserted)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -468,7 +471,25 @@ def test_podium_debug_in_process_when_the_port_is_taken(controller, tmp_path):  
             t.close(force=True)
 
 
-def test_debug_server_off_loopback_requires_the_job_secret(controller, terminal):  # DB-8
+def _raw_client(port: int, send: bytes) -> bytes:
+    """A peer that speaks no channel setup (a line client such as nc): what it reads until
+    the controller closes the connection."""
+    got = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=T) as s:
+        s.sendall(send)
+        try:
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    break
+                got += data
+        except (ConnectionResetError, socket.timeout):
+            pass
+    return got
+
+
+def test_debug_server_off_loopback_requires_the_job_secret(controller, terminal,
+                                                           tmp_path):  # DB-8
     port = free_port()
     job = controller("async", PODIUM_DEBUG_SERVER_PORT=str(port),
                      PODIUM_DEBUG_SERVER_HOST="0.0.0.0")
@@ -476,27 +497,87 @@ def test_debug_server_off_loopback_requires_the_job_secret(controller, terminal)
     # The controller says where clients find the secret, never the secret itself.
     said = job.line("podium: debugger: the debug server listens on 0.0.0.0:%d" % port)
     assert f"PODIUM_SECRET_FILE={os.environ['PODIUM_SECRET_FILE']}" in said, said
-    # A client that answers the challenge wrongly is refused before any command.
-    with socket.create_connection(("127.0.0.1", port), timeout=T) as s:
-        f = s.makefile("rb")
-        hello = f.readline().decode()
-        assert hello.startswith("podium-debug v1 auth "), hello
-        s.sendall(b"0" * 64 + b"\n")
-        assert b"authentication failed" in f.readline()
-        assert f.read() == b""  # closed
-    job.line("podium: debugger: refused a client at")
-    # `podium debug` without the secret says what it lacks.
-    t = terminal("--host", "127.0.0.1", "--port", str(port), env=env_without_secret())
-    t.expect_exact("asks for the job's secret")
-    t.expect(pexpect.EOF)
-    t.close()
-    assert t.exitstatus == 1
-    # With the job's secret (PODIUM_SECRET_FILE, as the controller's), it gets the prompt.
+    # A peer that does not run the channel's setup gets nothing of the debugger: the channel
+    # closes it before any frame (no prompt, no table).
+    got = _raw_client(port, b"list\nhelp\n")
+    assert b"podium_dbg" not in got and b"Actor" not in got and b"list" not in got, got
+    # `podium debug` with another secret, or none, is refused by the channel, and says what
+    # it lacks.
+    wrong = tmp_path / "wrong.secret"
+    wrong.write_text("0" * 64 + "\n")
+    for args, env in ((("--secret-file", str(wrong)), None), ((), env_without_secret())):
+        t = terminal("--host", "127.0.0.1", "--port", str(port), *args, env=env)
+        t.expect_exact("asks for the job's secret")
+        t.expect(pexpect.EOF)
+        t.close()
+        assert t.exitstatus == 1
+    # `podium exec` and `podium logs` reach the job the same way, and are refused the same way.
+    for cmd in (("exec", "--", "true"), ("logs",)):
+        r = subprocess.run([sys.executable, "-m", "podium", cmd[0], "--host", "127.0.0.1",
+                            "--port", str(port), "--secret-file", str(wrong), *cmd[1:]],
+                           capture_output=True, text=True, timeout=T, stdin=subprocess.DEVNULL)
+        assert r.returncode == 1 and "asks for the job's secret" in r.stderr, (cmd, r.stderr)
+    assert "podium_dbg" not in job.output()
+    # The controller goes on serving: with the job's secret (PODIUM_SECRET_FILE, as the
+    # controller's), a client gets the prompt.
     t = terminal("--host", "127.0.0.1", "--port", str(port))
     t.expect_exact(PROMPT)
     assert len(rows(command(t, "list"))) == 2
     assert "resumed 2 stopped actor(s)" in command(t, "continue")
     assert job.line("RESULT") == "RESULT [101, 102]"
+    t.sendline("quit")
+    t.expect(pexpect.EOF)
+    assert job.proc.wait(timeout=T) == 0, job.output()
+
+
+def _tcp_listeners(pid: int) -> set:
+    """The TCP ports process ``pid`` listens on (its sockets in /proc/PID/fd, matched with
+    the LISTEN rows of /proc/PID/net/tcp and tcp6)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as f:
+                next(f)
+                for row in f:
+                    cols = row.split()
+                    if cols[3] == "0A" and cols[9] in inodes:  # LISTEN
+                        ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+        except OSError:
+            continue
+    return ports
+
+
+def test_the_debug_address_is_the_channels_and_no_python_listener_remains(
+        controller, terminal):  # DB-8
+    # The controller's only TCP listener is the debug address, which its C++ channel serves:
+    # a line client gets no text from it, and `podium debug` (attached through it) works.
+    port = free_port()
+    job = controller("async", PODIUM_DEBUG_SERVER_PORT=str(port))
+    assert job.line("SESSIONS") == "SESSIONS 2"
+    assert _tcp_listeners(job.proc.pid) == {port}
+    got = _raw_client(port, b"\n")
+    assert b"podium" not in got, got  # the old Python server greeted with "podium-debug v1"
+    # On loopback, a command without the secret in its environment finds the secret file
+    # in the note the controller left for its user (never the secret itself).
+    note = os.path.join(tempfile.gettempdir(), f"podium-debug-{os.getuid()}", str(port))
+    with open(note) as f:
+        assert f.read().strip() == os.environ["PODIUM_SECRET_FILE"]
+    assert os.stat(note).st_mode & 0o077 == 0
+    t = terminal("--port", str(port), env=env_without_secret())
+    t.expect_exact(PROMPT)
+    assert len(rows(command(t, "list"))) == 2
+    # A `podium exec` meanwhile is a client of its own, and leaves no listener behind.
+    assert "resumed 2 stopped actor(s)" in command(t, "continue")
+    assert job.line("RESULT") == "RESULT [101, 102]"
+    assert _tcp_listeners(job.proc.pid) == {port}
     t.sendline("quit")
     t.expect(pexpect.EOF)
     assert job.proc.wait(timeout=T) == 0, job.output()

@@ -29,6 +29,7 @@ _ALLOWED_IN_FUNCTIONS = {
     ("podium._src.pickling", "torch"): "optional dependency",
     # The benchmark's tensor-argument figures, where torch is installed.
     ("podium._src.bench_rdma", "torch"): "optional dependency",
+    ("podium._src.bench_rdma_cuda", "torch"): "optional dependency",
     # The tensor engine needs torch, which is optional: `import podium` never imports it, and
     # ProcMesh's tensor methods import it when first called.
     ("podium", "podium.tensor"): "optional dependency (torch)",

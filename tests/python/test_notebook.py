@@ -8,7 +8,11 @@ their state. Checked in the executed notebook's outputs:
   no wait for lines the procs sent to the kernel before;
 - NB-2: after the restart the same proc pids answer and a counter goes on from its value.
 
-The job is killed at the end even when a cell failed (through its state file)."""
+The job is killed at the end even when a cell failed (through its state file).
+
+The same notebook runs across two network-namespace hosts (NB-1, NB-2, HA-7): the kernel attaches to
+persistent workers in the namespaces (``PODIUM_NOTEBOOK_WORKERS``), is restarted, and
+re-attaches to the same remote procs and actors, with the actors' lines in the cells."""
 
 from __future__ import annotations
 
@@ -44,12 +48,9 @@ def _pids(text: str) -> list:
     return [int(x) for x in m.group(1).split(",")]
 
 
-def test_the_notebook_keeps_its_actors_across_a_kernel_restart(tmp_path, monkeypatch):
-    state = tmp_path / "job.json"
-    monkeypatch.setenv("PODIUM_NOTEBOOK_JOB", str(state))
-    monkeypatch.setenv("PODIUM_HOST_ADDR", "127.0.0.1")
-    for k in ("PODIUM_SECRET", "PODIUM_SECRET_FILE"):  # the job makes its own (SE-4)
-        monkeypatch.delenv(k, raising=False)
+def _run_notebook(tmp_path, state):
+    """Executes the notebook with a kernel restart at its marked cell: (the code cells' texts,
+    the dashboard's state read while the kernel was idle)."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
@@ -79,10 +80,14 @@ def test_the_notebook_keeps_its_actors_across_a_kernel_restart(tmp_path, monkeyp
 
             job_load(str(state)).kill()
     assert restarts == 1
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    texts = [_text(c) for c in code]
+    texts = [_text(c) for c in nb.cells if c.cell_type == "code"]
     for t in texts:
         assert "ERROR" not in t and "Traceback" not in t, "\n---\n".join(texts)
+    return texts, dashboard
+
+
+def _check_cells(texts):
+    """NB-1 and NB-2 in the executed cells; returns the pids of the procs."""
     start, counts, hello, dash, reattach, counts_after, end = texts[1:]
     # NB-1: each cell shows what its own calls made the actors print, and only that.
     assert "count is now 10" in counts and "[4 similar log lines]" in counts, counts
@@ -94,13 +99,55 @@ def test_the_notebook_keeps_its_actors_across_a_kernel_restart(tmp_path, monkeyp
     assert _pids(reattach) == _pids(start)
     assert "did not reach" not in reattach, reattach  # NB-1: nothing waited for
     assert "counts: [15, 15, 15, 15]" in counts_after
-    assert "job ended" in end and not state.exists()
+    assert "job ended" in end
+    return _pids(start)
+
+
+def test_the_notebook_keeps_its_actors_across_a_kernel_restart(tmp_path, monkeypatch):
+    state = tmp_path / "job.json"
+    monkeypatch.setenv("PODIUM_NOTEBOOK_JOB", str(state))
+    monkeypatch.setenv("PODIUM_HOST_ADDR", "127.0.0.1")
+    monkeypatch.delenv("PODIUM_NOTEBOOK_WORKERS", raising=False)
+    for k in ("PODIUM_SECRET", "PODIUM_SECRET_FILE"):  # the job makes its own (SE-4)
+        monkeypatch.delenv(k, raising=False)
+    texts, dashboard = _run_notebook(tmp_path, state)
+    pids = _check_cells(texts)
+    assert not state.exists()
     # The dashboard the notebook served showed its mesh, with the calls it had sent.
     meshes = {m["name"]: m for m in dashboard["actor_meshes"]}
     assert meshes["counter"]["extent"] == {"hosts": 2, "gpus": 2}
     assert meshes["counter"]["sent"] >= 12 and dashboard["failures"] == []
-    for pid in _pids(start):
+    for pid in pids:
         assert not _alive_within(pid), f"proc {pid} outlived job.kill()"
+
+
+def test_the_notebook_across_two_namespace_hosts_keeps_its_actors_across_a_restart(
+        tmp_path, monkeypatch, network):
+    """NB-1, NB-2 and HA-7 across hosts: the kernel (on the controller's side of the network)
+    drives persistent workers in two network namespaces; after the restart it re-attaches to
+    the same remote procs and actors, and their lines are in the cells."""
+    from test_multihost_netns import PORT, start_workers, stop_workers
+
+    net = network(2)
+    workers = start_workers(net, persistent=True)
+    try:
+        state = tmp_path / "job.json"  # unused on given workers: must stay absent
+        monkeypatch.setenv("PODIUM_NOTEBOOK_JOB", str(state))
+        monkeypatch.setenv("PODIUM_NOTEBOOK_WORKERS",
+                           " ".join(f"tcp://{h.addr}:{PORT}" for h in net.hosts))
+        monkeypatch.setenv("PODIUM_NOTEBOOK_TRANSPORT", f"tcp://{net.controller_addr}:0")
+        texts, dashboard = _run_notebook(tmp_path, state)
+        pids = _check_cells(texts)
+        assert not state.exists()
+        meshes = {m["name"]: m for m in dashboard["actor_meshes"]}
+        assert meshes["counter"]["extent"] == {"hosts": 2, "gpus": 2}
+        # The procs ran in the namespaces, and the end cell's shutdown ended them there.
+        for pid in pids:
+            assert not _alive_within(pid), f"proc {pid} outlived hosts.shutdown()"
+        for w in workers:
+            assert w.poll() is None, "a persistent worker ended with its procs"
+    finally:
+        stop_workers(workers)
 
 
 def _dashboard_state(text: str) -> dict:

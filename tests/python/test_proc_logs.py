@@ -1,4 +1,4 @@
-"""Per-proc log files (python/podium/_src/proc_log.py, PL-1, PL-2), read back with
+"""Per-proc log files (python/podium/_src/proc_log.py, PL-1, PL-2, PL-4, PL-5), read back with
 ``ProcMesh.logs()`` and ``podium logs`` (python/podium/debugger/logs.py, PL-3), on this host
 and across network-namespace hosts; and the issue's aggregation target: many ranks printing
 the same line 100 times show a few lines per window at the controller, with the right
@@ -227,6 +227,161 @@ def test_logs_of_procs_on_two_namespace_hosts(network, tmp_path):
         ("hosts=0,gpus=0", "0"), ("hosts=0,gpus=1", "1"), ("hosts=1,gpus=0", "2"),
         ("hosts=1,gpus=1", "3")], lines
     assert all(line.endswith("] hello from a host") for line in lines), lines
+
+
+FD_ACTORS = """
+    import ctypes, signal, subprocess
+
+    class Raw(Actor):
+        @endpoint
+        def raw(self, text):
+            os.write(1, f"{text} on fd 1\\n".encode())
+            os.write(2, f"{text} on fd 2\\n".encode())
+
+        @endpoint
+        def echo(self, text):
+            subprocess.run(["echo", text], check=True)
+
+        @endpoint
+        def die(self, how):
+            os.write(1, f"last words before {how}\\n".encode())
+            print(f"printed before {how}", flush=True)
+            if how == "exit":
+                os._exit(1)
+            if how == "segfault":
+                ctypes.string_at(0)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def poll_logs(procs, want, tries=100):
+        \"\"\"procs.logs() until every line of `want` is in it (a dead proc's pump may still be
+        draining its pipes), bounded.\"\"\"
+        for _ in range(tries):
+            got = procs.logs(tail=50).get()
+            if all(any(line.endswith(w) for line in got) for w in want):
+                return got
+            time.sleep(0.1)
+        return got
+    """
+
+
+def _file_lines(tmp_path):
+    out = []
+    for f in sorted(glob.glob(str(tmp_path / "logs" / "proc-*.log"))):
+        with open(f) as fh:
+            out.extend(fh.read().splitlines())
+    return out
+
+
+def test_what_procs_write_to_fds_1_and_2_and_their_subprocesses_is_in_their_log(tmp_path):
+    r = _controller(tmp_path, textwrap.dedent(FD_ACTORS) + textwrap.dedent("""
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        raw = procs.spawn("raw", Raw)
+        printer = procs.spawn("printer", Printer)
+        raw.raw.call("straight").get()
+        raw.echo.call("from a subprocess").get()
+        printer.say.call("printed once").get()
+        say("ALL", procs.logs(tail=10).get())
+        procs.stop().get()
+        """))
+    out = _tagged(r.stdout)["ALL"]
+    host = socket.gethostname()
+    for rank in (0, 1):
+        mine = [line for line in out if line.startswith(f"[gpus={rank} rank {rank} {host}] ")]
+        texts = [line.split("] ", 1)[1] for line in mine]
+        # PL-4 (PS-4: fds 1 and 2 are pumped by the spawner): os.write to fds 1 and 2 and a
+        # subprocess's echo; PL-5: read after the calls,
+        # every line is there.
+        assert "straight on fd 1" in texts and "straight on fd 2" in texts, mine
+        assert "from a subprocess" in texts, mine
+        assert f"[printer {{'gpus': {rank}/2}}] printed once" in texts, mine
+    # Still on the terminal (the controller's stdout / stderr) as before the pumps.
+    assert r.stdout.count("straight on fd 1\n") == 2 and r.stderr.count("straight on fd 2\n") == 2
+    assert r.stdout.count("from a subprocess\n") == 2
+    # PL-5: a call that printed answers once the pump has its lines: they reach the terminal
+    # ahead of what the controller prints after the call.
+    shown = r.stdout.splitlines()
+    said = [i for i, line in enumerate(shown) if line.endswith("] printed once")]
+    assert len(said) == 2 and max(said) < shown.index(next(
+        line for line in shown if line.startswith("ALL "))), r.stdout
+    # PL-1: one line in the files per line written, no duplicates.
+    lines = _file_lines(tmp_path)
+    assert len(glob.glob(str(tmp_path / "logs" / "proc-*.log"))) == 2
+    for text in ("straight on fd 1", "straight on fd 2", "from a subprocess", "printed once"):
+        assert sum(line.endswith(text) for line in lines) == 2, (text, lines)
+
+
+def test_the_last_lines_of_procs_that_die_are_in_their_logs(tmp_path):
+    r = _controller(tmp_path, textwrap.dedent(FD_ACTORS) + textwrap.dedent("""
+        import podium.actor
+        podium.actor.unhandled_fault_hook = lambda failure: None  # the deaths are the test
+        procs = this_host().spawn_procs(per_host={"gpus": 4})
+        raw = procs.spawn("raw", Raw)
+        for rank, how in enumerate(["exit", "segfault", "kill"]):
+            try:
+                raw.slice(gpus=rank).die.call_one(how).get(timeout=30)
+                say("SURVIVED", how)
+            except Exception as e:
+                pass
+        # Ranks 0-2 are dead: their files are read through rank 3 on the same host (PL-6).
+        say("ALL", poll_logs(procs, [f"last words before {h}" for h in ("exit", "segfault",
+                                                                        "kill")]))
+        procs.stop().get()
+        # All dead: read from the files on this host.
+        say("AFTER", poll_logs(procs, ["last words before kill"]))
+        """))
+    out = _tagged(r.stdout)
+    assert "SURVIVED" not in out
+    for key in ("ALL", "AFTER"):
+        lines = out[key]
+        for rank, how in enumerate(["exit", "segfault", "kill"]):
+            mine = [line.split("] ", 1)[1] for line in lines
+                    if line.startswith(f"[gpus={rank} rank {rank} ")]
+            if key == "ALL" or how == "kill":
+                # PL-4: the os.write and the print just before the death.
+                assert f"last words before {how}" in mine, (key, lines)
+                assert f"[raw {{'gpus': {rank}/4}}] printed before {how}" in mine, (key, lines)
+    # The segfault's backtrace (written to fd 2 by the fault handler) is in the file too.
+    files = _file_lines(tmp_path)
+    assert any("Segmentation fault" in line or "SIGSEGV" in line for line in files), files
+
+
+def test_a_dead_procs_log_is_read_through_its_namespace_host(network, tmp_path):
+    """PL-6 across hosts: the workers keep their files in a directory the controller does not
+    read, so the dead proc's lines can only come through a live proc on its host."""
+    net = network(2)
+    workers = start_workers(net, env={"PODIUM_LOG_DIR": str(tmp_path / "host-logs")})
+    try:
+        r = _controller(tmp_path, textwrap.dedent(FD_ACTORS) + textwrap.dedent("""
+            import podium.actor
+            podium.actor.unhandled_fault_hook = lambda failure: None  # the death is the test
+            enable_transport(f"tcp://{sys.argv[1]}:0")
+            hosts = attach_to_workers(workers=sys.argv[2:])
+            hosts.initialized.get(timeout=30)
+            procs = hosts.spawn_procs(per_host={"gpus": 2})
+            raw = procs.spawn("raw", Raw)
+            raw.raw.call("straight").get()
+            try:
+                raw.slice(hosts=0, gpus=0).die.call_one("exit").get(timeout=30)
+                say("SURVIVED", 1)
+            except Exception:
+                pass
+            say("ALL", poll_logs(procs, ["last words before exit"]))
+            hosts.shutdown().get()
+            """), args=[net.controller_addr, *[f"tcp://{h.addr}:{PORT}" for h in net.hosts]])
+    finally:
+        stop_workers(workers)
+    out = _tagged(r.stdout)
+    assert "SURVIVED" not in out
+    dead = [line.split("] ", 1)[1] for line in out["ALL"]
+            if line.startswith("[hosts=0,gpus=0 rank 0 ")]
+    assert dead[:2] == ["straight on fd 1", "straight on fd 2"] or \
+        sorted(dead[:2]) == ["straight on fd 1", "straight on fd 2"], out["ALL"]
+    assert "last words before exit" in dead, out["ALL"]
+    assert "[raw {'hosts': 0/2, 'gpus': 0/2}] printed before exit" in dead, out["ALL"]
+    for rank in (1, 2, 3):
+        assert any(line.endswith("straight on fd 1") and f" rank {rank} " in line
+                   for line in out["ALL"]), out["ALL"]
+    assert not glob.glob(str(tmp_path / "logs" / "proc-*.log"))  # nothing read here
 
 
 AGG_RANKS = int(os.environ.get("PODIUM_TEST_AGG_RANKS", "16"))

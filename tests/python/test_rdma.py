@@ -8,6 +8,8 @@ import os
 import pickle
 import signal
 import socket
+import subprocess
+import sys
 import textwrap
 import time
 import warnings
@@ -492,3 +494,37 @@ def test_over_a_tcp_control_plane(tmp_path):  # RD-2
             pm.stop().get(timeout=30)
         """))
     assert "SupervisionError True 0" in r.stdout, r.stdout + r.stderr
+
+
+def test_ucx_logs_to_stderr_and_is_given_only_options_it_knows(tmp_path):  # DA-24, DA-25
+    """A program that moves bytes, with UCX's log at its most talkative level that still
+    prints configuration: every UCX line is on stderr, stdout holds only the program's own
+    line, and UCX does not warn about an option it does not know (RMA_PPLN_ENABLE is set only
+    where UCX has it)."""
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent("""
+        import podium.actor as pa
+        from podium.rdma import RDMABuffer
+
+        class Owner(pa.Actor):
+            @pa.endpoint
+            def make(self) -> RDMABuffer:
+                self.mem = bytearray(b"x" * 8192)
+                return RDMABuffer(memoryview(self.mem))
+
+        if __name__ == "__main__":
+            pm = pa.this_host().spawn_procs(per_host={"procs": 1})
+            buf = pm.spawn("owner", Owner).make.call_one().get(timeout=30)
+            dst = bytearray(8192)
+            buf.read_into(memoryview(dst)).get(timeout=30)
+            print("moved", bytes(dst[:4]).decode())
+            pm.stop().get(timeout=30)
+    """))
+    env = {k: v for k, v in os.environ.items() if k != "UCX_LOG_FILE"}
+    env["UCX_LOG_LEVEL"] = "info"
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines() == ["moved xxxx"], r.stdout[-2000:]
+    assert "UCX  INFO" in r.stderr  # UCX did log, and to stderr
+    assert "invalid configuration" not in r.stderr, r.stderr[-3000:]

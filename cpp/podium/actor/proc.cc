@@ -301,6 +301,7 @@ Result<std::unique_ptr<Proc>> Proc::make(ProcConfig config) {
     channel::Address self = *config.gateway;
     if (self.port == 0) self.port = bound->port;
     impl->net->serve_as_gateway(self);
+    impl->gateway_addr = self;
   }
   impl->id = ProcId{*bound};
   impl->id_text = impl->id.to_string();
@@ -363,6 +364,28 @@ size_t Proc::link_count() const { return impl_->net ? impl_->net->link_count() :
 
 channel::NetStats Proc::channel_stats() const {
   return impl_->net ? impl_->net->stats() : channel::NetStats{};
+}
+
+Result<channel::Address> Proc::serve_gateway(const channel::Address& addr) {
+  auto refuse = [&](std::string why) -> Result<channel::Address> {
+    return std::unexpected(make_error(channel::ChannelErrc::kListenFailed,
+                                      "serve on " + addr.to_string() + ": " + std::move(why)));
+  };
+  if (!impl_->net) return refuse("this proc has no network");
+  if (addr.transport != channel::Transport::kTcp) return refuse("a gateway listens on TCP");
+  if (impl_->net->config().via) {
+    return refuse("this process reaches its job through a gateway itself (attach)");
+  }
+  std::lock_guard lock(impl_->gateway_mu);
+  if (impl_->gateway_addr) {
+    if (addr.port == 0 || *impl_->gateway_addr == addr) return *impl_->gateway_addr;
+    return refuse("it serves as a gateway on " + impl_->gateway_addr->to_string() + " already");
+  }
+  auto bound = impl_->net->listen(addr);
+  if (!bound) return std::unexpected(bound.error());
+  impl_->net->serve_as_gateway(*bound);
+  impl_->gateway_addr = *bound;
+  return *bound;
 }
 
 Proc::Traffic Proc::traffic() const {

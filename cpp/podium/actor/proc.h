@@ -171,6 +171,13 @@ class Proc {
   size_t link_count() const;
   // Its Net's counters and lend table (channel CH-15, CH-26; tests and stats).
   channel::NetStats channel_stats() const;
+  // DB-8 (docs/interactive.md): also accepts TCP connections on `addr` and serves them as a
+  // gateway (channel GW-1..GW-4): a client that attaches there (the `podium debug` / `exec`
+  // / `logs` / `dashboard` commands) reaches this proc's actors after the channel's setup
+  // (the job's secret, CH-8; TLS, CH-9). Returns the bound address (port 0 becomes the
+  // chosen one). Refused in a proc that reaches others through a gateway itself, or that is
+  // a gateway already for another address. Thread-safe.
+  [[nodiscard]] Result<channel::Address> serve_gateway(const channel::Address& addr);
 
   // Sends a kReply for `reply_port` (a PortId text), carrying `value` or `error`.
   void send_reply(std::string_view reply_port, uint64_t rank, Result<std::vector<Buffer>> value);

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <string>
@@ -59,6 +60,10 @@ struct Proc::Impl {
   asio::io_context io;
   Executor executor{io};
   std::unique_ptr<channel::Net> net;
+  // The address this proc serves as a gateway on (ProcConfig::gateway, set in make() before
+  // the proc is shared; or serve_gateway()). Guarded by gateway_mu.
+  std::mutex gateway_mu;
+  std::optional<channel::Address> gateway_addr;
   // AC-17: threads that help drain a mailbox (drive.h) enter it; stop() closes it.
   std::shared_ptr<internal::HelpGate> help_gate = std::make_shared<internal::HelpGate>();
 

@@ -58,6 +58,18 @@
 //        loop or actor thread, and the data threads run `nice` steps below the process
 //        (PODIUM_RDMA_NICE): bulk never holds up the control plane (docs/data.md, "Control
 //        never waits behind bulk").
+//   DA-23 A region of CUDA memory (Memory::kCuda) is registered with UCX as CUDA memory, and
+//        an operation whose local or remote region is CUDA memory goes through UCX (its
+//        cuda_copy and cuda_ipc transports: GPU to GPU, GPU to host), never through CMA; the
+//        local region's memory type is given to UCX with each chunk. Where this process's UCX
+//        has no CUDA support (supports(kCuda) is false), registering CUDA memory fails with
+//        kUnavailable naming it, before anything is mapped.
+//   DA-24 UCX's pipelined RMA protocols are on (RMA_PPLN_ENABLE, UCX 1.22 and later) unless
+//        UCX_RMA_PPLN_ENABLE is set: without them UCX 1.22 moves a get of CUDA memory, and
+//        every transfer between GPU and host memory, by software emulation over shared-memory
+//        segments (under 1 GB/s on an H200); with them a get of CUDA memory on one host is a
+//        zero-copy write by the owner's side over cuda_ipc, and GPU-host transfers run as
+//        pipelined copies (docs/data.md, "GPU memory", has the figures).
 //   DA-21 UCX_NET_DEVICES in the environment wins; else EngineConfig::net_devices, when set,
 //        restricts UCX's network transports (and so the TCP listener UCX's tcp transport
 //        opens on every device it uses) to those devices (ucp_config_modify before ucp_init).
@@ -84,6 +96,9 @@ inline constexpr size_t kDefaultWindow = 4;
 inline constexpr size_t kMaxDefaultCopiers = 2;
 inline constexpr int kDefaultNice = 5;
 inline constexpr size_t kMinCmaChunk = size_t{256} << 10;
+
+// Where a region's bytes live (DA-23).
+enum class Memory : uint8_t { kHost, kCuda };
 
 struct EngineConfig {
   size_t chunk_bytes = kDefaultChunkBytes;  // DA-3
@@ -132,6 +147,8 @@ struct Op {
   std::shared_ptr<const void> keep;  // keeps `local` alive until UCX is done with it (DA-5)
   bool same_host = false;            // the peer runs on this host (DA-9)
   int peer_pid = 0;                  // its process id, when same_host (DA-10)
+  Memory local_memory = Memory::kHost;   // where `local` lives (DA-23)
+  Memory remote_memory = Memory::kHost;  // where the remote region lives (DA-23)
 };
 
 class Engine {
@@ -161,9 +178,14 @@ class Engine {
   // more (its affinity mask), else 1: bulk copies take at most half of its cores.
   static size_t default_copiers();
 
-  // DA-2. `keep` holds the memory alive while it is registered.
+  // DA-2. `keep` holds the memory alive while it is registered. DA-23: `memory` says where
+  // the region lives; CUDA memory needs supports(Memory::kCuda).
   [[nodiscard]] Result<std::shared_ptr<Registration>> register_memory(
-      const void* addr, size_t size, std::shared_ptr<const void> keep);
+      const void* addr, size_t size, std::shared_ptr<const void> keep,
+      Memory memory = Memory::kHost);
+  // DA-23: whether this process's UCX can reach `memory` (host memory: always; CUDA: a UCX
+  // built with CUDA support, with its CUDA modules loaded).
+  bool supports(Memory memory) const;
   size_t registration_count() const;
 
   // Runs `ops` in parallel; the future resolves once all are done, or with the first error.

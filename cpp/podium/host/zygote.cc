@@ -1,6 +1,7 @@
 #include "podium/host/zygote.h"
 
 #include <msgpack.hpp>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -21,6 +22,7 @@
 #include <fstream>
 #include <sstream>
 #include <mutex>
+#include <algorithm>
 #include <optional>
 #include <unordered_map>
 
@@ -48,6 +50,49 @@ bool send_packet(int fd, const std::string& p) {
     if (n >= 0) return static_cast<size_t>(n) == p.size();
     if (errno != EINTR) return false;
   }
+}
+
+constexpr size_t kMaxFds = 8;  // descriptors per request
+
+// One packet, with `fds` as SCM_RIGHTS when there are any.
+bool send_packet_fds(int fd, const std::string& p, const std::vector<int>& fds) {
+  if (fds.empty()) return send_packet(fd, p);
+  iovec iov{const_cast<char*>(p.data()), p.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  while (true) {
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n >= 0) return static_cast<size_t>(n) == p.size();
+    if (errno != EINTR) return false;
+  }
+}
+
+// In a forked child: each received descriptor onto its target. Every source is first copied
+// above the highest target, so no dup2 overwrites a source still to be moved (ZY-5).
+bool apply_fds(const std::vector<int>& fds, const std::vector<int>& targets) {
+  int top = 2;
+  for (int t : targets) top = std::max(top, t);
+  std::vector<int> high;
+  for (int fd : fds) {
+    int h = ::fcntl(fd, F_DUPFD_CLOEXEC, top + 1);
+    if (h < 0) return false;
+    high.push_back(h);
+    ::close(fd);
+  }
+  for (size_t i = 0; i < high.size(); ++i) {
+    if (::dup2(high[i], targets[i]) < 0) return false;  // dup2 clears close-on-exec
+    ::close(high[i]);
+  }
+  return true;
 }
 
 void report_exits(int fd) {
@@ -113,7 +158,7 @@ HugePageCollapse collapse_anonymous_memory() {
 
 Result<ZygoteChild> zygote_serve(int fd, const ForkHooks& hooks) {
   if (huge_pages_wanted()) {
-    auto c = collapse_anonymous_memory();  // ZY-5
+    auto c = collapse_anonymous_memory();  // ZY-6
     spdlog::debug("podium zygote {}: {} of {} anonymous 2 MiB chunks in huge pages ({} MiB){}",
                   ::getpid(), c.collapsed, c.chunks, c.bytes >> 20,
                   c.first_error ? std::string(", first error: ") + std::strerror(c.first_error)
@@ -142,26 +187,51 @@ Result<ZygoteChild> zygote_serve(int fd, const ForkHooks& hooks) {
       report_exits(fd);
     }
     if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-    ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    iovec iov{buf.data(), buf.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       ::close(sfd);
       return std::unexpected(make_error(HostErrc::kStopped, "zygote: the controller has gone"));
     }
-    // ["spawn", id, argv, env, cwd]
+    std::vector<int> fds;  // received: closed here after the fork (ZY-5)
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      const int* p = reinterpret_cast<const int*>(CMSG_DATA(c));
+      fds.insert(fds.end(), p, p + count);
+    }
+    auto close_fds = [&fds] {
+      for (int f : fds) ::close(f);
+    };
+    // ["spawn", id, argv, env, cwd, targets]
     uint64_t id = 0;
     ZygoteChild child;
+    std::vector<int> targets;
     try {
+      if (msg.msg_flags & MSG_CTRUNC) throw std::runtime_error("too many descriptors");
       auto oh = msgpack::unpack(buf.data(), static_cast<size_t>(n));
       auto arr = oh.get().as<msgpack::type::tuple<std::string, uint64_t, std::vector<std::string>,
                                                    std::vector<std::pair<std::string, std::string>>,
-                                                   std::string>>();
+                                                   std::string, std::vector<int>>>();
       if (arr.get<0>() != "spawn") throw std::runtime_error("unknown request " + arr.get<0>());
       id = arr.get<1>();
       child.argv = std::move(arr.get<2>());
       child.env = std::move(arr.get<3>());
       child.cwd = std::move(arr.get<4>());
+      targets = std::move(arr.get<5>());
+      if (targets.size() != fds.size()) {
+        throw std::runtime_error(std::to_string(targets.size()) + " targets for " +
+                                 std::to_string(fds.size()) + " descriptors");
+      }
     } catch (const std::exception& e) {
+      close_fds();
       spdlog::error("podium zygote {}: bad request: {}", self, e.what());
       (void)send_packet(fd, pack(std::string("failed"), id, std::string("bad request: ") + e.what()));
       continue;
@@ -173,6 +243,11 @@ Result<ZygoteChild> zygote_serve(int fd, const ForkHooks& hooks) {
       ::close(fd);
       ::close(sfd);
       ::sigprocmask(SIG_SETMASK, &old, nullptr);
+      if (!apply_fds(fds, targets)) {
+        std::fprintf(stderr, "podium: forked proc %d: cannot set up its descriptors: %s\n",
+                     ::getpid(), std::strerror(errno));
+        ::_exit(127);
+      }
       ::setpgid(0, 0);
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != self) ::_exit(127);  // the zygote died before PDEATHSIG was armed
@@ -184,6 +259,7 @@ Result<ZygoteChild> zygote_serve(int fd, const ForkHooks& hooks) {
       return child;
     }
     int err = errno;
+    close_fds();  // ZY-5: only the child holds them now
     // The child's process group exists before its pid is reported, whichever of the two
     // setpgid calls runs first (a kill_group right after spawn() must find it).
     if (pid > 0) ::setpgid(pid, pid);
@@ -227,12 +303,17 @@ class Zygote::Impl : public std::enable_shared_from_this<Zygote::Impl> {
     if (gone_) return std::unexpected(make_error(HostErrc::kStopped, "the zygote is gone: " + why_));
     uint64_t id = next_id_++;
     pending_[id] = Pending{};
-    std::string req = pack(std::string("spawn"), id, child.argv, child.env, child.cwd);
-    if (req.size() > kMaxPacket) {
+    std::vector<int> fds, targets;
+    for (const auto& f : child.fds) {
+      fds.push_back(f.fd);
+      targets.push_back(f.target);
+    }
+    std::string req = pack(std::string("spawn"), id, child.argv, child.env, child.cwd, targets);
+    if (req.size() > kMaxPacket || fds.size() > kMaxFds) {
       pending_.erase(id);
       return std::unexpected(make_error(HostErrc::kInvalidSpec, "zygote request too large"));
     }
-    if (!send_packet(sd_.native_handle(), req)) {
+    if (!send_packet_fds(sd_.native_handle(), req, fds)) {
       int err = errno;
       pending_.erase(id);
       return std::unexpected(errno_error("send to the zygote", err));

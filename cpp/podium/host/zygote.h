@@ -17,7 +17,7 @@
 //
 // Wire (a SOCK_SEQPACKET socketpair, the zygote's end as its fd 3; one msgpack array per
 // packet, docs/host.md):
-//   controller -> zygote  ["spawn", id, argv, env, cwd]
+//   controller -> zygote  ["spawn", id, argv, env, cwd, targets] (+ the fds, SCM_RIGHTS)
 //   zygote -> controller  ["spawned", id, pid] | ["failed", id, why]
 //                         ["exit", pid, signaled, code, core_dumped]
 //
@@ -32,12 +32,15 @@
 //        with the controller, and exits when the controller closes the socket.
 //   ZY-4 The environment of a child is the one sent with the request (the controller's at
 //        spawn time), not the zygote's.
-//   ZY-5 Before it serves, the zygote backs its private anonymous memory with transparent huge
+//   ZY-6 Before it serves, the zygote backs its private anonymous memory with transparent huge
 //        pages (MADV_COLLAPSE, best effort; PODIUM_ZYGOTE_HUGEPAGES=0 turns it off): a fork
 //        then copies one page-table entry per 2 MiB instead of 512, and a proc's exit tears
 //        down as few, so its death reaches the controller sooner. Only the page tables
 //        change: the memory's contents are the same, and a kernel without MADV_COLLAPSE
 //        (or a region it refuses) is left as it was.
+//   ZY-5 The descriptors sent with a request are the child's at their targets (its fds 1, 2,
+//        3: pipes whose read ends the controller holds); the zygote closes its copies at
+//        once, so only the child (and what it starts) holds the write ends.
 #pragma once
 
 #include <sys/types.h>
@@ -63,6 +66,10 @@ struct ZygoteChild {
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;  // the whole environment
   std::string cwd;                                       // empty: the zygote's
+  // Controller side: the controller's descriptor `fd` becomes the child's `target` (its
+  // stdout/stderr pipes, ZY-5). They travel with the request (SCM_RIGHTS); the child gets
+  // them dup2'd onto their targets, and the zygote keeps none. In the child: empty.
+  std::vector<PassFd> fds;
 };
 
 // Run around fork() in the zygote (a language runtime's own fork bookkeeping: Python's
@@ -73,7 +80,7 @@ struct ForkHooks {
   std::function<void()> child;
 };
 
-// ZY-5: collapses the private anonymous memory of this process (its heap and anonymous
+// ZY-6: collapses the private anonymous memory of this process (its heap and anonymous
 // mappings, 2 MiB-aligned chunks only) into transparent huge pages. What it did: the chunks
 // it tried and collapsed, and the first error (errno) of those it could not.
 struct HugePageCollapse {

@@ -2,6 +2,8 @@
 // children act on their ZT_ACT variable (exit:N, sleep, env:NAME=VALUE, cwd:PATH, group).
 #include "podium/host/zygote.h"
 
+#include "podium/host/output_pump.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -51,6 +53,12 @@ constexpr auto kWait = 10s;
     ::_exit(std::filesystem::current_path(ec) == a.substr(4) ? 0 : 1);
   }
   if (a == "group") ::_exit(::getpgid(0) == ::getpid() ? 0 : 1);
+  if (a.starts_with("write:")) {  // to fds 1 and 3, then a death that flushes nothing
+    std::string line = a.substr(6) + "\n";
+    (void)!::write(1, line.data(), line.size());
+    (void)!::write(3, line.data(), line.size());
+    ::kill(::getpid(), SIGKILL);
+  }
   ::_exit(99);
 }
 
@@ -118,9 +126,9 @@ class ZygoteTest : public ::testing::Test {
   ExitLog log_;
 };
 
-// ZY-5: the collapse changes page tables only; the memory reads back the same. Where the
+// ZY-6: the collapse changes page tables only; the memory reads back the same. Where the
 // kernel collapses at all, a written 16 MiB anonymous region is among what it collapsed.
-TEST(ZygoteHugePages, CollapsingKeepsTheContentsOfAnonymousMemory) {  // ZY-5
+TEST(ZygoteHugePages, CollapsingKeepsTheContentsOfAnonymousMemory) {  // ZY-6
   constexpr size_t kSize = size_t{18} << 20;
   void* p = ::mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(p, MAP_FAILED);
@@ -178,6 +186,43 @@ TEST_F(ZygoteTest, AChildGetsTheRequestedEnvironmentCwdAndItsOwnGroup) {  // ZY-
     ASSERT_TRUE(s);
     EXPECT_EQ(s->to_string(), "exited with status 0") << "pid " << p;
   }
+}
+
+TEST_F(ZygoteTest, AChildGetsTheSentDescriptorsAndTheZygoteKeepsNone) {  // ZY-5
+  auto ends = make_proc_pipes();
+  ASSERT_TRUE(ends) << ends.error().to_string();
+  auto c = child("write:the last line");
+  c.fds = {{ends->out_w.get(), 1}, {ends->err_w.get(), 2}, {ends->log_w.get(), 3}};
+  auto pid = zygote_->spawn(c, log_.callback());
+  ASSERT_TRUE(pid) << pid.error().to_string();
+  ends->out_w.reset();
+  ends->err_w.reset();
+  ends->log_w.reset();
+  auto s = log_.wait(*pid);
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(s->signaled);
+  // End-of-file on every pipe: neither this process nor the zygote holds a write end.
+  auto read_all = [](int fd) {
+    std::string out;
+    char buf[256];
+    auto deadline = std::chrono::steady_clock::now() + kWait;
+    while (std::chrono::steady_clock::now() < deadline) {
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n > 0) {
+        out.append(buf, static_cast<size_t>(n));
+      } else if (n == 0) {
+        return out;
+      } else if (errno == EAGAIN) {
+        std::this_thread::sleep_for(1ms);
+      } else {
+        break;
+      }
+    }
+    return out + "<no end-of-file>";
+  };
+  EXPECT_EQ(read_all(ends->read.out.get()), "the last line\n");
+  EXPECT_EQ(read_all(ends->read.log.get()), "the last line\n");
+  EXPECT_EQ(read_all(ends->read.err.get()), "");
 }
 
 TEST_F(ZygoteTest, WhenTheZygoteDiesItsChildrenDieAndAreReported) {  // ZY-1, ZY-2, ZY-3

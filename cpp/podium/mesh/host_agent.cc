@@ -69,7 +69,11 @@ Status HostAgent::start() {
     out_->reader[i] = std::make_unique<asio::posix::stream_descriptor>(proc_.io(), fds[0]);
     read_output(i);
   }
-  spawner_.set_output_fds(out_->write_fd[0], out_->write_fd[1]);
+  spawner_.set_output_fds(out_->write_fd[0], out_->write_fd[1]);  // the zygote's
+  // The procs' fds 1 and 2 are pumped by the spawner (PS-4): after their log files, on to
+  // the controller served (HA-6).
+  spawner_.set_output_sink(
+      [this](int fd, std::string_view data) { forward_output(fd, std::string(data)); });
   spawns_.start();
   asio::post(proc_.io(), [this] { tick(); });
   return ok();

@@ -40,10 +40,10 @@
 //        serves the next controller. A controller that exits cleanly detaches (bounded wait
 //        of 1 s), so the worker is free at once. The worker's procs die with it
 //        (PR_SET_PDEATHSIG), and its zygote too.
-//   HA-6 Output. A worker's procs (and its zygote) have two pipes as stdout and stderr; the
-//        worker forwards what it reads to the controller it serves, which writes it to its own
-//        stdout or stderr (through an OutputWriter, HA-12). Python procs write each line,
-//        prefixed with the actor's name and rank, in one write(2), so lines arrive whole.
+//   HA-6 Output. A worker's procs have pipes as stdout and stderr that the spawner pumps into
+//        each proc's log file, then (whole lines) to this agent (PS-4); its zygote has two
+//        shared pipes. The worker forwards what it gets to the controller it serves, which
+//        writes it to its own stdout or stderr (through an OutputWriter, HA-12).
 //   HA-7 Persistent workers. A worker started with `persistent` keeps its procs when its
 //        controller detaches or goes silent (HA-5's kill is skipped). Every worker records
 //        the proc meshes it spawned: name, the whole mesh's extent, its first rank, and per

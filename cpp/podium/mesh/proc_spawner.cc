@@ -2,8 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
+#include <cerrno>
 #include <filesystem>
 
 #include "podium/host/zygote.h"
@@ -71,7 +76,8 @@ ProcSpawner::ProcSpawner(asio::io_context& io, host::ChildWatcher& watcher,
       watcher_(watcher),
       proc_argv_(proc_argv.empty() ? std::vector<std::string>{self_exe()} : std::move(proc_argv)),
       zygote_argv_(std::move(zygote_argv)),
-      spawn_env_(SpawnCommands{proc_argv_, zygote_argv_}.encode()) {}
+      spawn_env_(SpawnCommands{proc_argv_, zygote_argv_}.encode()),
+      pumps_(std::make_unique<host::OutputPumps>()) {}
 
 // Made at the first spawn (a process that spawns nothing has no watcher thread); a kernel
 // without futex_waitv or memfd leaves procs to their reap, as before.
@@ -88,9 +94,63 @@ std::shared_ptr<host::DeathWatch> ProcSpawner::death_watch() {
   return death_watch_;
 }
 
-ProcSpawner::~ProcSpawner() { stop(); }
+ProcSpawner::~ProcSpawner() {
+  stop();
+  stop_output();
+}
 
-void ProcSpawner::start() { thread_.start(); }
+void ProcSpawner::stop_output(std::chrono::milliseconds grace) { pumps_->stop(grace); }
+
+void ProcSpawner::set_output_sink(host::OutputPumps::Sink sink) { sink_ = std::move(sink); }
+
+// What a proc wrote to fd 1 or 2, after its log file: to the sink, else where the procs'
+// output went before the pumps (the output fds, or this process's own).
+void ProcSpawner::emit(int stream, std::string_view data) const {
+  if (sink_) {
+    sink_(stream, data);
+    return;
+  }
+  int fd = out_fd_[0] >= 0 ? out_fd_[stream == 2 ? 1 : 0] : stream;
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // a closed terminal: the log file has the lines
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+namespace {
+std::string this_host() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+}  // namespace
+
+void ProcSpawner::pump(pid_t pid, host::ProcPipes pipes, const std::string& log_dir) {
+  std::string path = host::proc_log_path(log_dir, pid);
+  auto file = host::LogFile::open(path, host::proc_log_max_bytes());
+  if (!file) {
+    spdlog::warn("podium: proc {} on {}: cannot open its log file {}: {}; its output goes on "
+                 "without it", pid, this_host(), path, file.error().to_string());
+  }
+  pumps_->add("pid " + std::to_string(pid), std::move(pipes),
+              file ? std::move(*file) : nullptr,
+              [this](int stream, std::string_view data) { emit(stream, data); });
+}
+
+void ProcSpawner::start() {
+  // Each proc costs this process four descriptors for its output (three pipes and its log
+  // file, PS-4) besides its pidfd and connections: a soft limit of 1024 would cap a host at
+  // ~150 procs. Raised towards the hard limit, as many runtimes do.
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < kWantedFds &&
+      nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = std::min<rlim_t>(nofile.rlim_max, kWantedFds);
+    (void)::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  thread_.start();
+}
 
 void ProcSpawner::stop() {
   std::shared_ptr<host::Zygote> zygote;
@@ -197,14 +257,30 @@ Result<pid_t> ProcSpawner::spawn(const ProcCommand& cmd, host::OnExit on_exit,
       if (on_exit) on_exit(st);
     };
   }
-  add_output_fds(spec);
+  // PS-4: the proc's fds 1, 2 and 3 are pipes this process reads.
+  auto pipes = host::make_proc_pipes();
+  if (!pipes) {
+    if (slot) dw->release(*slot);
+    return std::unexpected(pipes.error());
+  }
+  spec.fds = {{pipes->out_w.get(), 1}, {pipes->err_w.get(), 2},
+              {pipes->log_w.get(), host::kProcLogFd}};
+  spec.env.emplace_back(host::kProcLogFdEnv, std::to_string(host::kProcLogFd));
+  std::string log_dir_env;
+  for (const auto& kv : cmd.env) {
+    if (kv.first == "PODIUM_LOG_DIR") log_dir_env = kv.second;
+  }
+  for (const auto& kv : cmd.launch.env) {
+    if (kv.first == "PODIUM_LOG_DIR") log_dir_env = kv.second;
+  }
   apply_launch(cmd.launch, spec);
   Result<pid_t> pid = std::unexpected(Error{});
   if (auto zygote = cmd.launch.program.empty() ? zygote_for_spawn() : nullptr) {
     std::error_code ec;
     std::string cwd = std::filesystem::current_path(ec).string();
-    pid = zygote->spawn(host::ZygoteChild{spec.argv, host::current_environment(spec.env), cwd},
-                        std::move(on_exit));
+    host::ZygoteChild child{spec.argv, host::current_environment(spec.env), cwd};
+    child.fds = spec.fds;  // the death watch's memfd the child inherits from the zygote
+    pid = zygote->spawn(child, std::move(on_exit));
   } else {
     if (slot) spec.fds.push_back(host::PassFd{dw->fd(), host::DeathWatch::kChildFd});
     pid = thread_.run<pid_t>([&]() -> Result<pid_t> { return watcher_.spawn(spec, on_exit); },
@@ -219,6 +295,11 @@ Result<pid_t> ProcSpawner::spawn(const ProcCommand& cmd, host::OnExit on_exit,
       });
     }
   }
+  if (!pid) return pid;  // the pipes close with `pipes`
+  pipes->out_w.reset();  // only the proc holds the write ends now: its death is their EOF
+  pipes->err_w.reset();
+  pipes->log_w.reset();
+  pump(*pid, std::move(pipes->read), host::proc_log_dir(log_dir_env));
   return pid;
 }
 

@@ -22,12 +22,17 @@
 //        dropped with kShutDown, and post()/run() after it refuse at once.
 //   PS-3 At most one zygote is live: callers that ask for it at once share the one the first
 //        of them started (its start and the check for a live one are one job on the thread).
+//   PS-4 Every proc's fds 1 and 2, and its log-only fd (PODIUM_PROC_LOG_FD, 3), are pipes
+//        whose read ends this process holds (host/output_pump.h): their lines go to the
+//        proc's log file, <log dir>/proc-<pid>.log, and fds 1 and 2 on to the sink (by
+//        default this process's own fds 1 and 2, or the output fds). Forked or exec'd alike.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -40,6 +45,7 @@
 #include "podium/base/error.h"
 #include "podium/host/death_watch.h"
 #include "podium/host/child_watcher.h"
+#include "podium/host/output_pump.h"
 #include "podium/host/spawn.h"
 #include "podium/mesh/errc.h"
 #include "podium/mesh/launch.h"
@@ -163,6 +169,12 @@ class ProcSpawner {
   // A host agent's procs write to these fds as their stdout and stderr (HA-6); set before
   // the first spawn.
   void set_output_fds(int out, int err);
+  // Where what procs write to fds 1 and 2 goes after their log file (PS-4); set before the
+  // first spawn. Runs on the pumps' thread; must not block for long.
+  void set_output_sink(host::OutputPumps::Sink sink);
+  // Ends the output pumps: waits up to `grace` for the procs' pipes to close, drains them
+  // (OP-2). Call after the procs were killed (ChildWatcher::stop). Idempotent.
+  void stop_output(std::chrono::milliseconds grace = std::chrono::milliseconds(1000));
 
   // Starts one proc with `env` added to its environment; `on_exit` runs once when it ends
   // (reaped). `on_dying`, if given, runs (on an io thread) when its exit has begun, with the
@@ -173,12 +185,16 @@ class ProcSpawner {
   // `sig` to a proc's process group, whether forked from the zygote or exec'd.
   bool kill_group(pid_t pid, int sig);
 
+  // start() raises this process's soft RLIMIT_NOFILE to this (or the hard limit) (PS-4).
+  static constexpr uint64_t kWantedFds = 1 << 16;
   // How long a spawn waits for the spawner thread to take it (PS-1).
   static constexpr std::chrono::seconds kSpawnWait{30};
 
  private:
   std::shared_ptr<host::Zygote> zygote_for_spawn();
   void add_output_fds(host::ChildSpec& spec) const;
+  void pump(pid_t pid, host::ProcPipes pipes, const std::string& log_dir);
+  void emit(int stream, std::string_view data) const;
   static void apply_launch(const ProcLaunch& launch, host::ChildSpec& spec);
 
   asio::io_context& io_;
@@ -187,6 +203,8 @@ class ProcSpawner {
   const std::vector<std::string> zygote_argv_;
   const std::string spawn_env_;  // both, as PODIUM_SPAWN carries them (BT-3)
   int out_fd_[2] = {-1, -1};  // set before the first spawn; immutable after
+  host::OutputPumps::Sink sink_;  // likewise
+  std::unique_ptr<host::OutputPumps> pumps_;
   JobThread thread_{"the spawner"};
   std::mutex mu_;  // guards zygote_, zygote_failed_, death_watch_ and its flags
   std::shared_ptr<host::Zygote> zygote_;

@@ -115,6 +115,7 @@ void Runtime::Impl::shutdown() {
   actor::Executor::set_drivable(nullptr);
   if (spawner) spawner->stop();  // SIGKILL to every forked proc's group (ME-3), joined (PS-2)
   if (watcher) watcher->stop();  // SIGKILL to every proc group, reaped (ME-3)
+  if (spawner) spawner->stop_output();  // the dead procs' last lines to their files (OP-2)
   if (proc) proc->stop();
   if (output) output->stop();
   std::string dir;

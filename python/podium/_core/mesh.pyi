@@ -49,6 +49,32 @@ def fault_raised(actor_id: str) -> bool:
     Whether this process's Supervisor raised a failure of that actor to its owner (SV-7).
     """
 
+class HttpServer:
+    """
+    DS-4: a loopback-only HTTP GET responder in C++ (channel/http.h, HT-1..HT-3) on this process's io threads; a Python thread takes its requests with next() and answers them with respond().
+    """
+
+    def __init__(self, addr: str) -> None:
+        """Listens on `addr` ('tcp:127.0.0.1:PORT'; a loopback address only)."""
+
+    @property
+    def address(self) -> str:
+        """The bound address."""
+
+    def next(self, timeout_s: float) -> tuple[int, str] | None:
+        """
+        (request id, path with its query), or None after timeout_s or once stopped.
+        """
+
+    def respond(self, id: int, status: int, content_type: str, body: bytes) -> None:
+        """Answers request `id` (once)."""
+
+    @property
+    def stopped(self) -> bool: ...
+
+    def stop(self) -> None:
+        """Closes the listener and every connection."""
+
 def set_poll(runners_us: float, drivers_us: float) -> None:
     """
     How long idle runners and waiting callers poll the reactor before they sleep (µs).
@@ -91,6 +117,16 @@ def this_proc_id() -> str:
 def channel_stats() -> dict:
     """
     This process's root proc's channel counters (CH-15), its parts lent to peers and not yet acknowledged (CH-26) and this process's pulls of lent parts (CH-25).
+    """
+
+def serve_gateway(addr: str) -> str:
+    """
+    DB-8: this process's root proc also accepts on `addr` ('tcp:HOST:PORT') as a gateway (channel GW-1..GW-4): clients that attach there (`podium debug`, `exec`, `logs`, `dashboard`) pass the channel's setup (the job's secret, TLS) and reach this proc's actors. Returns the bound address; again with the same address (or port 0) returns it.
+    """
+
+def probe(addr: str, timeout_ms: int) -> str | None:
+    """
+    One plain connect to `addr` (no handshake), closed at once: None when something accepted it, else why not (refused, unreachable, timed out).
     """
 
 def lineage() -> list[str]:

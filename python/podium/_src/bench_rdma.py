@@ -1,5 +1,5 @@
 """`podium bench rdma [--quick] [--max-mib 1024] [--bulk-mib 1024] [--tensor-max-mib 256]
-[--reps 3] [--cycles 10000] [--json]`: podium.rdma between two procs of one host, each figure
+[--reps 3] [--cycles 10000] [--cuda] [--json]`: podium.rdma between two procs of one host, each figure
 next to its floor measured in the same run (docs/data.md, "Figures").
 
 An actor on a spawned proc (the owner) and the controller:
@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import podium.actor as pa
 from podium._core import data as _data
+from podium._src import bench_rdma_cuda
 from podium.rdma import RDMABuffer, get_rdma_backend
 
 _TIMEOUT_S = 300.0
@@ -352,12 +353,22 @@ def main(argv: List[str]) -> int:
                    help="largest tensor argument, MiB (default 256)")
     p.add_argument("--reps", type=int, default=None, help="repetitions per size (best is kept)")
     p.add_argument("--cycles", type=int, default=None, help="create/drop cycles (default 10000)")
+    p.add_argument("--cuda", action="store_true",
+                   help="CUDA memory only: GPU to GPU and GPU to host, next to CUDA copies "
+                        "(docs/data.md, \"GPU memory\")")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     a = p.parse_args(argv)
 
     def pick(value: Optional[int], quick: int, full: int) -> int:
         return value if value is not None else (quick if a.quick else full)
 
+    if a.cuda:
+        cuda = bench_rdma_cuda.run(max_mib=pick(a.max_mib, 1, 1024), reps=pick(a.reps, 2, 3))
+        if a.json:
+            print(json.dumps(cuda))
+        else:
+            bench_rdma_cuda.show(cuda)
+        return 0
     result = run(max_mib=pick(a.max_mib, 1, 1024), reps=pick(a.reps, 2, 3),
                  cycles=pick(a.cycles, 200, 10000), bulk_mib=pick(a.bulk_mib, 16, 1024),
                  tensor_max_mib=pick(a.tensor_max_mib, 1, 256),

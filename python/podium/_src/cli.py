@@ -144,10 +144,10 @@ def _register_debug(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "debug",
         help="open the debugger's prompt of a running job (list, attach, cast, continue)",
-        description="Connects to the debug server of a job's controller, which listens once an "
+        description="Attaches to a job's controller through its debug address (podium's "
+        "channel, which asks for the job's secret: docs/security.md), which listens once an "
         "actor stopped at breakpoint() or the controller called "
-        "podium.actor.debug_controller() (docs/interactive.md). Off loopback the server asks "
-        "for the job's secret (docs/security.md).",
+        "podium.actor.debug_controller() (docs/interactive.md).",
     )
     debug_cli.add_arguments(p)
     p.set_defaults(run=debug_cli.run)
@@ -169,12 +169,14 @@ def _register_dashboard(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "dashboard",
         help="start the web dashboard of a running job and print its URL",
-        description="Asks the controller of a running job (through its debug server, as "
-        "`podium debug` reaches it) to serve its dashboard, and prints the page's URL: hosts, "
-        "proc and actor meshes, per-rank health, message rates, in-flight calls, recent "
-        "failures and the debugger's stopped actors (docs/interactive.md).",
+        description="Asks the controller of a running job (through its debug address, as "
+        "`podium debug` reaches it) to serve its dashboard on its loopback, and prints the "
+        "page's URL; with --serve, serves the page here, its data fetched from the controller "
+        "through the job's channel: hosts, proc and actor meshes, per-rank health, message "
+        "rates, in-flight calls, recent failures and the debugger's stopped actors "
+        "(docs/interactive.md).",
     )
-    debug_cli.add_arguments(p)
+    debug_cli.add_dashboard_arguments(p)
     p.set_defaults(run=debug_cli.run_dashboard)
 
 

@@ -13,7 +13,10 @@ the controller.
 A partial line waits for its newline in a per-thread buffer; ``flush()`` writes it out as a
 line of its own. Output that bypasses ``sys.stdout`` (C code writing to fd 1) is not prefixed.
 
-Every line also goes to the proc's log file (proc_log.py, PL-1), whatever else happens to it.
+Every line also goes to the proc's log file (proc_log.py, PL-1), whatever else happens to it:
+what goes to fds 1 and 2 gets there through the pump outside the proc that reads them (PS-4),
+and only the lines kept off those fds are written to the log-only pipe here, so none is
+there twice.
 ``ProcMesh.logging_option(stream_to_client=False)`` (logs.py) keeps what this proc writes
 through ``sys.stdout``/``sys.stderr`` in that file only, off the client's terminal
 (``divert``); ``stream_to_client=True`` sends each line, split into its prefix and
@@ -40,6 +43,8 @@ _forward: Optional[Forwarder] = None
 _divert_lock = threading.Lock()
 # The proc's own stdout and stderr, by fd (install()).
 _bases: Dict[int, Any] = {}
+# Lines went to fds 1 and 2 since the last forward_flush(): it waits for the pump (PL-5).
+_wrote_fds = False
 
 
 def divert(quiet: bool) -> Tuple[str, int]:
@@ -75,8 +80,12 @@ def _close(fwd: Optional[Forwarder]) -> Tuple[str, int]:
 
 
 def forward_flush() -> Tuple[str, int]:
-    """Sends the lines waiting to stream now; (this proc, the last batch sent), or ("", 0)
-    when this proc does not stream."""
+    """Sends the lines waiting to stream now, and lets the pump read what went to fds 1 and 2
+    (PL-5); (this proc, the last batch sent), or ("", 0) when this proc does not stream."""
+    global _wrote_fds
+    if _wrote_fds:
+        _wrote_fds = False
+        _plog.settle()
     fwd = _forward
     if fwd is None:
         return "", 0
@@ -86,7 +95,8 @@ def forward_flush() -> Tuple[str, int]:
 
 def _write_direct(fd: int, text: str) -> None:
     """Writes a line that could not stream to the proc's own fd (it is in the log file
-    already, PL-1)."""
+    already, PL-1; with fds 1 and 2 pumped to the file (PS-4) this failure case puts it there
+    a second time, which beats losing it from the terminal)."""
     base = None if _diverted else _bases.get(fd)
     if base is None:
         return
@@ -95,6 +105,11 @@ def _write_direct(fd: int, text: str) -> None:
         base.flush()
     except Exception:  # a closed stream while the proc leaves
         pass
+
+
+def _note_fds() -> None:
+    global _wrote_fds
+    _wrote_fds = True
 
 
 def _prefix() -> Optional[str]:
@@ -152,13 +167,17 @@ class PrefixedStream(io.TextIOBase):
         prefix = _prefix()
         pending = self._pending()
         fwd = _forward
+        captured = _plog.captured  # fds 1 and 2 reach the log file through the pump (PL-1)
         if prefix is None and not pending and fwd is None:
             with self._lock:
-                _plog.write(text)  # PL-1
+                if _diverted or not captured:
+                    _plog.write(text)  # PL-1
                 if not _diverted:
+                    _plog.switch_to(self._fd)  # PL-5
                     self._base.write(text)
                     if "\n" in text:
                         self._base.flush()
+                        _note_fds()
             return len(text)
         data = pending + text
         lines = data.split("\n")
@@ -166,15 +185,18 @@ class PrefixedStream(io.TextIOBase):
         if lines:
             p = prefix or ""
             out = "".join(f"{p}{line}\n" for line in lines)
-            _plog.write(out)  # PL-1
+            if fwd is not None or _diverted or not captured:
+                _plog.write(out)  # PL-1
             if fwd is not None:
                 for line in lines:
                     fwd.add(self._fd, p, line)
                 return len(text)
             if not _diverted:
                 with self._lock:
+                    _plog.switch_to(self._fd)  # PL-5
                     self._base.write(out)
                     self._base.flush()
+                _note_fds()
         return len(text)
 
     def flush(self) -> None:
@@ -182,11 +204,13 @@ class PrefixedStream(io.TextIOBase):
         fwd = _forward
         if pending:
             self._local.pending = ""
-            _plog.write(f"{_prefix() or ''}{pending}\n")  # PL-1
+            if fwd is not None or _diverted or not _plog.captured:
+                _plog.write(f"{_prefix() or ''}{pending}\n")  # PL-1
             if fwd is not None:
                 fwd.add(self._fd, _prefix() or "", pending)
             elif not _diverted:
                 with self._lock:
+                    _plog.switch_to(self._fd)  # PL-5
                     self._base.write(f"{_prefix() or ''}{pending}\n")
         if fwd is not None:
             fwd.hurry()
@@ -194,10 +218,12 @@ class PrefixedStream(io.TextIOBase):
         if not _diverted:
             with self._lock:
                 self._base.flush()
+            _note_fds()
 
 
 def install() -> None:
     """Replaces sys.stdout and sys.stderr of this proc with prefixing streams."""
+    _plog.captured  # takes PODIUM_PROC_LOG_FD now: what the proc starts does not inherit it
     for fd, name in ((1, "stdout"), (2, "stderr")):
         stream = getattr(sys, name)
         if stream is None or isinstance(stream, PrefixedStream):

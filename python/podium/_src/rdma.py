@@ -2,7 +2,8 @@
 ``monarch.rdma`` (docs/data.md).
 
 An ``RDMABuffer`` registers a region of its owner's memory (a memoryview, any C-contiguous
-buffer, or a 1-D contiguous CPU torch tensor) with the process's UCX data plane
+buffer, or a 1-D contiguous torch tensor: CPU, or CUDA where UCX has CUDA support) with the
+process's UCX data plane
 (podium._core.data). The object is a small reference: owner (actor id, proc, rank, host, pid),
 buffer id, capability token, address, size, remote key and the owner's UCX worker address. It
 pickles, so it travels to other actors as an endpoint argument or result, over podium's
@@ -18,6 +19,11 @@ the bytes one-sidedly (``read_into``, ``write_from``, ``RDMAAction``).
     RuntimeError saying so; a wrong token with PermissionError; a timeout with TimeoutError.
   RD-3 The buffers an actor owns are released (their memory unregistered) when the actor
     stops, as when they are dropped.
+  RD-7 A CUDA tensor (owner's buffer or reader's local side) moves GPU to GPU or between GPU
+    and host memory through UCX, without a copy staged by either side, where this process's
+    UCX has CUDA support (``_data.cuda_supported()``, DA-23); the GPU work queued on the
+    tensor's device is finished before its memory is registered or handed to UCX. Without
+    CUDA support, a CUDA tensor is refused with NotImplementedError naming the UCX in use.
   RD-6 A buffer's owner is on the reader's host (CMA or UCX's shared memory, DA-9, DA-10)
     only when both run on one kernel in the same network and pid namespaces (``_node()``):
     hosts that share a machine's name but not its network namespace (containers, the
@@ -88,17 +94,55 @@ def _is_torch_tensor(obj: object) -> bool:
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-def _local_view(data: Any, *, writable: bool, what: str) -> memoryview:
-    """A 1-D byte memoryview over ``data``'s memory, sharing it (RD-1)."""
+class _DeviceRegion:
+    """A CUDA tensor's bytes, as the data plane takes them (RD-7): no Python buffer can export
+    device memory, so the binding gets (address, size, tensor); the tensor keeps it alive."""
+
+    __slots__ = ("tensor", "nbytes", "readonly")
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+        self.nbytes = tensor.numel() * tensor.element_size()
+        self.readonly = False
+
+    def arg(self) -> Tuple[int, int, Any]:
+        return (self.tensor.data_ptr(), self.nbytes, self.tensor)
+
+
+def _cuda_region(data: Any, what: str) -> _DeviceRegion:
+    runtime.ensure_runtime()
+    if not _data.cuda_supported():
+        raise NotImplementedError(
+            f"{what}: a cuda tensor needs a UCX built with CUDA support; this process's UCX "
+            f"({_data.ucx_version()}) has none, so this data plane moves host memory only "
+            f"(build podium against a CUDA UCX: docs/data.md, \"GPU memory\")")
+    # RD-7: kernels still writing (or reading) the tensor finish before UCX touches it.
+    sys.modules["torch"].cuda.synchronize(data.device)
+    return _DeviceRegion(data.detach())
+
+
+Local = Any  # a 1-D byte memoryview, or a _DeviceRegion (RD-7)
+
+
+def _arg(view: Local) -> Any:
+    """What the binding takes for a local region."""
+    return view.arg() if isinstance(view, _DeviceRegion) else view
+
+
+def _local_view(data: Any, *, writable: bool, what: str) -> Local:
+    """A 1-D byte memoryview over ``data``'s memory, sharing it (RD-1); a _DeviceRegion for a
+    CUDA tensor (RD-7)."""
     if _is_torch_tensor(data):
         torch = sys.modules["torch"]  # imported by the caller: data is one of its tensors
-        if data.device.type != "cpu":
+        if data.device.type not in ("cpu", "cuda"):
             raise NotImplementedError(
-                f"{what}: a {data.device.type} tensor needs a UCX built with "
-                f"{data.device.type.upper()} support; this data plane moves host memory")
+                f"{what}: a {data.device.type} tensor cannot be moved by this data plane "
+                f"(host memory, and CUDA memory with a CUDA UCX)")
         if data.dim() != 1 or not data.is_contiguous():
             raise ValueError(f"{what}: the tensor must be 1-D and contiguous "
                              f"(got shape {tuple(data.shape)}, strides {data.stride()})")
+        if data.device.type == "cuda":
+            return _cuda_region(data, what)
         # Shares the tensor's memory, and the array keeps the tensor alive.
         mv = memoryview(data.detach().view(torch.uint8).numpy())
     else:
@@ -171,13 +215,14 @@ class _Owner:
 class RDMABuffer:
     """A region of its owner's memory that other procs read and write one-sidedly.
 
-    ``RDMABuffer(data)``: ``data`` is a 1-D contiguous CPU tensor (views and slices too) or a
+    ``RDMABuffer(data)``: ``data`` is a 1-D contiguous tensor (CPU, or CUDA where UCX has CUDA
+    support: RD-7; views and slices too) or a
     C-contiguous memoryview (any C-contiguous buffer). Size 0 and non-contiguous input raise
     ValueError. The buffer pickles as a small reference; pass it to (or return it from)
     endpoints. Its memory stays registered until ``drop()`` or its owner actor stops."""
 
-    __slots__ = ("_owner", "_id", "_token", "_addr", "_size", "_rkey", "_worker", "_dropped",
-                 "__weakref__")
+    __slots__ = ("_owner", "_id", "_token", "_addr", "_size", "_rkey", "_worker", "_cuda",
+                 "_dropped", "__weakref__")
 
     def __init__(self, data: Any) -> None:
         view = _local_view(data, writable=False, what="RDMABuffer")
@@ -193,20 +238,22 @@ class RDMABuffer:
         self._owner = _Owner(ins.actor_id, _mesh.this_proc_id(), rank.rank if len(rank) else 0,
                              str(rank), _hostname(), os.getpid(), _node())
         (self._id, self._token, self._addr, self._size, self._rkey, self._worker,
-         _writable) = _data.register_buffer(view, ins.actor_id)
+         _writable) = _data.register_buffer(_arg(view), ins.actor_id)
+        self._cuda = isinstance(view, _DeviceRegion)
         self._dropped = False
 
     @classmethod
     def _rebuild(cls, owner: tuple, ref: tuple) -> "RDMABuffer":
         b = cls.__new__(cls)
         b._owner = _Owner(*owner)
-        b._id, b._token, b._addr, b._size, b._rkey, b._worker = ref
+        b._id, b._token, b._addr, b._size, b._rkey, b._worker, b._cuda = ref
         b._dropped = False
         return b
 
     def __reduce__(self):
         return (RDMABuffer._rebuild, (self._owner.state(), (
-            self._id, self._token, self._addr, self._size, self._rkey, self._worker)))
+            self._id, self._token, self._addr, self._size, self._rkey, self._worker,
+            self._cuda)))
 
     @property
     def backend(self) -> str:
@@ -252,7 +299,7 @@ class RDMAAction:
     and its Future resolves once all are done, or with the first failure."""
 
     def __init__(self) -> None:
-        self._ops: List[Tuple[bool, RDMABuffer, memoryview, int]] = []
+        self._ops: List[Tuple[bool, RDMABuffer, Local, int]] = []
 
     def read_remote(self, dst: Any, src: RDMABuffer) -> "RDMAAction":
         """Queues a read of the whole of ``src`` into local memory ``dst`` (RD-1)."""
@@ -291,8 +338,8 @@ class RDMAAction:
             b._check_live()
         runtime.ensure_runtime()
         here = _node()
-        ops = [(w, b._owner.proc, b._id, b._token, b._addr, b._rkey, b._worker, v, n,
-                b._owner.node == here, b._owner.pid) for w, b, v, n in self._ops]
+        ops = [(w, b._owner.proc, b._id, b._token, b._addr, b._rkey, b._worker, _arg(v), n,
+                b._owner.node == here, b._owner.pid, b._cuda) for w, b, v, n in self._ops]
         kinds = [("write" if w else "read", b) for w, b, _v, _n in self._ops]
         return Future(_data.transfer(ops, float(timeout)), _decode, ("transfer", kinds))
 

@@ -3,7 +3,7 @@ its end of a socketpair as fd 3 (cpp/podium/host/zygote.h).
 
 It imports what every proc needs once (podium's runtime and its dependencies, and the
 modules named in PODIUM_ZYGOTE_PRELOAD, comma-separated, e.g. ``torch``), then serves fork
-requests in C++ (which first backs the zygote's anonymous memory with huge pages, ZY-5: forks
+requests in C++ (which first backs the zygote's anonymous memory with huge pages, ZY-6: forks
 and a proc's exit then handle 512 times fewer page-table entries). Each forked child comes back here with the argv, environment and working
 directory the controller sent, and becomes a proc exactly as ``python -m podium._src.proc``
 would. The zygote starts no thread: fork copies only the calling one.

@@ -2,10 +2,13 @@
 talks to (session.py), and the prompt (``podium_dbg>``) that drives them.
 
 ``debug_controller()`` returns it (spawned on first use with get_or_spawn_controller, as
-Monarch's). The prompt is reached two ways: ``podium debug`` connects to its debug server
-(a TCP listener in this actor, server.py), and ``podium.debug()`` runs it in the controller's
-own terminal or notebook through ``exchange`` calls. One prompt at a time: a new one
-replaces the one before (which is told so).
+Monarch's). The prompt is reached two ways, both through ``exchange`` calls: ``podium debug``
+calls them from its own process, attached to the controller through the debug address
+(endpoint.py: a channel listener of the controller's proc, DB-8), and ``podium.debug()``
+calls them in the controller's own terminal or notebook. One prompt at a time: a new one
+replaces the one before (which is told so). ``podium exec``, ``podium logs`` and ``podium
+dashboard`` are calls to this actor too (exec_command, logs_open / logs_next, dashboard_url /
+dashboard_state).
 
   DB-6 ``list`` answers from the controller's own table (no message to any proc): one row
     per stopped actor, sorted by actor and rank.
@@ -30,14 +33,15 @@ from podium._src.proc_mesh import get_or_spawn_controller
 from podium.debugger import commands
 from podium.debugger.commands import CommandError
 from podium.debugger.prompt_io import DebugIO, IOClosed, LocalIO
-from podium.debugger.server import DebugServer
+from podium.debugger import logs as _logs
+from podium._src.dashboard.state import Collector
+from podium.debugger.endpoint import CONTROLLER_NAME, Listener, has_secret
 from podium.debugger.shell import Runner
 
 PROMPT = "podium_dbg> "
-# The DebugController of this process, once spawned (it lives in the controller process).
-current: Optional["DebugController"] = None
-# podium.dashboard(), set by podium._src.dashboard when it is imported (it reads `current`):
-# what `podium dashboard` asks this controller to run.
+LOCAL = "podium.debug()"  # the client name of the controller's own prompt
+# podium.dashboard(), set by podium._src.dashboard when it is imported: what `podium
+# dashboard` asks this controller to run.
 start_dashboard: Optional[Any] = None
 BANNER = ("\n************************ PODIUM DEBUGGER ************************\n"
           "Enter 'help' for a list of commands.\n"
@@ -100,11 +104,11 @@ class DebugController(Actor):
         self.some_session: Optional[asyncio.Event] = None
         self.prompt_task: Optional["asyncio.Task[None]"] = None
         self.prompt_io: Optional[DebugIO] = None
-        self.local: Optional[LocalIO] = None
-        self.server: Any = None  # podium.debugger.server.DebugServer, once started
+        self.locals: Dict[str, LocalIO] = {}  # the prompt's client (LOCAL, or a command's)
+        self.listener = Listener()  # the debug address (endpoint.py), started on first use
         self.runner = Runner()  # podium exec (shell.py)
-        global current
-        current = self  # the dashboard reads the stopped actors from here (podium.dashboard)
+        self.logs = _logs.Reads()  # podium logs (logs.py)
+        self.collector: Any = None  # the dashboard's (podium._src.dashboard.state)
 
     def _event(self) -> asyncio.Event:
         if self.some_session is None:
@@ -112,9 +116,7 @@ class DebugController(Actor):
         return self.some_session
 
     async def _ensure_server(self) -> None:
-        if self.server is None:
-            self.server = DebugServer(self)
-        await self.server.start()
+        self.listener.start()  # DB-9: a failure to listen is reported once, and not fatal
 
     # --- what stopped actors call (session.py) ----------------------------------------------
 
@@ -195,39 +197,98 @@ class DebugController(Actor):
 
     @concurrent_endpoint
     async def server_address(self) -> Tuple[str, int, bool]:
-        """(host, port, whether a client must prove the job's secret) of the debug server."""
+        """(host, port, whether a client must prove the job's secret) of the debug address
+        (endpoint.py); raises when it could not listen (DB-9)."""
         await self._ensure_server()
-        return self.server.address()
+        host, port = self.listener.where()
+        return host, port, has_secret()
 
     @concurrent_endpoint
-    async def exchange(self, line: Optional[str]) -> Tuple[str, bool]:
-        """podium.debug(): None opens a prompt here (replacing any other); a line is its next
-        input. Returns what the prompt wrote since, and whether it has finished."""
-        if line is None or self.local is None or self.local.done:
-            self.local = LocalIO()
-            await self.run_prompt(self.local)
-        else:
-            self.local.turn.clear()
-            self.local.lines.put_nowait(line)
-        local = self.local
-        await local.turn.wait()
-        local.turn.clear()
-        return local.take(), local.done
+    async def exchange(self, line: Optional[str], client: str = LOCAL) -> Tuple[str, bool]:
+        """The prompt of ``client`` (podium.debug(), or a `podium debug` command): None opens
+        a prompt (replacing any other); a line is its next input. Returns what the prompt
+        wrote since, and whether it has finished (quit, or another prompt took over)."""
+        io = self.locals.get(client)
+        if line is None or io is None or (io.done and client == LOCAL):
+            if line is not None and client != LOCAL:  # its prompt was replaced and told so
+                return "podium debug: this prompt has ended\n", True
+            for name in [n for n, old in self.locals.items() if old.done]:
+                del self.locals[name]
+            io = self.locals[client] = LocalIO()
+            await self.run_prompt(io)
+        elif not io.done:
+            io.turn.clear()
+            io.lines.put_nowait(line)
+        await io.turn.wait()
+        io.turn.clear()
+        text, done = io.take(), io.done
+        if done and self.locals.get(client) is io:
+            del self.locals[client]
+        return text, done
 
-    async def exec_request(self, io: DebugIO, line: str) -> None:
-        """A `podium exec` request (shell.py, DB-10); does not disturb the prompt."""
-        await self.runner.run(io, line)
+    @concurrent_endpoint
+    async def close_prompt(self, client: str) -> None:
+        """The client's terminal ended (end of input, interrupted): its prompt ends, as a
+        `quit` would, wherever it was (in an attach too); stopped actors stay stopped."""
+        io = self.locals.get(client)
+        if io is not None and not io.done:
+            io.lines.put_nowait(None)
 
-    async def dashboard_request(self, io: DebugIO) -> None:
-        """`podium dashboard`: starts the dashboard in this process (podium._src.dashboard)
-        and answers its URL, or why it cannot start."""
-        try:
-            if start_dashboard is None:
-                raise RuntimeError("podium's dashboard module is not loaded in the controller")
-            dash = await asyncio.to_thread(start_dashboard)
-            await io.close(f"podium-dashboard {dash.url}\n")
-        except Exception as e:
-            await io.close(f"podium-dashboard-error {type(e).__name__}: {e}\n")
+    @concurrent_endpoint
+    async def watch_prompt(self, client: str) -> Optional[str]:
+        """Returns once the client's prompt has ended: what it was told last when another
+        prompt took over (a `podium debug` waiting for its terminal shows it and ends), else
+        None (it ended otherwise: its exchange returns the rest)."""
+        io = self.locals.get(client)
+        if io is None:
+            return None
+        await io.closed.wait()
+        if not io.replaced:
+            return None
+        if self.locals.get(client) is io:
+            del self.locals[client]
+        return io.take()
+
+    @concurrent_endpoint
+    async def exec_command(self, select: str, point: Optional[str], command: str,
+                           timeout: float) -> Tuple[str, int]:
+        """`podium exec` (shell.py, DB-10): (its output, 0 when every command exited 0 else
+        1); does not disturb the prompt."""
+        return await self.runner.run(select, point, command, timeout)
+
+    @concurrent_endpoint
+    async def logs_open(self, mesh: str, rank: Optional[int], tail: int,
+                        follow: bool) -> Tuple[Optional[int], str]:
+        """`podium logs` (logs.py, PL-3): (a handle for logs_next with ``follow``, else None;
+        the lines read, ending with the summary line when there is no handle)."""
+        return await self.logs.open(mesh, rank, tail, follow)
+
+    @concurrent_endpoint
+    async def logs_next(self, handle: int) -> Tuple[str, bool]:
+        """The lines the procs of a followed read added since (waits a little for some), and
+        whether the read has ended."""
+        return await self.logs.next(handle)
+
+    @concurrent_endpoint
+    async def logs_close(self, handle: int) -> None:
+        self.logs.close(handle)
+
+    @concurrent_endpoint
+    async def dashboard_url(self) -> str:
+        """`podium dashboard`: starts the dashboard in this process (podium._src.dashboard),
+        on loopback, and returns its URL."""
+        if start_dashboard is None:
+            raise RuntimeError("podium's dashboard module is not loaded in the controller")
+        dash = await asyncio.to_thread(start_dashboard)
+        return dash.url
+
+    @concurrent_endpoint
+    async def dashboard_state(self) -> Dict[str, Any]:
+        """One snapshot of the job for the dashboard's page (DS-1..DS-3): what every
+        dashboard, the controller's or `podium dashboard --serve`'s, shows."""
+        if self.collector is None:
+            self.collector = Collector(self)
+        return await asyncio.to_thread(self.collector.snapshot)
 
     # --- the prompt --------------------------------------------------------------------------
 
@@ -242,6 +303,8 @@ class DebugController(Actor):
             except BaseException:
                 pass
             if old_io is not None:
+                if isinstance(old_io, LocalIO):
+                    old_io.replaced = True
                 try:  # its reader learns why (podium.debug() returns)
                     await old_io.close("podium debug: another prompt took over this "
                                        "debugger\n")
@@ -365,9 +428,10 @@ def table(infos: "List[DebugSessionInfo]") -> str:
 @functools.lru_cache(maxsize=None)
 def debug_controller() -> Any:
     """The job's DebugController (an ActorMesh of one), spawned on first use, as Monarch's.
-    Called in the controller process, it also starts the debug server, so that `podium debug`
-    and `podium exec` reach the job from then on (a server that cannot listen says why: DB-9)."""
-    mesh = get_or_spawn_controller("debug_controller", DebugController).get()
+    Called in the controller process, it also starts listening on the debug address, so that
+    `podium debug` and `podium exec` reach the job from then on (DB-8; an address it cannot
+    listen on is reported: DB-9)."""
+    mesh = get_or_spawn_controller(CONTROLLER_NAME, DebugController).get()
     if not _server.in_proc():
         try:
             mesh.server_address.call_one().get()

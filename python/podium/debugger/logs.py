@@ -2,10 +2,11 @@
 log files (python/podium/_src/proc_log.py) read back through the running job, each line
 prefixed with the proc's coordinates, rank and host.
 
-``podium logs`` reaches the job as ``podium exec`` does: through the controller's debug
-server (server.py: loopback by default, the job's secret off loopback). The controller reads
+``podium logs`` reaches the job as ``podium exec`` does: attached to the controller through
+its debug address (endpoint.py: a channel listener, the job's secret, DB-8), it calls the
+DebugController's ``logs_open`` (and ``logs_next`` while it follows). The controller reads
 the files through one small actor per ProcMesh (``podium_logs``, spawned on first use), so
-the lines travel over podium's own channels from any host.
+the lines travel over podium's own channels from any host, and to the command as replies.
 
   PL-3 ``podium logs`` and ``ProcMesh.logs()`` return, for each selected proc in rank order,
     the last N lines of its log file (PL-2: with the rotated file's before them when
@@ -19,18 +20,19 @@ the lines travel over podium's own channels from any host.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
+import itertools
 import sys
-from typing import Any, List, Optional, Tuple
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
 from podium._src import proc_mesh as _proc_mesh
 from podium._src.proc_log_read import LOGS_MESH, read_new, read_tails, Target, targets
-from podium.debugger.prompt_io import DebugIO, IOClosed
-MODE_LOGS = "podium-logs "
+
 DONE = "podium logs: "
 DEFAULT_TAIL = 100
 FOLLOW_POLL_S = 0.5
+NEXT_WAIT_S = 5.0  # logs_next answers at least this often, with nothing when nothing came
+FORGET_AFTER_S = 120.0  # a followed read nobody asked about for this long is dropped
 
 
 def select_meshes(which: str) -> List[Any]:
@@ -67,42 +69,55 @@ def _names(meshes: List[Any]) -> str:
     return "; ".join(parts)
 
 
-def request(mesh: str, rank: Optional[int], tail: int, follow: bool) -> str:
-    return MODE_LOGS + json.dumps({"mesh": mesh, "rank": rank, "tail": tail,
-                                   "follow": follow}) + "\n"
+class Reads:
+    """The controller's side of ``podium logs``: the followed reads, by handle."""
 
+    def __init__(self) -> None:
+        self.follows: Dict[int, Tuple[List[Target], float]] = {}
+        self.ids = itertools.count(1)
 
-async def serve(io: DebugIO, line: str) -> None:
-    """The controller's side of a ``podium logs`` request."""
-    try:
-        req = json.loads(line[len(MODE_LOGS):])
-        rank = req.get("rank")
-        tail = int(req.get("tail", DEFAULT_TAIL))
-        follow = bool(req.get("follow"))
+    async def open(self, mesh: str, rank: Optional[int], tail: int,
+                   follow: bool) -> Tuple[Optional[int], str]:
+        self._expire()
+        try:
+            def first() -> Tuple[List[Target], List[str]]:
+                chosen = targets(select_meshes(str(mesh or "all")),
+                                 None if rank is None else int(rank))
+                return chosen, read_tails(chosen, int(tail))
+            chosen, lines = await asyncio.to_thread(first)
+        except Exception as e:
+            return None, f"{DONE}error: {e}\n"
+        text = "".join(line + "\n" for line in lines)
+        if not follow:
+            return None, text + f"{DONE}{len(chosen)} proc(s)\n"
+        handle = next(self.ids)
+        self.follows[handle] = (chosen, time.monotonic())
+        return handle, text
 
-        def first() -> Tuple[List[Target], List[str]]:
-            chosen = targets(select_meshes(str(req.get("mesh") or "all")),
-                             None if rank is None else int(rank))
-            return chosen, read_tails(chosen, tail)
-        chosen, lines = await asyncio.to_thread(first)
-    except Exception as e:
-        await io.close(f"{DONE}error: {e}\n")
-        return
-    try:
-        if lines:
-            await io.output("".join(line + "\n" for line in lines))
-        while follow:
-            await asyncio.sleep(FOLLOW_POLL_S)
+    async def next(self, handle: int) -> Tuple[str, bool]:
+        entry = self.follows.get(handle)
+        if entry is None:
+            return f"{DONE}error: no followed read {handle} (it ended, or was idle too long)\n", True
+        chosen = entry[0]
+        deadline = time.monotonic() + NEXT_WAIT_S
+        while True:
+            self.follows[handle] = (chosen, time.monotonic())
             try:
                 new = await asyncio.to_thread(read_new, chosen)
             except Exception as e:  # a proc that ended, the mesh stopped: said, and the end
-                await io.close(f"{DONE}error: {type(e).__name__}: {e}\n")
-                return
-            if new:
-                await io.output("".join(line + "\n" for line in new))
-        await io.close(f"{DONE}{len(chosen)} proc(s)\n")
-    except IOClosed:
-        return
+                self.follows.pop(handle, None)
+                return f"{DONE}error: {type(e).__name__}: {e}\n", True
+            if new or time.monotonic() >= deadline:
+                return "".join(line + "\n" for line in new), False
+            await asyncio.sleep(FOLLOW_POLL_S)
+
+    def close(self, handle: int) -> None:
+        self.follows.pop(handle, None)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for h in [h for h, (_, used) in self.follows.items() if now - used > FORGET_AFTER_S]:
+            del self.follows[h]
 
 
 # --- the client ---------------------------------------------------------------------------
@@ -121,28 +136,33 @@ def add_arguments(p: Any) -> None:
 
 def run(args: Any, connect: Any) -> int:
     try:
-        sock = connect(args.host, args.port, args.wait, args.secret_file)
-    except (OSError, ValueError) as e:
+        ctrl = connect(args.host, args.port, args.wait, args.secret_file)
+        handle, text = ctrl.logs_open.call_one(args.mesh, args.rank, args.tail,
+                                               args.follow).get()
+    except Exception as e:  # unreachable, refused (DB-8), or the controller went away
         print(f"podium logs: {e}", file=sys.stderr)
         return 1
+    _write(text)
+    if handle is None:
+        last = text.rstrip("\n").rsplit("\n", 1)[-1]
+        return 0 if last.startswith(DONE) and "error:" not in last else 1
     try:
-        sock.sendall(request(args.mesh, args.rank, args.tail, args.follow).encode())
-        last = b""
-        out = sys.stdout.fileno()
         while True:
-            data = sock.recv(65536)
-            if not data:
-                break
-            os.write(out, data)
-            last = (last + data)[-4096:]
+            text, ended = ctrl.logs_next.call_one(handle).get()
+            _write(text)
+            if ended:
+                return 1
     except KeyboardInterrupt:
+        try:
+            ctrl.logs_close.call_one(handle).get(timeout=5)
+        except Exception:
+            pass
         return 130
-    finally:
-        sock.close()
-    tail = last.decode(errors="replace").rstrip("\n").rsplit("\n", 1)[-1]
-    if not tail.startswith(DONE) or "error:" in tail:
-        if not tail.startswith(DONE):
-            print("podium logs: the controller closed the connection before the end",
-                  file=sys.stderr)
+    except Exception as e:
+        print(f"podium logs: {e}", file=sys.stderr)
         return 1
-    return 0
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()

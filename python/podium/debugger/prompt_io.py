@@ -1,5 +1,5 @@
-"""Where the debugger's prompt reads and writes: a TCP client of the debug server (server.py)
-or podium.debug() in the controller process (LocalIO)."""
+"""Where the debugger's prompt reads and writes: the exchange calls of its client (LocalIO),
+podium.debug() in the controller process or a `podium debug` command attached to it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import List, Optional
 
 
 class DebugIO(abc.ABC):
-    """Where the prompt reads and writes: a TCP client (server.py) or podium.debug()."""
+    """Where the prompt reads and writes."""
 
     @abc.abstractmethod
     async def input(self, prompt: str = "") -> str:
@@ -29,14 +29,16 @@ class IOClosed(Exception):
 
 
 class LocalIO(DebugIO):
-    """The prompt of podium.debug(): each exchange(line) hands one line in and returns what
-    the prompt wrote until it wants the next one."""
+    """The prompt of one client: each exchange(line) hands one line in and returns what the
+    prompt wrote until it wants the next one."""
 
     def __init__(self) -> None:
         self.lines: "asyncio.Queue[Optional[str]]" = asyncio.Queue()
         self.buffer: List[str] = []
         self.turn = asyncio.Event()  # the prompt waits for a line, or has finished
         self.done = False
+        self.closed = asyncio.Event()  # set with done
+        self.replaced = False  # another prompt took over (its client is told: watch_prompt)
 
     async def input(self, prompt: str = "") -> str:
         self.buffer.append(prompt)
@@ -53,6 +55,7 @@ class LocalIO(DebugIO):
         self.buffer.append(text)
         self.done = True
         self.turn.set()
+        self.closed.set()
 
     def take(self) -> str:
         text = "".join(self.buffer)

@@ -1,11 +1,12 @@
 """``podium exec [--all | --one | --point DIM=V,...] -- COMMAND``: a shell command on the procs
 of a running job, each line of its output prefixed with the proc's coordinates.
 
-It reaches the job the way ``podium debug`` does: through the controller's debug server
-(server.py: loopback by default, the job's secret off loopback). The controller runs the
-command in every selected proc of every ProcMesh it spawned, through one small actor per
-mesh (``podium_exec``, spawned on first use), with the proc's environment and working
-directory.
+It reaches the job the way ``podium debug`` does: attached to the controller through its
+debug address (endpoint.py: a channel listener, the job's secret, DB-8), it calls the
+DebugController's ``exec_command``. The controller runs the command in every selected proc
+of every ProcMesh it spawned, through one small actor per mesh (``podium_exec``, spawned on
+first use), with the proc's environment and working directory; the command and the outputs
+are actor messages.
 
   DB-10 ``podium exec`` runs COMMAND once in each selected proc: ``--all`` every proc of every
     live ProcMesh the controller spawned, ``--one`` the first proc of the first one,
@@ -19,8 +20,6 @@ directory.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Tuple
@@ -28,10 +27,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from podium._src import proc_mesh as _proc_mesh
 from podium._src.endpoint import Actor, endpoint
 from podium.debugger import commands
-from podium.debugger.prompt_io import DebugIO
 
 EXEC_MESH = "podium_exec"
-MODE_EXEC = "podium-exec "
 DONE = "podium exec: "
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -51,12 +48,6 @@ class ExecActor(Actor):
             return 124, out + f"(killed after {timeout:g} s)\n"
 
 
-def request(select: str, point: Optional[str], command: str, timeout: float) -> str:
-    """The line ``podium exec`` sends after the server's hello."""
-    return MODE_EXEC + json.dumps({"select": select, "point": point, "command": command,
-                                   "timeout": timeout}) + "\n"
-
-
 def _label(index: Optional[int], coords: Dict[str, int]) -> str:
     where = ",".join(f"{k}={v}" for k, v in coords.items())
     return f"[mesh {index} {where}]" if index is not None else f"[{where}]"
@@ -68,26 +59,28 @@ class Runner:
     def __init__(self) -> None:
         self.meshes: Dict[int, Any] = {}  # id(ProcMesh) -> its podium_exec ActorMesh
 
-    async def run(self, io: DebugIO, line: str) -> None:
+    async def run(self, select: str, point_text: Optional[str], command: str,
+                  timeout: float) -> Tuple[str, int]:
+        """(every output line, prefixed, then the count line; 0 when every command exited 0,
+        else 1)."""
         try:
-            req = json.loads(line[len(MODE_EXEC):])
-            select, command = req["select"], str(req["command"])
-            timeout = float(req.get("timeout") or DEFAULT_TIMEOUT_S)
-            point = commands.parse_ranks(req["point"]) if req.get("point") else None
+            command, timeout = str(command), float(timeout or DEFAULT_TIMEOUT_S)
+            point = commands.parse_ranks(point_text) if point_text else None
             if select not in ("all", "one", "point") or (select == "point") != (point is not None):
                 raise ValueError(f"bad selection {select!r}")
             results = await asyncio.to_thread(self._run, select, point, command, timeout)
         except Exception as e:  # DB-10: the client is told why, and exits 1
-            await io.close(f"{DONE}error: {e}\n")
-            return
+            return f"{DONE}error: {e}\n", 1
         failed = 0
+        out = []
         for label, rc, text in results:
             for out_line in text.splitlines():
-                await io.output(f"{label} {out_line}\n")
+                out.append(f"{label} {out_line}\n")
             if rc != 0:
                 failed += 1
-                await io.output(f"{label} exited with status {rc}\n")
-        await io.close(f"{DONE}{len(results)} proc(s), {failed} failed\n")
+                out.append(f"{label} exited with status {rc}\n")
+        out.append(f"{DONE}{len(results)} proc(s), {failed} failed\n")
+        return "".join(out), 0 if failed == 0 else 1
 
     def _run(self, select: str, point: Any, command: str,
              timeout: float) -> List[Tuple[str, int, str]]:
@@ -159,25 +152,12 @@ def run(args: Any, connect: Any) -> int:
                   file=sys.stderr)
             return 2
     try:
-        sock = connect(args.host, args.port, args.wait, args.secret_file)
-    except (OSError, ValueError) as e:
+        ctrl = connect(args.host, args.port, args.wait, args.secret_file)
+        text, rc = ctrl.exec_command.call_one(select, args.point, " ".join(args.command),
+                                              args.timeout).get()
+    except Exception as e:  # unreachable, refused (DB-8), or the controller went away
         print(f"podium exec: {e}", file=sys.stderr)
         return 1
-    try:
-        sock.sendall(request(select, args.point, " ".join(args.command), args.timeout).encode())
-        last = b""
-        out = sys.stdout.fileno()
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                break
-            os.write(out, data)
-            last = (last + data)[-4096:]
-    finally:
-        sock.close()
-    tail = last.decode(errors="replace").rstrip("\n").rsplit("\n", 1)[-1]
-    if not tail.startswith(DONE):
-        print("podium exec: the controller closed the connection before the end",
-              file=sys.stderr)
-        return 1
-    return 0 if tail.endswith(", 0 failed") else 1
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return rc

@@ -1,84 +1,97 @@
-"""The dashboard: a web page served by the controller that shows its job as the runtime sees
-it (state.py) and updates live (the page polls ``/api/state`` every second).
+"""The dashboard: a web page that shows a job as its controller's runtime sees it (state.py)
+and updates live (the page polls ``/api/state`` every second).
 
-``podium.dashboard()`` (or ``job.dashboard()``) starts it in this process and returns it;
-``podium dashboard`` asks a running controller to start it, through the debug server (as
-``podium debug`` does), and prints its address. Serving HTTP is not podium's data path: the
-page and its JSON go through Python's ``http.server`` on a thread of the controller; the
-state it shows is read from the runtime in this process, with no message to any proc.
+``podium.dashboard()`` (or ``job.dashboard()``) starts it in the controller process and
+returns it; ``podium dashboard`` asks a running controller to start it (through the debug
+address, as ``podium debug`` reaches it: the channel, the job's secret) and prints its
+address; ``podium dashboard --serve`` serves the page in its own process instead. Either
+way the page's data is a call to the job's DebugController (``dashboard_state``), an actor
+message over podium's channel. The HTTP responder is C++'s (channel/http.h: loopback only,
+GET only, bounded: HT-1..HT-3) on the process's io threads; a thread of the Dashboard takes
+its requests and answers them. It reads nothing of the job itself, and holds no secret.
 
-  DS-4 The dashboard listens on loopback unless told otherwise
-    (PODIUM_DASHBOARD_HOST). Off loopback (or with PODIUM_DASHBOARD_AUTH=1) every request
-    must carry the dashboard token, ``HMAC-SHA256(job secret, "podium-dashboard")`` in hex,
-    as ``?token=`` (the page passes it on to its JSON requests); a request without it, or
-    with a wrong one, gets 403 and nothing of the job. Without a job secret (an insecure
-    job) it refuses to listen off loopback.
+  DS-4 A dashboard listens on loopback only (PODIUM_DASHBOARD_HOST may name another loopback
+    address; any other is refused with a ValueError that says how to view it from another
+    machine: ``podium dashboard --serve`` there, which reaches the controller through the
+    channel and its secret, or an SSH tunnel). It has no token and no authentication of its
+    own: what reaches a loopback port is this host's.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
-import sys
 import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
+from podium._core import mesh as _mesh
 from podium._src.dashboard.page import PAGE
-from podium._src.dashboard.state import Collector
+from podium._src.proc_mesh import get_or_spawn_controller
+from podium._src.runtime import ensure_runtime
 from podium.debugger import controller as _debug_controller
-from podium.debugger.server import is_loopback, job_secret
+from podium.debugger.endpoint import is_loopback
 
 DEFAULT_HOST = "127.0.0.1"
-TOKEN_CONTEXT = b"podium-dashboard"
 
 _lock = threading.Lock()
 _running: Optional["Dashboard"] = None
 
 
-def token_for(secret: bytes) -> str:
-    """The dashboard token of a job whose secret is ``secret`` (DS-4)."""
-    return hmac.new(secret, TOKEN_CONTEXT, hashlib.sha256).hexdigest()
-
-
 class Dashboard:
-    """A running dashboard: ``url`` (with the token when one is needed), ``stop()``."""
+    """A running dashboard: ``url``, ``stop()``. ``fetch()`` returns one snapshot of the job
+    (a DebugController.dashboard_state call). The HTTP is C++'s (``_mesh.HttpServer``:
+    channel/http.h, bounded before anything is handed on: HT-2); a thread of this object
+    (``podium-dashboard``) answers each request, one at a time."""
 
-    def __init__(self, host: str, port: int) -> None:
-        self.auth = os.environ.get("PODIUM_DASHBOARD_AUTH") == "1" or not is_loopback(host)
-        self.token: Optional[str] = None
-        if self.auth:
-            secret = job_secret()
-            if not secret:
-                raise PermissionError(
-                    f"the dashboard cannot listen on {host}: it is not a loopback address and "
-                    f"this job has no secret to guard it with (PODIUM_INSECURE?); listen on "
-                    f"127.0.0.1 (PODIUM_DASHBOARD_HOST)")
-            self.token = token_for(secret)
-        self.collector = Collector()
-        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
-        self.httpd.daemon_threads = True
-        self.host, self.port = host, self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="podium-dashboard",
+    def __init__(self, host: str, port: int, fetch: Callable[[], Dict[str, Any]]) -> None:
+        if not is_loopback(host):  # DS-4 (the C++ responder refuses it too: HT-1)
+            raise ValueError(
+                f"the dashboard listens on loopback only, not {host}: to view it from another "
+                f"machine, run `podium dashboard --serve --host CONTROLLER` there (it reaches "
+                f"the controller through the job's channel and secret), or tunnel "
+                f"(ssh -L PORT:127.0.0.1:PORT)")
+        ensure_runtime()
+        self.fetch = fetch
+        self.http = _mesh.HttpServer(_tcp_address(host, port))
+        self.host, self.port = host, int(self.http.address.rsplit(":", 1)[1])
+        self.thread = threading.Thread(target=self._serve, name="podium-dashboard",
                                        daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
         shown = f"[{self.host}]" if ":" in self.host else self.host
-        url = f"http://{shown}:{self.port}/"
-        return url + (f"?token={self.token}" if self.token else "")
+        return f"http://{shown}:{self.port}/"
 
     def stop(self) -> None:
         global _running
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.http.stop()
         with _lock:
             if _running is self:
                 _running = None
+
+    def _serve(self) -> None:
+        while True:
+            request = self.http.next(1.0)
+            if request is None:
+                if self.http.stopped:
+                    return
+                continue
+            rid, target = request
+            status, ctype, body = self._answer(target)
+            self.http.respond(rid, status, ctype, body)
+
+    def _answer(self, target: str) -> Tuple[int, str, bytes]:
+        path = urllib.parse.urlsplit(target).path
+        if path == "/":
+            return 200, "text/html; charset=utf-8", PAGE.encode()
+        if path == "/api/state":
+            try:
+                return 200, "application/json", json.dumps(self.fetch(), default=str).encode()
+            except Exception as e:
+                return 500, "text/plain", f"{type(e).__name__}: {e}\n".encode()
+        return 404, "text/plain", b"not found\n"
 
     def __repr__(self) -> str:
         return f"<podium dashboard at http://{self.host}:{self.port}/>"
@@ -87,44 +100,8 @@ class Dashboard:
         return f'<a href="{self.url}" target="_blank">podium dashboard: {self.url}</a>'
 
 
-def _handler(dash: Dashboard) -> type:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "podium-dashboard"
-
-        def log_message(self, fmt: str, *args: Any) -> None:  # quiet: no line per poll
-            pass
-
-        def _send(self, code: int, ctype: str, body: bytes) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            url = urllib.parse.urlsplit(self.path)
-            if dash.token is not None:  # DS-4
-                given = urllib.parse.parse_qs(url.query).get("token", [""])[0]
-                if not hmac.compare_digest(given.encode(), dash.token.encode()):
-                    sys.stderr.write(f"podium: dashboard: refused {self.client_address[0]}: "
-                                     f"no valid token\n")
-                    self._send(403, "text/plain", b"podium dashboard: a valid token is "
-                                                  b"needed (podium dashboard prints the URL)\n")
-                    return
-            if url.path == "/":
-                self._send(200, "text/html; charset=utf-8", PAGE.encode())
-            elif url.path == "/api/state":
-                try:
-                    body = json.dumps(dash.collector.snapshot(), default=str).encode()
-                except Exception as e:
-                    self._send(500, "text/plain", f"{type(e).__name__}: {e}\n".encode())
-                    return
-                self._send(200, "application/json", body)
-            else:
-                self._send(404, "text/plain", b"not found\n")
-
-    return Handler
+def _tcp_address(host: str, port: int) -> str:
+    return f"tcp:[{host}]:{port}" if ":" in host else f"tcp:{host}:{port}"
 
 
 def dashboard(host: Optional[str] = None, port: Optional[int] = None) -> Dashboard:
@@ -138,8 +115,16 @@ def dashboard(host: Optional[str] = None, port: Optional[int] = None) -> Dashboa
         host = host or os.environ.get("PODIUM_DASHBOARD_HOST") or DEFAULT_HOST
         if port is None:
             port = int(os.environ.get("PODIUM_DASHBOARD_PORT") or 0)
-        _running = Dashboard(host, port)
+        _running = Dashboard(host, port, _controller_state)
         return _running
+
+
+def _controller_state() -> Dict[str, Any]:
+    """The snapshot, in the controller, through its DebugController as every dashboard's
+    (spawned if need be, without making it listen on the debug address)."""
+    ctrl = get_or_spawn_controller(_debug_controller.CONTROLLER_NAME,
+                                   _debug_controller.DebugController).get(timeout=60)
+    return ctrl.dashboard_state.call_one().get(timeout=60)
 
 
 # `podium dashboard` asks the debug controller, which starts it with this (the controller

@@ -34,8 +34,7 @@ PAGE = r"""<!DOCTYPE html>
 <h2>Recent failures</h2><div id="failures"></div>
 <script>
 "use strict";
-const token = new URLSearchParams(location.search).get("token");
-const api = "/api/state" + (token ? "?token=" + encodeURIComponent(token) : "");
+const api = "/api/state";
 function esc(v) {
   return String(v).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
                                             '"': "&quot;"}[c]));
@@ -57,7 +56,7 @@ function chips(list, label) {
 function draw(s) {
   document.getElementById("controller").textContent =
     s.controller.host + " pid " + s.controller.pid +
-    (s.controller.debug_server ? " (debug server " + s.controller.debug_server + ")" : "");
+    (s.controller.debug_server ? " (debug address " + s.controller.debug_server + ")" : "");
   document.getElementById("updated").textContent = new Date(s.time * 1000).toLocaleTimeString();
   document.getElementById("hosts").innerHTML = table(["host", "procs", "alive"],
     s.hosts.map(h => ({cls: h.alive < h.procs ? "failed" : "ok",

@@ -26,7 +26,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from podium._src import call_stats, supervision
 from podium._src import proc_mesh as _proc_mesh
-from podium.debugger import controller as _dbg
 
 
 def _coords(sizes: Dict[str, int], rank: int) -> Dict[str, int]:
@@ -41,11 +40,8 @@ def _point_text(coords: Dict[str, int]) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in coords.items()) + "}"
 
 
-def _stopped_sessions() -> List[Dict[str, Any]]:
-    """The debugger's stopped actors (podium.debugger), when its controller runs here."""
-    ctrl = _dbg.current
-    if ctrl is None:
-        return []
+def _stopped_sessions(ctrl: Any) -> List[Dict[str, Any]]:
+    """The debugger's stopped actors (the DebugController's table)."""
     for _ in range(5):  # the table changes on the controller's loop: copy it
         try:
             sessions = list(ctrl.sessions.values())
@@ -64,20 +60,21 @@ def _stopped_sessions() -> List[Dict[str, Any]]:
     return sorted(out, key=lambda d: (d["actor"], d["rank"]))
 
 
-def _debug_server() -> Optional[str]:
+def _debug_server(ctrl: Any) -> Optional[str]:
     try:
-        ctrl = _dbg.current
-        if ctrl is None or ctrl.server is None or ctrl.server.server is None:
+        if ctrl.listener.address is None:
             return None
-        return f"{ctrl.server.host}:{ctrl.server.port}"
+        return f"{ctrl.listener.host}:{ctrl.listener.port}"
     except Exception:
         return None
 
 
 class Collector:
-    """Builds snapshots; keeps the previous counters for rates (DS-3)."""
+    """Builds snapshots; keeps the previous counters for rates (DS-3). ``ctrl``: the
+    DebugController whose table of stopped actors it shows (it owns the collector)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ctrl: Any) -> None:
+        self.ctrl = ctrl
         self._lock = threading.Lock()
         self._last: Optional[Tuple[float, Dict[str, int]]] = None
         self.host = socket.gethostname()
@@ -100,7 +97,7 @@ class Collector:
             failed[(f.mesh_name, f.rank)] = f.kind
             if f.kind == "proc":
                 failed_procs[(f.host, f.pid)] = f.signal or f"exit {f.exit_code}"
-        stopped = _stopped_sessions()
+        stopped = _stopped_sessions(self.ctrl)
         in_debugger = {s["actor_id"] for s in stopped}
 
         proc_meshes, pm_index, hosts = [], {}, {}
@@ -123,7 +120,7 @@ class Collector:
         return {
             "time": now,
             "controller": {"host": self.host, "pid": os.getpid(),
-                           "debug_server": _debug_server()},
+                           "debug_server": _debug_server(self.ctrl)},
             "hosts": [dict(host=h, **v) for h, v in sorted(hosts.items())],
             "proc_meshes": proc_meshes,
             "actor_meshes": actor_meshes,
