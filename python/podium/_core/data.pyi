@@ -18,6 +18,11 @@ def net_devices() -> str:
     The network devices UCX may use in this process (DA-21): UCX_NET_DEVICES when set, else the interface of this process's control-plane address ('lo' on Unix sockets); '' when neither applies (UCX's default, every device). Starts the data plane.
     """
 
+def cuda_supported() -> bool:
+    """
+    Whether this process's UCX reaches CUDA memory (DA-23). Starts the data plane.
+    """
+
 def cma_allowed() -> bool:
     """
     Whether same-host transfers are copied with CMA (DA-10; PODIUM_RDMA_CMA=0: never).
@@ -30,7 +35,7 @@ def worker_address() -> bytes:
 
 def register_buffer(obj: object, owner: str) -> tuple:
     """
-    Registers the C-contiguous buffer `obj` for `owner` (an actor id); returns (id, token, addr, size, rkey, worker_address, writable). The buffer stays pinned and registered until drop or release_owner (DA-8).
+    Registers the C-contiguous buffer `obj` (or the CUDA region (address, size, tensor), DA-23) for `owner` (an actor id); returns (id, token, addr, size, rkey, worker_address, writable). The buffer stays pinned and registered until drop or release_owner (DA-8).
     """
 
 def drop(owner: str, id: int, token: str, timeout_s: float) -> podium._core.mesh.CoreFuture:
@@ -43,9 +48,9 @@ def release_owner(owner: str) -> int:
     Releases every buffer of the actor `owner` (it stopped); returns how many.
     """
 
-def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int]], timeout_s: float) -> podium._core.mesh.CoreFuture:
+def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool]], timeout_s: float) -> podium._core.mesh.CoreFuture:
     """
-    Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, worker_address, local_buffer, size, same_host, owner_pid): checked by their owners, then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10). A CoreFuture of one reply.
+    Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, worker_address, local, size, same_host, owner_pid, remote_cuda): checked by their owners, then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10). A CoreFuture of one reply.
     """
 
 def registration_count() -> int:
