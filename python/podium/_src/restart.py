@@ -57,7 +57,11 @@ logger = logging.getLogger("podium.restart")
 # How long a restart may take to stop a failed incarnation, and to start a new one.
 STOP_WAIT_S = 20.0
 START_WAIT_S = 60.0
-_POLL_S = 0.01  # how often a call waiting for a restart looks again
+
+
+def _wake(fut: "asyncio.Future") -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,8 @@ class Keeper:
         # The spawner's context: restarts spawn as it did (the same owner supervises them).
         self._ctx = contextvars.copy_context()
         self._cond = threading.Condition()  # guards every field below
+        # Coroutines of current_async() waiting for a change: (their loop, a future to set).
+        self._async_waiters: List[Tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
         self.state = "starting"  # running, restarting, failed, stopped
         self.gen = 0
         self.mesh: Any = None
@@ -222,7 +228,7 @@ class Keeper:
             self.procs, self.mesh = procs, mesh
             if running:
                 self.state = "running"
-            self._cond.notify_all()
+            self._notify()
         supervision.keep_mesh(mesh.name, self._on_failure)
 
     def start_first(self, timeout: float = START_WAIT_S) -> None:
@@ -237,7 +243,7 @@ class Keeper:
                 pending, self._pending = self._pending, None
                 if pending is None and self.state == "starting":
                     self.state = "running"
-                self._cond.notify_all()
+                self._notify()
             if pending is not None:  # it failed as it came up
                 raise SupervisionError(f"{self.what} failed as it started: "
                                        f"{pending.report()}")
@@ -265,7 +271,7 @@ class Keeper:
                 self.error = (f"{self.what} failed after {self.restarts} restart(s) "
                               f"(max_restarts={self.policy.max_restarts}): "
                               f"{failure.report()}")
-                self._cond.notify_all()
+                self._notify()
                 answer: Optional[str] = "quiet" if self._quiet else None
             else:
                 self.state = "restarting"
@@ -277,7 +283,7 @@ class Keeper:
                     name="podium-restart", daemon=True)
                 self._thread.start()
                 answer = tell
-                self._cond.notify_all()
+                self._notify()
         if answer == "quiet" and self.state == "failed":
             logger.error("%s", self.error)
         elif answer is not None:
@@ -330,14 +336,14 @@ class Keeper:
                 self._failed_name = self.mesh.name if self.mesh is not None else None
                 if error is None:
                     self.state = "running"
-                    self._cond.notify_all()
+                    self._notify()
                     logger.warning("%s: restarted (restart %d)", self.what, k)
                     break
                 if self.restarts >= self.policy.max_restarts:
                     self.state = "failed"
                     self.error = (f"{self.what}: restart {k} failed and no restart is left "
                                   f"(max_restarts={self.policy.max_restarts}): {error}")
-                    self._cond.notify_all()
+                    self._notify()
                     logger.error("%s", self.error)
                     break
                 self.restarts += 1
@@ -365,6 +371,15 @@ class Keeper:
             f.get(START_WAIT_S)
 
     # --- calls ----------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        """Under the lock: a field changed. Wakes the threads waiting on the condition and the
+        coroutines of current_async(), each on its own loop (no poll)."""
+        self._cond.notify_all()
+        waiters, self._async_waiters = self._async_waiters, []
+        for loop, fut in waiters:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_wake, fut)
 
     def _now(self) -> Any:
         """Under the lock: the current ActorMesh if it runs, None while it (re)starts and
@@ -400,17 +415,25 @@ class Keeper:
                                f"{self.policy.max_restarts}) after: {cause}", f, self.restarts)
 
     async def current_async(self, timeout: Optional[float] = None) -> Any:
-        """current() for a coroutine: looks again every _POLL_S, never blocks the loop."""
+        """current() for a coroutine: waits for the change that ends the restart (woken by
+        _notify), bounded by the timeout, never blocking the loop."""
         wait = self.policy.wait_timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
+        loop = asyncio.get_running_loop()
         while True:
             with self._cond:
                 mesh = self._now()
                 if mesh is not None:
                     return mesh
-                if time.monotonic() > deadline:
+                left = deadline - time.monotonic()
+                if left <= 0:
                     raise self._restarting(f"did not come back within {wait:g} s")
-            await asyncio.sleep(_POLL_S)
+                changed = loop.create_future()
+                self._async_waiters.append((loop, changed))
+            try:
+                await asyncio.wait_for(changed, left)
+            except asyncio.TimeoutError:
+                pass
 
     async def checkpoint_async(self, mesh: Any) -> None:
         """Takes every rank's ``__checkpoint__`` of ``mesh`` and stores it, if ``mesh`` is
@@ -433,7 +456,7 @@ class Keeper:
             if self.state == "stopped" and self.mesh is None:
                 return
             self.state = "stopped"
-            self._cond.notify_all()
+            self._notify()
             thread = self._thread
         # Its mesh names stay kept: a failure reported after the stop is absorbed (RS-5).
         if thread is not None and thread is not threading.current_thread():
