@@ -98,17 +98,49 @@ LeaseSettings& lease_settings() {
 // Counters, for tests and the benchmark.
 std::atomic<uint64_t> g_checks_answered{0}, g_delayed_releases{0}, g_leased{0}, g_checked{0};
 
-// Runs `f` on the proc's loop at `until` (DA-27), or now when that has passed.
-void at(Clock::time_point until, std::function<void()> f) {
-  if (until <= Clock::now() || mesh::Runtime::current() == nullptr) {
-    f();
+// Registrations held for leases (DA-27) until their timer fires. Like table(), this set is
+// never destroyed: a timer that never fires (the process exits) leaves them here, as live
+// buffers stay in the table, instead of releasing them while the engine shuts down.
+struct Held {
+  std::mutex mu;
+  std::unordered_map<const void*, std::shared_ptr<data::BufferTable::Retired>> held;
+};
+Held& held() {
+  static auto* h = new Held();
+  return *h;
+}
+
+// Releases `retired` at `until` on the proc's loop (DA-27), then runs `then`; both at once
+// when that time has passed.
+void release_at(data::BufferTable::Retired retired, std::function<void()> then) {
+  if (retired.until <= Clock::now() || mesh::Runtime::current() == nullptr) {
+    retired.regs.clear();
+    if (then) then();
     return;
   }
   ++g_delayed_releases;
+  auto until = retired.until;
+  auto keep = std::make_shared<data::BufferTable::Retired>(std::move(retired));
+  const void* key = keep.get();
+  {
+    std::lock_guard lock(held().mu);
+    held().held.emplace(key, std::move(keep));
+  }
   auto timer = std::make_shared<asio::steady_timer>(mesh::Runtime::get().proc().io());
   timer->expires_at(until);
-  timer->async_wait([timer, f = std::move(f)](std::error_code ec) {
-    if (!ec) f();  // else the loop stops: what `f` holds is released with it
+  timer->async_wait([timer, key, then = std::move(then)](std::error_code ec) {
+    if (ec) return;  // the loop stops: the registrations stay held until the process exits
+    std::shared_ptr<data::BufferTable::Retired> r;
+    {
+      std::lock_guard lock(held().mu);
+      auto it = held().held.find(key);
+      if (it != held().held.end()) {
+        r = std::move(it->second);
+        held().held.erase(it);
+      }
+    }
+    r.reset();  // unregisters, outside the lock
+    if (then) then();
   });
 }
 
@@ -249,10 +281,7 @@ void install_handlers() {
         return;
       }
       // DA-27: the memory stays registered, and the drop unanswered, until the leases end.
-      auto until = r->until;
-      auto retired = std::make_shared<data::BufferTable::Retired>(std::move(*r));
-      at(until, [&proc, port = std::move(port), retired] {
-        retired->regs.clear();
+      release_at(std::move(*r), [&proc, port = std::move(port)] {
         if (!port.empty()) proc.send_reply(port, 0, std::vector<Buffer>{});
       });
     });
@@ -661,9 +690,7 @@ void bind_data(nb::module_& m) {
       [](const std::string& owner) {
         auto r = table().release_owner(owner);
         size_t n = r.regs.size();
-        auto until = r.until;
-        auto retired = std::make_shared<data::BufferTable::Retired>(std::move(r));
-        at(until, [retired] { retired->regs.clear(); });  // DA-27
+        release_at(std::move(r), nullptr);  // DA-27
         return n;
       },
       nb::arg("owner"),
