@@ -36,6 +36,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 
+#include <algorithm>
+
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
@@ -94,6 +96,8 @@ LeaseSettings& lease_settings() {
   }();
   return *s;
 }
+
+constexpr int64_t kMaxLeaseMs = 30000;  // the longest lease an owner grants
 
 // Counters, for tests and the benchmark.
 std::atomic<uint64_t> g_checks_answered{0}, g_delayed_releases{0}, g_leased{0}, g_checked{0};
@@ -251,7 +255,9 @@ void install_handlers() {
           accesses[i] = {h.numbers[2 * i], h.args[i], h.numbers[2 * i + 1] != 0};
         }
         if (asks_lease) {
-          int64_t own = std::max<int64_t>(0, lease_settings().ms.load());
+          // At most 30 s, whatever the settings: a drop waits for the leases (DA-27), and
+          // podium.rdma gives a drop 60 s.
+          int64_t own = std::clamp<int64_t>(lease_settings().ms.load(), 0, kMaxLeaseMs);
           granted_ms = std::min<uint64_t>(h.numbers[2 * n], static_cast<uint64_t>(own));
         }
         size_t failed = 0;

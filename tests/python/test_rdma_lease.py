@@ -232,8 +232,8 @@ def test_an_owner_killed_under_a_lease_fails_the_next_transfer(spawn, new_procs,
     # DA-28, RD-2
     pm = new_procs(gpus=1)
     o = spawn(Owner, on=pm)
-    o.set_lease.call_one(60000, 4 << 20).get(timeout=T)
-    leases(60000)
+    o.set_lease.call_one(20000, 4 << 20).get(timeout=T)
+    leases(20000)
     buf = o.make.call_one("k", 4096).get(timeout=T)
     _read(buf)
     assert _data.lease_left(buf._owner.proc, buf._id, False) > 0

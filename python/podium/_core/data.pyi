@@ -18,6 +18,11 @@ def net_devices() -> str:
     The network devices UCX may use in this process (DA-21): UCX_NET_DEVICES when set, else the interface of this process's control-plane address ('lo' on Unix sockets); '' when neither applies (UCX's default, every device). Starts the data plane.
     """
 
+def cuda_supported() -> bool:
+    """
+    Whether this process's UCX reaches CUDA memory (DA-23). Starts the data plane.
+    """
+
 def cma_allowed() -> bool:
     """
     Whether same-host transfers are copied with CMA (DA-10; PODIUM_RDMA_CMA=0: never).
@@ -30,22 +35,42 @@ def worker_address() -> bytes:
 
 def register_buffer(obj: object, owner: str) -> tuple:
     """
-    Registers the C-contiguous buffer `obj` for `owner` (an actor id); returns (id, token, addr, size, rkey, worker_address, writable). The buffer stays pinned and registered until drop or release_owner (DA-8).
+    Registers the C-contiguous buffer `obj` (or the CUDA region (address, size, tensor), DA-23) for `owner` (an actor id); returns (id, token, addr, size, rkey, worker_address, writable). The buffer stays pinned and registered until drop or release_owner (DA-8).
     """
 
 def drop(owner: str, id: int, token: str, timeout_s: float) -> podium._core.mesh.CoreFuture:
     """
-    Asks the proc `owner` to drop its buffer `id` (its registration is released, DA-8).
+    Asks the proc `owner` to drop its buffer `id` (its registration is released, DA-8, once the leases it granted ended, DA-27; the Future resolves then).
     """
 
 def release_owner(owner: str) -> int:
     """
-    Releases every buffer of the actor `owner` (it stopped); returns how many.
+    Ends every buffer of the actor `owner` (it stopped); returns how many. Their registrations are released once the leases granted for them ended (DA-27).
     """
 
-def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int]], timeout_s: float) -> podium._core.mesh.CoreFuture:
+def lease_config() -> tuple:
     """
-    Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, worker_address, local_buffer, size, same_host, owner_pid): checked by their owners, then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10). A CoreFuture of one reply.
+    (lease ms, max bytes): the lease this process asks for and grants at most, and the largest transfer that uses leases (PODIUM_RDMA_LEASE_MS, PODIUM_RDMA_LEASE_MAX_BYTES; DA-28).
+    """
+
+def set_lease(ms: int, max_bytes: int) -> None:
+    """
+    Sets this process's lease time (0: no leases) and bound, as the environment would (tests, benchmarks).
+    """
+
+def lease_left(owner: str, id: int, write: bool) -> float:
+    """
+    Seconds left of this process's lease on buffer `id` of the proc `owner` (0: none).
+    """
+
+def lease_stats() -> dict:
+    """
+    Counters of leases (DA-26..DA-28): checks this process answered as an owner, drops and releases it delayed for a lease, transfers it ran under leases and checked, leases held.
+    """
+
+def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool]], timeout_s: float) -> podium._core.mesh.CoreFuture:
+    """
+    Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, worker_address, local, size, same_host, owner_pid, remote_cuda): checked by their owners, then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10). A CoreFuture of one reply.
     """
 
 def registration_count() -> int:
