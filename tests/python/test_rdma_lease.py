@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from podium.actor import Actor, ActorError, endpoint, SupervisionError
 from podium.rdma import RDMABuffer
 from podium._core import data as _data
+from conftest import run_script
 
 T = 30  # seconds: bound on every get() below
 LONG_MS = 3000  # a lease long enough that two calls in a row surely fall inside it
@@ -247,3 +249,61 @@ def test_an_owner_killed_under_a_lease_fails_the_next_transfer(spawn, new_procs,
     assert "rank 0" in text
     assert e.pid == pid and e.host == socket.gethostname() and e.rank == 0
     assert _data.lease_left(buf._owner.proc, buf._id, False) == 0  # forgotten
+
+
+def test_a_lease_running_out_mid_transfer_is_not_the_callers_timeout(tmp_path):  # DA-28, DA-5
+    """A leased read whose owner stopped (SIGSTOP; UCX's shared memory, so the owner's own
+    progress is needed) is cut at the end of its lease, then asked again with a check, which
+    waits until the caller's own timeout: the error names that timeout, not the lease's."""
+    r = run_script(tmp_path, "lease_clamp.py", textwrap.dedent("""
+        import os, signal, time
+        os.environ["PODIUM_RDMA_CMA"] = "0"
+        os.environ["PODIUM_RDMA_LEASE_MS"] = "2000"
+        from podium.actor import Actor, endpoint, this_host
+        from podium.rdma import RDMABuffer
+        from podium._core import data
+
+        class Owner(Actor):
+            @endpoint
+            def make(self):
+                self.mem = bytearray(4096)
+                return RDMABuffer(memoryview(self.mem)), os.getpid()
+
+        def stopped(pid):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                        return False
+            return True
+
+        pm = this_host().spawn_procs(per_host={"gpus": 1})
+        try:
+            owner = pm.spawn("owner", Owner)
+            buf, pid = owner.make.call_one().get(timeout=30)
+            dst = memoryview(bytearray(4096))
+            buf.read_into(dst).get(timeout=30)  # checked: a lease of 2 s
+            before = data.lease_stats()
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                deadline = time.monotonic() + 30
+                while not stopped(pid) and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                try:
+                    buf.read_into(dst, timeout=4).get(timeout=30)
+                    print("no error")
+                except TimeoutError as e:
+                    print("TimeoutError", e)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            after = data.lease_stats()
+            print("leased", after["leased"] - before["leased"],
+                  "checked", after["checked"] - before["checked"])
+            buf.read_into(dst).get(timeout=30)
+            print("read again")
+        finally:
+            pm.stop().get(timeout=30)
+        """))
+    out = r.stdout + r.stderr
+    assert "did not finish within 4000 ms" in r.stdout, out
+    assert "leased 1 checked 1" in r.stdout, out  # the lease ran out; then a check
+    assert "read again" in r.stdout, out
