@@ -67,6 +67,15 @@ class Peer(Actor):
         return bytes(out)
 
 
+def _ended(pid: int) -> bool:
+    """Whether `pid` has ended: gone, or a zombie (its memory is released by then)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
 def _checks(owner) -> int:
     return owner.stats.call_one().get(timeout=T)["checks_answered"]
 
@@ -241,6 +250,12 @@ def test_an_owner_killed_under_a_lease_fails_the_next_transfer(spawn, new_procs,
     assert _data.lease_left(buf._owner.proc, buf._id, False) > 0
     pid = o.pid.call_one().get(timeout=T)
     os.kill(pid, signal.SIGKILL)
+    # SIGKILL ends a process asynchronously: a leased read racing its end may still copy the
+    # buffer as it was (as a read just before the kill would). Once it has ended, none may.
+    deadline = time.monotonic() + T
+    while not _ended(pid):
+        assert time.monotonic() < deadline, f"pid {pid} did not end"
+        time.sleep(0.005)
     with pytest.raises(SupervisionError) as info:
         buf.read_into(memoryview(bytearray(4096))).get(timeout=T)
     e = info.value
