@@ -37,7 +37,6 @@
 #include <netinet/in.h>
 
 #include <algorithm>
-
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
@@ -589,6 +588,8 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   int64_t lease_ms = lease_settings().ms.load();
   if (lease_ms > 0 && total <= lease_settings().max_bytes.load()) {  // DA-28
     p->lease_ms = static_cast<uint64_t>(lease_ms);
+    // Asked with every check, also the one after a lease ran out (run_leased).
+    for (auto& c : p->checks) c.numbers.push_back(p->lease_ms);
     auto now = Clock::now();
     std::optional<Clock::duration> shortest;
     for (const auto& k : p->keys) {
@@ -604,7 +605,6 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
       run_leased(p, *shortest);
       return result;
     }
-    for (auto& c : p->checks) c.numbers.push_back(p->lease_ms);
   }
   {
     nb::gil_scoped_release unlocked;
