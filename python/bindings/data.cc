@@ -6,9 +6,21 @@
 // proc, through which readers ask the owner to check a token before a transfer, and holders
 // drop the buffer. The reader's side: transfer() checks every operation's token with its
 // owner over the control plane (one message per owner, failing at once when the runtime
-// knows the owner's proc ended, ME-2), then runs the one-sided operations on the engine.
+// knows the owner's proc ended, ME-2), then runs the one-sided operations on the engine;
+// a check may grant a lease, under which later small transfers skip it (DA-26..DA-28).
 // Both return a CoreFuture of one reply: ok, or the error. An error of operation i of a
 // transfer starts with "\x1f<i>\x1f", so podium.rdma names that operation's buffer.
+//
+//   DA-28 A transfer skips the owners' check only when every operation has a usable lease
+//         (lease.h, DA-26) and its bytes in all are at most the lease bound
+//         (PODIUM_RDMA_LEASE_MAX_BYTES), so that it surely ends inside the lease; the
+//         runtime's knowledge that an owner's proc ended is still consulted first (RD-2);
+//         the engine's timeout is clamped to the shortest lease left, so no operation outlives
+//         its lease, and a transfer stopped by that clamp (not by its caller's timeout) runs
+//         again, checked, within the caller's deadline. A leased transfer that fails forgets
+//         its leases. Only a check of such a transfer asks for a lease; the owner grants at
+//         most its own lease time, and delays a drop's reply, or an owner stop's release,
+//         until the latest lease it granted ended (DA-27), on the proc's loop (a timer).
 //
 // Threads: any Python thread. The system operations run on the root proc's loop threads and
 // touch only the BufferTable (a leaf lock) and Proc::send_reply. No C++ thread takes the GIL:
@@ -24,6 +36,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
@@ -33,6 +46,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -44,6 +58,7 @@
 #include "podium/actor/proc.h"
 #include "podium/data/buffer_table.h"
 #include "podium/data/engine.h"
+#include "podium/data/lease.h"
 #include "podium/mesh/cast.h"
 #include "podium/mesh/runtime.h"
 #include "podium/channel/address.h"
@@ -56,6 +71,80 @@ using Clock = std::chrono::steady_clock;
 data::BufferTable& table() {
   static auto* t = new data::BufferTable();  // lives as long as the process (its loop uses it)
   return *t;
+}
+
+// The reader's leases (DA-26); like table(), lives as long as the process.
+data::LeaseCache& leases() {
+  static auto* c = new data::LeaseCache();
+  return *c;
+}
+
+// The lease time asked for and granted, and the bound on leased transfers (DA-28): from the
+// environment, until set_lease() changes them.
+struct LeaseSettings {
+  std::atomic<int64_t> ms;
+  std::atomic<uint64_t> max_bytes;
+};
+LeaseSettings& lease_settings() {
+  static auto* s = [] {
+    auto c = data::LeaseConfig::from_env();
+    auto* x = new LeaseSettings();
+    x->ms = c.lease.count();
+    x->max_bytes = c.max_bytes;
+    return x;
+  }();
+  return *s;
+}
+
+constexpr int64_t kMaxLeaseMs = 30000;  // the longest lease an owner grants
+
+// Counters, for tests and the benchmark.
+std::atomic<uint64_t> g_checks_answered{0}, g_delayed_releases{0}, g_leased{0}, g_checked{0};
+
+// Registrations held for leases (DA-27) until their timer fires. Like table(), this set is
+// never destroyed: a timer that never fires (the process exits) leaves them here, as live
+// buffers stay in the table, instead of releasing them while the engine shuts down.
+struct Held {
+  std::mutex mu;
+  std::unordered_map<const void*, std::shared_ptr<data::BufferTable::Retired>> held;
+};
+Held& held() {
+  static auto* h = new Held();
+  return *h;
+}
+
+// Releases `retired` at `until` on the proc's loop (DA-27), then runs `then`; both at once
+// when that time has passed.
+void release_at(data::BufferTable::Retired retired, std::function<void()> then) {
+  if (retired.until <= Clock::now() || mesh::Runtime::current() == nullptr) {
+    retired.regs.clear();
+    if (then) then();
+    return;
+  }
+  ++g_delayed_releases;
+  auto until = retired.until;
+  auto keep = std::make_shared<data::BufferTable::Retired>(std::move(retired));
+  const void* key = keep.get();
+  {
+    std::lock_guard lock(held().mu);
+    held().held.emplace(key, std::move(keep));
+  }
+  auto timer = std::make_shared<asio::steady_timer>(mesh::Runtime::get().proc().io());
+  timer->expires_at(until);
+  timer->async_wait([timer, key, then = std::move(then)](std::error_code ec) {
+    if (ec) return;  // the loop stops: the registrations stay held until the process exits
+    std::shared_ptr<data::BufferTable::Retired> r;
+    {
+      std::lock_guard lock(held().mu);
+      auto it = held().held.find(key);
+      if (it != held().held.end()) {
+        r = std::move(it->second);
+        held().held.erase(it);
+      }
+    }
+    r.reset();  // unregisters, outside the lock
+    if (then) then();
+  });
 }
 
 // The name of the network interface that holds `host` (an IP literal or a name), or "".
@@ -149,38 +238,57 @@ void install_handlers() {
   std::call_once(g_handlers_once, [] {
     auto& proc = mesh::Runtime::get().proc();
     proc.on_system("rdma_check", [&proc](const actor::SystemHeader& h, wire::Envelope&& env) {
+      ++g_checks_answered;
       std::string port(actor::reply_port_of(env));
+      size_t n = h.args.size();
+      // A trailing number asks for a lease of that many ms (DA-27, DA-28).
+      bool asks_lease = h.numbers.size() == 2 * n + 1;
+      uint64_t granted_ms = 0;
       Status st;
-      if (h.numbers.size() != 2 * h.args.size()) {
+      if (!asks_lease && h.numbers.size() != 2 * n) {
         st = std::unexpected(make_error(data::DataErrc::kInvalidArgument,
                                         "malformed rdma_check from " + env.sender));
-      }
-      for (size_t i = 0; st && i < h.args.size(); ++i) {
-        st = table().check(h.numbers[2 * i], h.args[i], h.numbers[2 * i + 1] != 0);
-        if (!st) st = std::unexpected(tagged(i, st.error()));
+      } else {
+        std::vector<data::BufferTable::Access> accesses(n);
+        for (size_t i = 0; i < n; ++i) {
+          accesses[i] = {h.numbers[2 * i], h.args[i], h.numbers[2 * i + 1] != 0};
+        }
+        if (asks_lease) {
+          // At most 30 s, whatever the settings: a drop waits for the leases (DA-27), and
+          // podium.rdma gives a drop 60 s.
+          int64_t own = std::clamp<int64_t>(lease_settings().ms.load(), 0, kMaxLeaseMs);
+          granted_ms = std::min<uint64_t>(h.numbers[2 * n], static_cast<uint64_t>(own));
+        }
+        size_t failed = 0;
+        st = table().check(accesses, std::chrono::milliseconds(granted_ms), Clock::now(), &failed);
+        if (!st) st = std::unexpected(tagged(failed, st.error()));
       }
       if (port.empty()) return;
       if (st) {
-        proc.send_reply(port, 0, std::vector<Buffer>{});
+        std::vector<Buffer> parts;
+        if (asks_lease) parts.push_back(Buffer::copy_of(std::to_string(granted_ms)));
+        proc.send_reply(port, 0, std::move(parts));
       } else {
         proc.send_reply(port, 0, std::unexpected(st.error()));
       }
     });
     proc.on_system("rdma_drop", [&proc](const actor::SystemHeader& h, wire::Envelope&& env) {
       std::string port(actor::reply_port_of(env));
-      Status st;
+      Result<data::BufferTable::Retired> r;
       if (h.numbers.size() != 1 || h.args.size() != 1) {
-        st = std::unexpected(make_error(data::DataErrc::kInvalidArgument,
-                                        "malformed rdma_drop from " + env.sender));
+        r = std::unexpected(make_error(data::DataErrc::kInvalidArgument,
+                                       "malformed rdma_drop from " + env.sender));
       } else {
-        st = table().drop(h.numbers[0], h.args[0]);
+        r = table().drop(h.numbers[0], h.args[0]);
       }
-      if (port.empty()) return;
-      if (st) {
-        proc.send_reply(port, 0, std::vector<Buffer>{});
-      } else {
-        proc.send_reply(port, 0, std::unexpected(st.error()));
+      if (!r) {
+        if (!port.empty()) proc.send_reply(port, 0, std::unexpected(r.error()));
+        return;
       }
+      // DA-27: the memory stays registered, and the drop unanswered, until the leases end.
+      release_at(std::move(*r), [&proc, port = std::move(port)] {
+        if (!port.empty()) proc.send_reply(port, 0, std::vector<Buffer>{});
+      });
     });
   });
 }
@@ -208,19 +316,21 @@ struct Outcome {
   }
 };
 
-// Sends `h` to the system port of `owner` with a reply port; `done` gets the reply, or the
-// error that the owner's proc ended (ME-2: at once when it is known dead already).
-void ask_owner(const std::string& owner, const actor::SystemHeader& h,
-               std::function<void(const Status&)> done) {
+// Sends `h` to the system port of `owner` with a reply port; `done` gets the reply (and the
+// number its first part holds, 0 when none: the lease granted, DA-28), or the error that the
+// owner's proc ended (ME-2: at once when it is known dead already).
+using Answer = std::function<void(const Status&, uint64_t)>;
+void ask_owner(const std::string& owner, const actor::SystemHeader& h, Answer done) {
   auto& rt = mesh::Runtime::get();
   if (auto dead = rt.proc_dead(owner)) {
-    done(std::unexpected(*dead));
+    done(std::unexpected(*dead), 0);
     return;
   }
   auto addr = channel::Address::parse(owner);
   if (!addr) {
     done(std::unexpected(make_error(data::DataErrc::kInvalidArgument,
-                                    "bad owner address " + owner + ": " + addr.error().message)));
+                                    "bad owner address " + owner + ": " + addr.error().message)),
+         0);
     return;
   }
   actor::ProcId pid{*addr};
@@ -233,11 +343,19 @@ void ask_owner(const std::string& owner, const actor::SystemHeader& h,
       [done = std::move(done), p = port.port](const Result<mesh::Replies>& r) {
         mesh::Runtime::get().proc().close_port(p);
         if (!r) {
-          done(std::unexpected(r.error()));
+          done(std::unexpected(r.error()), 0);
         } else if (auto e = r->first_error()) {
-          done(std::unexpected(*e->second));
+          done(std::unexpected(*e->second), 0);
         } else {
-          done({});
+          uint64_t number = 0;
+          const auto& parts = (*r)[0];
+          if (parts && !parts->empty()) {
+            for (char c : parts->front().view()) {
+              if (c < '0' || c > '9') break;
+              number = number * 10 + static_cast<uint64_t>(c - '0');
+            }
+          }
+          done({}, number);
         }
       });
   wire::Envelope env;
@@ -251,11 +369,13 @@ void ask_owner(const std::string& owner, const actor::SystemHeader& h,
 }
 
 // Fails `out` with kTimeout after `timeout` unless it finished before.
+// `shown`: the timeout the message names (the caller's), when `timeout` is what is left of it.
 void bound(const std::shared_ptr<Outcome>& out, std::chrono::nanoseconds timeout,
-           std::string what) {
+           std::string what, std::optional<std::chrono::nanoseconds> shown = std::nullopt) {
   auto timer = std::make_shared<asio::steady_timer>(
       mesh::Runtime::get().proc().io(),
       std::chrono::duration_cast<asio::steady_timer::duration>(timeout));
+  if (shown) timeout = *shown;
   std::weak_ptr<Outcome> weak = out;
   out->timer = timer;
   timer->async_wait([timer, weak, what = std::move(what), timeout](std::error_code ec) {
@@ -296,19 +416,138 @@ std::chrono::nanoseconds seconds(double s) {
 using PyOp = std::tuple<bool, std::string, uint64_t, std::string, uint64_t, nb::bytes, nb::bytes,
                         nb::object, size_t, bool, int, bool>;
 
-CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
-  release_deferred();
-  auto& eng = engine();
-  auto timeout = seconds(timeout_s);
-  auto deadline = Clock::now() + timeout;
-  auto out = std::make_shared<Outcome>();
-  CoreFuture result(out->promise.future());
-  auto ops = std::make_shared<std::vector<data::Op>>();
+// A transfer, as the checked and the leased paths (DA-28) share it.
+struct Plan {
+  std::shared_ptr<Outcome> out;
+  data::Engine* eng = nullptr;
+  std::vector<data::Op> ops;  // copied for each attempt
+  struct Key {
+    std::string owner;
+    uint64_t id = 0;
+    std::string token;
+    bool write = false;
+  };
+  std::vector<Key> keys;  // per operation
   // Per owner: the indices of its operations, and the check message.
   std::vector<std::string> owners;
-  std::unordered_map<std::string, size_t> owner_index;
   std::vector<std::vector<size_t>> members;
   std::vector<actor::SystemHeader> checks;
+  Clock::time_point deadline;
+  std::chrono::nanoseconds timeout{};
+  uint64_t lease_ms = 0;  // asked for with each check; 0: none
+};
+
+// The error of an owner's check, or of its proc's end, tagged with the operation it names:
+// the owner's tag is the index within its group; a proc's end has none.
+Error owner_error(const Plan& p, size_t g, const Error& err) {
+  const auto& idx = p.members[g];
+  const auto& msg = err.message;
+  size_t op = idx[0];
+  std::string text = msg;
+  if (msg.size() > 2 && msg[0] == '\x1f') {
+    size_t end = msg.find('\x1f', 1);
+    if (end != std::string::npos) {
+      size_t k = std::stoul(msg.substr(1, end - 1));
+      if (k < idx.size()) op = idx[k];
+      text = msg.substr(end + 1);
+    }
+  }
+  Error e = err;
+  e.message = text;
+  return tagged(op, e);
+}
+
+// Asks every owner to check its operations' tokens (and, with lease_ms, for a lease), then
+// runs the operations on the engine.
+void run_checked(const std::shared_ptr<Plan>& p) {
+  ++g_checked;
+  auto left = std::max(Clock::duration::zero(), p->deadline - Clock::now());
+  bound(p->out, left, "the owners' check of " + std::to_string(p->ops.size()) +
+                          " RDMA operation(s)",
+        p->timeout);
+  struct Gate {
+    std::mutex mu;
+    size_t left = 0;
+    bool failed = false;
+  };
+  auto gate = std::make_shared<Gate>();
+  gate->left = p->owners.size();
+  auto sent = Clock::now();  // DA-26: a lease runs from when its check was sent
+  for (size_t g = 0; g < p->owners.size(); ++g) {
+    ask_owner(p->owners[g], p->checks[g], [p, gate, g, sent](const Status& st, uint64_t granted) {
+      bool run = false;
+      {
+        std::lock_guard lock(gate->mu);
+        if (gate->failed) return;
+        if (!st) {
+          gate->failed = true;
+        } else {
+          run = --gate->left == 0;
+        }
+      }
+      if (!st) {
+        p->out->finish(std::unexpected(owner_error(*p, g, st.error())));
+        return;
+      }
+      if (p->lease_ms > 0) {
+        for (size_t i : p->members[g]) {
+          const auto& k = p->keys[i];
+          leases().grant(k.owner, k.id, k.write, k.token, sent,
+                         std::chrono::milliseconds(std::min(granted, p->lease_ms)));
+        }
+      }
+      // DA-5: a transfer whose caller was told it timed out never starts.
+      if (!run || p->out->finished.load()) return;
+      // From here the engine keeps the deadline, and its timeout also cancels what is in
+      // flight (DA-5): the check's timer would only race it.
+      p->out->disarm();
+      auto left = std::max(Clock::duration::zero(), p->deadline - Clock::now());
+      p->eng->submit(std::vector<data::Op>(p->ops), left).on_ready([p](const Result<void>& r) {
+        p->out->finish(r ? Status{} : Status(std::unexpected(r.error())));
+      });
+    });
+  }
+}
+
+// DA-28: every operation holds a lease with at least `lease_left` left.
+void run_leased(const std::shared_ptr<Plan>& p, Clock::duration lease_left) {
+  auto& rt = mesh::Runtime::get();
+  for (size_t g = 0; g < p->owners.size(); ++g) {
+    if (auto dead = rt.proc_dead(p->owners[g])) {  // RD-2, before any lease
+      for (const auto& k : p->keys) leases().forget(k.owner, k.id, k.write);
+      p->out->finish(std::unexpected(owner_error(*p, g, *dead)));
+      return;
+    }
+  }
+  ++g_leased;
+  auto user_left = std::max(Clock::duration::zero(), p->deadline - Clock::now());
+  bool clamped = lease_left < user_left;
+  p->eng->submit(std::vector<data::Op>(p->ops), std::min(lease_left, user_left))
+      .on_ready([p, clamped](const Result<void>& r) {
+        if (r) {
+          p->out->finish({});
+          return;
+        }
+        for (const auto& k : p->keys) leases().forget(k.owner, k.id, k.write);
+        if (clamped && r.error().is(data::DataErrc::kTimeout) && !p->out->finished.load() &&
+            Clock::now() < p->deadline) {
+          run_checked(p);  // the lease ran out, not the caller's time: ask the owners
+          return;
+        }
+        p->out->finish(std::unexpected(r.error()));
+      });
+}
+
+CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
+  release_deferred();
+  auto p = std::make_shared<Plan>();
+  p->eng = &engine();
+  p->timeout = seconds(timeout_s);
+  p->deadline = Clock::now() + p->timeout;
+  p->out = std::make_shared<Outcome>();
+  CoreFuture result(p->out->promise.future());
+  std::unordered_map<std::string, size_t> owner_index;
+  uint64_t total = 0;
   for (size_t i = 0; i < py_ops.size(); ++i) {
     const auto& [write, owner, id, token, remote_addr, rkey, worker, local, size, same_host,
                  pid, remote_cuda] = py_ops[i];
@@ -328,78 +567,48 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
     op.peer_pid = same_host ? pid : 0;
     op.local_memory = memory;  // DA-23
     op.remote_memory = remote_cuda ? data::Memory::kCuda : data::Memory::kHost;
-    ops->push_back(std::move(op));
-    auto [it, fresh] = owner_index.try_emplace(owner, owners.size());
+    p->ops.push_back(std::move(op));
+    p->keys.push_back(Plan::Key{owner, id, token, write});
+    total += size;
+    auto [it, fresh] = owner_index.try_emplace(owner, p->owners.size());
     if (fresh) {
-      owners.push_back(owner);
-      members.emplace_back();
-      checks.push_back(actor::SystemHeader{"rdma_check", {}, {}});
+      p->owners.push_back(owner);
+      p->members.emplace_back();
+      p->checks.push_back(actor::SystemHeader{"rdma_check", {}, {}});
     }
-    members[it->second].push_back(i);
-    checks[it->second].args.push_back(token);
-    checks[it->second].numbers.push_back(id);
-    checks[it->second].numbers.push_back(write ? 1 : 0);
+    p->members[it->second].push_back(i);
+    p->checks[it->second].args.push_back(token);
+    p->checks[it->second].numbers.push_back(id);
+    p->checks[it->second].numbers.push_back(write ? 1 : 0);
   }
-  if (ops->empty()) {
-    out->finish({});
+  if (p->ops.empty()) {
+    p->out->finish({});
     return result;
+  }
+  int64_t lease_ms = lease_settings().ms.load();
+  if (lease_ms > 0 && total <= lease_settings().max_bytes.load()) {  // DA-28
+    p->lease_ms = static_cast<uint64_t>(lease_ms);
+    // Asked with every check, also the one after a lease ran out (run_leased).
+    for (auto& c : p->checks) c.numbers.push_back(p->lease_ms);
+    auto now = Clock::now();
+    std::optional<Clock::duration> shortest;
+    for (const auto& k : p->keys) {
+      auto left = leases().usable(k.owner, k.id, k.write, k.token, now);
+      if (!left) {
+        shortest.reset();
+        break;
+      }
+      shortest = shortest ? std::min(*shortest, *left) : *left;
+    }
+    if (shortest) {
+      nb::gil_scoped_release unlocked;
+      run_leased(p, *shortest);
+      return result;
+    }
   }
   {
     nb::gil_scoped_release unlocked;
-    bound(out, timeout, "the owners' check of " + std::to_string(ops->size()) +
-                            " RDMA operation(s)");
-    // Once every owner said yes, the transfer runs on the engine (timeout: what is left).
-    struct Gate {
-      std::mutex mu;
-      size_t left = 0;
-      bool failed = false;
-    };
-    auto gate = std::make_shared<Gate>();
-    gate->left = owners.size();
-    for (size_t g = 0; g < owners.size(); ++g) {
-      auto idx = members[g];
-      ask_owner(owners[g], checks[g],
-                [out, gate, ops, idx, deadline, &eng](const Status& st) {
-                  bool run = false;
-                  {
-                    std::lock_guard lock(gate->mu);
-                    if (gate->failed) return;
-                    if (!st) {
-                      gate->failed = true;
-                    } else {
-                      run = --gate->left == 0;
-                    }
-                  }
-                  if (!st) {
-                    // The owner's tag is the index within its group; a proc's end has none.
-                    const auto& msg = st.error().message;
-                    size_t op = idx[0];
-                    std::string text = msg;
-                    if (msg.size() > 2 && msg[0] == '\x1f') {
-                      size_t end = msg.find('\x1f', 1);
-                      if (end != std::string::npos) {
-                        size_t k = std::stoul(msg.substr(1, end - 1));
-                        if (k < idx.size()) op = idx[k];
-                        text = msg.substr(end + 1);
-                      }
-                    }
-                    Error e = st.error();
-                    e.message = text;
-                    out->finish(std::unexpected(tagged(op, e)));
-                    return;
-                  }
-                  // DA-5: a transfer whose caller was told it timed out never starts.
-                  if (!run || out->finished.load()) return;
-                  // From here the engine keeps the deadline, and its timeout also cancels
-                  // what is in flight (DA-5): the check's timer would only race it.
-                  out->disarm();
-                  auto left = deadline - Clock::now();
-                  if (left <= Clock::duration::zero()) left = Clock::duration::zero();
-                  eng.submit(std::move(*ops), left).on_ready([out](const Result<void>& r) {
-                    out->finish(r ? Status{} : Status(std::unexpected(r.error())));
-                  });
-                });
-    }
+    run_checked(p);
   }
   return result;
 }
@@ -473,15 +682,64 @@ void bind_data(nb::module_& m) {
         CoreFuture result(out->promise.future());
         nb::gil_scoped_release unlocked;
         bound(out, seconds(timeout_s), "the drop of RDMA buffer " + std::to_string(id));
+        leases().forget(owner, id, false);
+        leases().forget(owner, id, true);
         ask_owner(owner, actor::SystemHeader{"rdma_drop", {token}, {id}},
-                  [out](const Status& st) { out->finish(st); });
+                  [out](const Status& st, uint64_t) { out->finish(st); });
         return result;
       },
       nb::arg("owner"), nb::arg("id"), nb::arg("token"), nb::arg("timeout_s"),
-      "Asks the proc `owner` to drop its buffer `id` (its registration is released, DA-8).");
+      "Asks the proc `owner` to drop its buffer `id` (its registration is released, DA-8, once "
+      "the leases it granted ended, DA-27; the Future resolves then).");
   m.def(
-      "release_owner", [](const std::string& owner) { return table().release_owner(owner); },
-      nb::arg("owner"), "Releases every buffer of the actor `owner` (it stopped); returns how many.");
+      "release_owner",
+      [](const std::string& owner) {
+        auto r = table().release_owner(owner);
+        size_t n = r.regs.size();
+        release_at(std::move(r), nullptr);  // DA-27
+        return n;
+      },
+      nb::arg("owner"),
+      "Ends every buffer of the actor `owner` (it stopped); returns how many. Their "
+      "registrations are released once the leases granted for them ended (DA-27).");
+  m.def(
+      "lease_config",
+      [] {
+        return nb::make_tuple(lease_settings().ms.load(), lease_settings().max_bytes.load());
+      },
+      "(lease ms, max bytes): the lease this process asks for and grants at most, and the "
+      "largest transfer that uses leases (PODIUM_RDMA_LEASE_MS, PODIUM_RDMA_LEASE_MAX_BYTES; "
+      "DA-28).");
+  m.def(
+      "set_lease",
+      [](int64_t ms, uint64_t max_bytes) {
+        lease_settings().ms = ms;
+        lease_settings().max_bytes = max_bytes;
+      },
+      nb::arg("ms"), nb::arg("max_bytes"),
+      "Sets this process's lease time (0: no leases) and bound, as the environment would "
+      "(tests, benchmarks).");
+  m.def(
+      "lease_left",
+      [](const std::string& owner, uint64_t id, bool write) {
+        auto left = leases().left(owner, id, write, Clock::now());
+        return std::chrono::duration<double>(left).count();
+      },
+      nb::arg("owner"), nb::arg("id"), nb::arg("write"),
+      "Seconds left of this process's lease on buffer `id` of the proc `owner` (0: none).");
+  m.def(
+      "lease_stats",
+      [] {
+        nb::dict d;
+        d["checks_answered"] = g_checks_answered.load();
+        d["delayed_releases"] = g_delayed_releases.load();
+        d["leased"] = g_leased.load();
+        d["checked"] = g_checked.load();
+        d["leases"] = leases().size();
+        return d;
+      },
+      "Counters of leases (DA-26..DA-28): checks this process answered as an owner, drops and "
+      "releases it delayed for a lease, transfers it ran under leases and checked, leases held.");
   m.def("transfer", &transfer, nb::arg("ops"), nb::arg("timeout_s"),
         "Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, "
         "worker_address, local, size, same_host, owner_pid, remote_cuda): checked by their owners, "

@@ -50,14 +50,13 @@ Result<BufferTable::Added> BufferTable::add(std::shared_ptr<Registration> reg, s
   return Added{id, std::move(*token)};
 }
 
-Status BufferTable::check(uint64_t id, std::string_view token, bool write) const {
-  std::lock_guard lock(mu_);
+Status BufferTable::check_locked(uint64_t id, std::string_view token, bool write) const {
   auto it = live_.find(id);
   if (it == live_.end()) {
     auto e = ended_.find(id);
     return std::unexpected(make_error(
         DataErrc::kDropped, e != ended_.end()
-                                ? e->second
+                                ? e->second.why
                                 : "buffer " + std::to_string(id) +
                                       " is not registered here (dropped, or its owner stopped)"));
   }
@@ -74,8 +73,32 @@ Status BufferTable::check(uint64_t id, std::string_view token, bool write) const
   return {};
 }
 
-void BufferTable::end(uint64_t id, std::string why) {
-  ended_[id] = std::move(why);
+Status BufferTable::check(uint64_t id, std::string_view token, bool write) const {
+  std::lock_guard lock(mu_);
+  return check_locked(id, token, write);
+}
+
+Status BufferTable::check(std::span<const Access> accesses, LeaseClock::duration lease,
+                          LeaseClock::time_point now, size_t* failed) {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < accesses.size(); ++i) {
+    auto st = check_locked(accesses[i].id, accesses[i].token, accesses[i].write);
+    if (!st) {
+      if (failed != nullptr) *failed = i;
+      return st;
+    }
+  }
+  if (lease > LeaseClock::duration::zero()) {  // DA-27: all passed, under the same lock
+    for (const auto& a : accesses) {
+      auto& until = live_.at(a.id).leased_until;
+      if (until < now + lease) until = now + lease;
+    }
+  }
+  return {};
+}
+
+void BufferTable::end(uint64_t id, std::string why, LeaseClock::time_point until) {
+  ended_[id] = Ended{std::move(why), until};
   ended_order_.push_back(id);
   while (ended_order_.size() > kEndedKept) {
     ended_.erase(ended_order_.front());
@@ -83,38 +106,45 @@ void BufferTable::end(uint64_t id, std::string why) {
   }
 }
 
-Status BufferTable::drop(uint64_t id, std::string_view token) {
-  std::shared_ptr<Registration> released;
-  {
-    std::lock_guard lock(mu_);
-    auto it = live_.find(id);
-    if (it == live_.end()) return {};  // dropped already: a second drop changes nothing
-    if (!same_token(it->second.token, token)) {
-      return std::unexpected(make_error(
-          DataErrc::kRefused, "buffer " + std::to_string(id) + " of " + it->second.owner +
-                                  ": the capability token does not match; drop refused"));
-    }
-    released = std::move(it->second.reg);
-    end(id, "buffer " + std::to_string(id) + " of " + it->second.owner + " was dropped");
-    live_.erase(it);
+Result<BufferTable::Retired> BufferTable::drop(uint64_t id, std::string_view token) {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) {
+    // Dropped already: a second drop changes nothing, and completes no earlier than the
+    // first (DA-27).
+    auto e = ended_.find(id);
+    return Retired{{}, e != ended_.end() ? e->second.until : LeaseClock::time_point{}};
   }
-  return {};  // `released` unmaps here, outside mu_
+  if (!same_token(it->second.token, token)) {
+    return std::unexpected(make_error(
+        DataErrc::kRefused, "buffer " + std::to_string(id) + " of " + it->second.owner +
+                                ": the capability token does not match; drop refused"));
+  }
+  Retired out;
+  out.regs.push_back(std::move(it->second.reg));
+  out.until = it->second.leased_until;
+  end(id, "buffer " + std::to_string(id) + " of " + it->second.owner + " was dropped", out.until);
+  live_.erase(it);
+  return out;  // the caller releases the registration (outside mu_), at out.until (DA-27)
 }
 
-size_t BufferTable::release_owner(std::string_view owner) {
-  std::vector<std::shared_ptr<Registration>> released;
+BufferTable::Retired BufferTable::release_owner(std::string_view owner) {
+  Retired out;
   std::lock_guard lock(mu_);
   for (auto it = live_.begin(); it != live_.end();) {
     if (it->second.owner == owner) {
-      released.push_back(std::move(it->second.reg));
-      end(it->first, "buffer " + std::to_string(it->first) + " was released: its owner " +
-                         std::string(owner) + " stopped");
+      out.regs.push_back(std::move(it->second.reg));
+      if (out.until < it->second.leased_until) out.until = it->second.leased_until;
+      end(it->first,
+          "buffer " + std::to_string(it->first) + " was released: its owner " +
+              std::string(owner) + " stopped",
+          it->second.leased_until);
       it = live_.erase(it);
     } else {
       ++it;
     }
   }
-  return released.size();
+  return out;
 }
 
 size_t BufferTable::size() const {

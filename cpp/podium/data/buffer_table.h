@@ -13,9 +13,17 @@
 //   DA-7 Each buffer carries a 128-bit random token (getrandom); check() and drop() refuse
 //        (kRefused) a token that differs, comparing in constant time, and a write to a
 //        buffer registered read-only.
-//   DA-8 drop() and release_owner() release the buffer's registration at once (the engine's
-//        registration_count() falls); later checks of it fail with kDropped and say why (it
-//        was dropped, or its owner actor stopped), for the last kEndedKept ended buffers.
+//   DA-8 drop() and release_owner() end the buffer at once: later checks of it fail with
+//        kDropped and say why (it was dropped, or its owner actor stopped), for the last
+//        kEndedKept ended buffers. They hand its registration back in a Retired, with the
+//        time until which it must stay registered (DA-27); dropping the Retired releases it
+//        (the engine's registration_count() falls), at once when no lease was granted.
+//   DA-27 check() of a batch checks every access and, only when all pass, grants them one
+//        lease: it records per buffer the latest expiry granted (its own `now` + `lease`,
+//        under the same lock as the check, so no drop slips between). A drop or release
+//        returns that expiry as Retired::until: the memory stays registered until then, and
+//        a second drop of an ended buffer returns the same time, so no drop completes while
+//        a lease that this table granted may still be used.
 #pragma once
 
 #include <cstdint>
@@ -26,8 +34,12 @@
 #include <string_view>
 #include <unordered_map>
 
+#include <span>
+#include <vector>
+
 #include "podium/base/error.h"
 #include "podium/data/engine.h"
+#include "podium/data/lease.h"
 
 namespace podium::data {
 
@@ -44,9 +56,23 @@ class BufferTable {
                                   bool writable);
   // DA-7: ok when buffer `id` is live, `token` is its token, and a write may write it.
   [[nodiscard]] Status check(uint64_t id, std::string_view token, bool write) const;
+  struct Access {
+    uint64_t id = 0;
+    std::string_view token;
+    bool write = false;
+  };
+  // DA-7 for each access; when all pass and `lease` > 0, DA-27: each buffer stays registered
+  // until at least `now` + `lease`. On failure, `*failed` is the index of the access refused.
+  [[nodiscard]] Status check(std::span<const Access> accesses, LeaseClock::duration lease,
+                             LeaseClock::time_point now, size_t* failed = nullptr);
+  // What a drop or a release ended: registrations to keep until `until` (DA-8, DA-27).
+  struct Retired {
+    std::vector<std::shared_ptr<Registration>> regs;
+    LeaseClock::time_point until{};
+  };
   // DA-8.
-  [[nodiscard]] Status drop(uint64_t id, std::string_view token);
-  size_t release_owner(std::string_view owner);
+  [[nodiscard]] Result<Retired> drop(uint64_t id, std::string_view token);
+  [[nodiscard]] Retired release_owner(std::string_view owner);
   size_t size() const;
 
  private:
@@ -55,13 +81,19 @@ class BufferTable {
     std::string token;
     std::string owner;
     bool writable = false;
+    LeaseClock::time_point leased_until{};  // DA-27: the latest lease expiry granted
   };
-  void end(uint64_t id, std::string why);  // under mu_
+  struct Ended {
+    std::string why;
+    LeaseClock::time_point until{};  // DA-27: registered until then
+  };
+  Status check_locked(uint64_t id, std::string_view token, bool write) const;  // under mu_
+  void end(uint64_t id, std::string why, LeaseClock::time_point until);        // under mu_
 
   mutable std::mutex mu_;
   uint64_t next_id_ = 1;                           // guarded by mu_
   std::unordered_map<uint64_t, Entry> live_;       // guarded by mu_
-  std::unordered_map<uint64_t, std::string> ended_;  // guarded by mu_: id -> why
+  std::unordered_map<uint64_t, Ended> ended_;       // guarded by mu_
   std::deque<uint64_t> ended_order_;               // guarded by mu_
 };
 

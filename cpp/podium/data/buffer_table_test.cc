@@ -68,7 +68,7 @@ TEST_F(BufferTableTest, DropAndOwnerStopReleaseTheRegistration) {  // DA-8
   EXPECT_TRUE(r.error().is(DataErrc::kDropped));
   EXPECT_NE(r.error().message.find("was dropped"), std::string::npos);
   EXPECT_TRUE(table_.drop(a->id, a->token));  // again: nothing to do
-  EXPECT_EQ(table_.release_owner("bob[1]"), 2u);
+  EXPECT_EQ(table_.release_owner("bob[1]").regs.size(), 2u);  // no lease: released at once
   EXPECT_EQ(engine_->registration_count(), 0u);
   EXPECT_EQ(table_.size(), 0u);
   r = table_.check(c->id, c->token, false);
@@ -80,6 +80,72 @@ TEST_F(BufferTableTest, DropAndOwnerStopReleaseTheRegistration) {  // DA-8
     ASSERT_TRUE(table_.drop(x->id, x->token));
   }
   EXPECT_EQ(engine_->registration_count(), 0u);
+}
+
+TEST_F(BufferTableTest, ADropKeepsTheMemoryUntilTheLatestLeaseGranted) {  // DA-27, DA-8
+  std::vector<uint8_t> mem(4096);
+  auto a = table_.add(reg(mem), "alice[0]", true);
+  ASSERT_TRUE(a);
+  auto t0 = LeaseClock::now();
+  using std::chrono::milliseconds;
+  BufferTable::Access read{a->id, a->token, false};
+  BufferTable::Access write{a->id, a->token, true};
+  ASSERT_TRUE(table_.check(std::span(&read, 1), milliseconds(250), t0));
+  ASSERT_TRUE(table_.check(std::span(&write, 1), milliseconds(100), t0 + milliseconds(200)));
+  ASSERT_TRUE(table_.check(std::span(&read, 1), milliseconds(0), t0 + milliseconds(400)));
+  auto d = table_.drop(a->id, a->token);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->until, t0 + milliseconds(300));  // the latest expiry, whichever grant made it
+  ASSERT_EQ(d->regs.size(), 1u);
+  // Ended at once: new checks are refused, so no lease extends the drop.
+  auto r = table_.check(std::span(&read, 1), milliseconds(250), t0 + milliseconds(250));
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is(DataErrc::kDropped));
+  // A second drop completes no earlier than the first.
+  auto again = table_.drop(a->id, a->token);
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->regs.empty());
+  EXPECT_EQ(again->until, d->until);
+  // The registration lives as long as the caller keeps the Retired.
+  EXPECT_EQ(engine_->registration_count(), 1u);
+  d->regs.clear();
+  EXPECT_EQ(engine_->registration_count(), 0u);
+}
+
+TEST_F(BufferTableTest, ALeaseIsGrantedOnlyWhenEveryAccessPasses) {  // DA-27
+  std::vector<uint8_t> m1(4096), m2(4096);
+  auto a = table_.add(reg(m1), "bob[1]", true);
+  auto b = table_.add(reg(m2), "bob[1]", false);
+  ASSERT_TRUE(a && b);
+  auto t0 = LeaseClock::now();
+  std::vector<BufferTable::Access> batch{{a->id, a->token, true}, {b->id, b->token, true}};
+  size_t failed = 99;
+  auto r = table_.check(batch, std::chrono::milliseconds(500), t0, &failed);
+  ASSERT_FALSE(r);  // b is read-only
+  EXPECT_EQ(failed, 1u);
+  auto rel = table_.release_owner("bob[1]");
+  EXPECT_EQ(rel.regs.size(), 2u);
+  EXPECT_EQ(rel.until, LeaseClock::time_point{});  // nothing was granted: released at once
+  batch = {{a->id, a->token, false}};
+  r = table_.check(batch, std::chrono::milliseconds(500), t0, &failed);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("its owner bob[1] stopped"), std::string::npos);
+}
+
+TEST_F(BufferTableTest, AnOwnerStopKeepsTheMemoryUntilItsLeasesEnd) {  // DA-27, DA-8
+  std::vector<uint8_t> m1(4096), m2(4096);
+  auto a = table_.add(reg(m1), "carol[0]", true);
+  auto b = table_.add(reg(m2), "carol[0]", true);
+  ASSERT_TRUE(a && b);
+  auto t0 = LeaseClock::now();
+  BufferTable::Access ra{a->id, a->token, false}, rb{b->id, b->token, false};
+  ASSERT_TRUE(table_.check(std::span(&ra, 1), std::chrono::milliseconds(100), t0));
+  ASSERT_TRUE(table_.check(std::span(&rb, 1), std::chrono::milliseconds(700), t0));
+  auto rel = table_.release_owner("carol[0]");
+  EXPECT_EQ(rel.until, t0 + std::chrono::milliseconds(700));
+  auto d = table_.drop(a->id, a->token);  // a drop after the stop waits for a's own lease
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->until, t0 + std::chrono::milliseconds(100));
 }
 
 }  // namespace

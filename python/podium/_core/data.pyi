@@ -40,12 +40,32 @@ def register_buffer(obj: object, owner: str) -> tuple:
 
 def drop(owner: str, id: int, token: str, timeout_s: float) -> podium._core.mesh.CoreFuture:
     """
-    Asks the proc `owner` to drop its buffer `id` (its registration is released, DA-8).
+    Asks the proc `owner` to drop its buffer `id` (its registration is released, DA-8, once the leases it granted ended, DA-27; the Future resolves then).
     """
 
 def release_owner(owner: str) -> int:
     """
-    Releases every buffer of the actor `owner` (it stopped); returns how many.
+    Ends every buffer of the actor `owner` (it stopped); returns how many. Their registrations are released once the leases granted for them ended (DA-27).
+    """
+
+def lease_config() -> tuple:
+    """
+    (lease ms, max bytes): the lease this process asks for and grants at most, and the largest transfer that uses leases (PODIUM_RDMA_LEASE_MS, PODIUM_RDMA_LEASE_MAX_BYTES; DA-28).
+    """
+
+def set_lease(ms: int, max_bytes: int) -> None:
+    """
+    Sets this process's lease time (0: no leases) and bound, as the environment would (tests, benchmarks).
+    """
+
+def lease_left(owner: str, id: int, write: bool) -> float:
+    """
+    Seconds left of this process's lease on buffer `id` of the proc `owner` (0: none).
+    """
+
+def lease_stats() -> dict:
+    """
+    Counters of leases (DA-26..DA-28): checks this process answered as an owner, drops and releases it delayed for a lease, transfers it ran under leases and checked, leases held.
     """
 
 def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool]], timeout_s: float) -> podium._core.mesh.CoreFuture:

@@ -1,0 +1,84 @@
+// podium::data::LeaseCache (lease.h).
+#include "podium/data/lease.h"
+
+#include <cstdlib>
+
+namespace podium::data {
+
+namespace {
+
+constexpr size_t kSweepAt = 4096;  // leases kept before expired ones are swept
+
+std::optional<uint64_t> env_number(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  char* end = nullptr;
+  unsigned long long n = std::strtoull(v, &end, 10);
+  if (end == v || *end != '\0') return std::nullopt;
+  return n;
+}
+
+}  // namespace
+
+LeaseConfig LeaseConfig::from_env() {
+  LeaseConfig c;
+  if (auto ms = env_number("PODIUM_RDMA_LEASE_MS")) c.lease = std::chrono::milliseconds(*ms);
+  if (auto b = env_number("PODIUM_RDMA_LEASE_MAX_BYTES")) c.max_bytes = *b;
+  return c;
+}
+
+std::string LeaseCache::key(std::string_view owner, uint64_t id, bool write) {
+  std::string k(owner);
+  k += '\x1f';
+  k += std::to_string(id);
+  k += write ? "w" : "r";
+  return k;
+}
+
+void LeaseCache::sweep(LeaseClock::time_point now) {
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    it = it->second.deadline <= now ? leases_.erase(it) : std::next(it);
+  }
+}
+
+void LeaseCache::grant(std::string_view owner, uint64_t id, bool write, std::string_view token,
+                       LeaseClock::time_point sent, LeaseClock::duration granted) {
+  std::lock_guard lock(mu_);
+  if (granted <= LeaseClock::duration::zero()) {
+    leases_.erase(key(owner, id, write));
+    return;
+  }
+  if (leases_.size() >= kSweepAt) sweep(LeaseClock::now());
+  leases_[key(owner, id, write)] = Lease{std::string(token), sent + granted, granted};  // DA-26
+}
+
+std::optional<LeaseClock::duration> LeaseCache::usable(std::string_view owner, uint64_t id,
+                                                       bool write, std::string_view token,
+                                                       LeaseClock::time_point now) const {
+  std::lock_guard lock(mu_);
+  auto it = leases_.find(key(owner, id, write));
+  if (it == leases_.end() || it->second.token != token) return std::nullopt;
+  auto left = it->second.deadline - now;
+  if (left < it->second.granted / 2) return std::nullopt;  // DA-26: at least half left
+  return left;
+}
+
+LeaseClock::duration LeaseCache::left(std::string_view owner, uint64_t id, bool write,
+                                      LeaseClock::time_point now) const {
+  std::lock_guard lock(mu_);
+  auto it = leases_.find(key(owner, id, write));
+  if (it == leases_.end() || it->second.deadline <= now) return LeaseClock::duration::zero();
+  return it->second.deadline - now;
+}
+
+void LeaseCache::forget(std::string_view owner, uint64_t id, bool write) {
+  std::lock_guard lock(mu_);
+  leases_.erase(key(owner, id, write));
+}
+
+size_t LeaseCache::size() const {
+  std::lock_guard lock(mu_);
+  return leases_.size();
+}
+
+}  // namespace podium::data

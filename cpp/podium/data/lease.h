@@ -1,0 +1,70 @@
+// podium::data::LeaseCache — the reader's side of checked leases (docs/data.md, "Leases").
+//
+// Before a transfer a reader asks each buffer's owner to check its capability token (DA-7),
+// one control-plane round trip. A successful check may grant a lease: for `granted` after the
+// owner checked, the owner keeps the buffer's memory registered whatever happens (DA-27), so
+// the reader may transfer again without asking. The reader keeps its leases here.
+//
+// Threads: every member is thread-safe. Locks: `mu_` is a leaf.
+// Invariants:
+//   DA-26 A lease is keyed by (owner proc, buffer id, kind: read or write) and holds the token
+//         it was granted for. Its deadline is the reader's own steady-clock time when it SENT
+//         the check plus the granted time, never the owner's clock: the owner starts counting
+//         only once it grants, later, so the reader's deadline falls first without
+//         synchronized clocks (clock rates are assumed equal over a lease, a few hundred ms).
+//         usable() answers only for the same token and kind, and only while at least half
+//         of the granted time is left; forget() drops a lease (a leased transfer failed).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace podium::data {
+
+using LeaseClock = std::chrono::steady_clock;
+
+// How long the leases this process asks for (as a reader) and grants (as an owner) last, and
+// the largest transfer that uses them. From PODIUM_RDMA_LEASE_MS (default 250; 0: no leases)
+// and PODIUM_RDMA_LEASE_MAX_BYTES (default 4 MiB).
+struct LeaseConfig {
+  std::chrono::milliseconds lease{250};
+  uint64_t max_bytes = uint64_t{4} << 20;
+  static LeaseConfig from_env();
+};
+
+class LeaseCache {
+ public:
+  // Records the lease granted for (owner, id, write, token): `granted` from `sent`, the
+  // reader's time when it sent the check. A zero grant forgets any lease of that key.
+  void grant(std::string_view owner, uint64_t id, bool write, std::string_view token,
+             LeaseClock::time_point sent, LeaseClock::duration granted);
+  // The time left of a lease of (owner, id, write) for `token` at `now`, when at least half of
+  // its grant is left; else nothing (no lease, another token, too little left).
+  [[nodiscard]] std::optional<LeaseClock::duration> usable(std::string_view owner, uint64_t id,
+                                                           bool write, std::string_view token,
+                                                           LeaseClock::time_point now) const;
+  // The time left of the lease of (owner, id, write) at `now`; zero when none.
+  [[nodiscard]] LeaseClock::duration left(std::string_view owner, uint64_t id, bool write,
+                                          LeaseClock::time_point now) const;
+  void forget(std::string_view owner, uint64_t id, bool write);
+  size_t size() const;
+
+ private:
+  struct Lease {
+    std::string token;
+    LeaseClock::time_point deadline;
+    LeaseClock::duration granted{};
+  };
+  static std::string key(std::string_view owner, uint64_t id, bool write);
+  void sweep(LeaseClock::time_point now);  // under mu_: drops expired leases
+
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Lease> leases_;  // guarded by mu_
+};
+
+}  // namespace podium::data

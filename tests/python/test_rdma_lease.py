@@ -1,0 +1,324 @@
+"""Checked leases of podium.rdma (docs/data.md, "Leases"): a successful check by a buffer's
+owner grants a short lease, under which later small transfers of the same buffer and kind skip
+the check; a drop waits until the leases its owner granted ended (DA-26, DA-27, DA-28)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from podium.actor import Actor, ActorError, endpoint, SupervisionError
+from podium.rdma import RDMABuffer
+from podium._core import data as _data
+from conftest import run_script
+
+T = 30  # seconds: bound on every get() below
+LONG_MS = 3000  # a lease long enough that two calls in a row surely fall inside it
+
+
+class Owner(Actor):
+    """Owns buffers; says how many checks its process answered."""
+
+    def __init__(self) -> None:
+        self.mem = {}
+
+    @endpoint
+    def set_lease(self, ms: int, max_bytes: int) -> None:
+        _data.set_lease(ms, max_bytes)
+
+    @endpoint
+    def make(self, key: str, n: int) -> RDMABuffer:
+        self.mem[key] = bytearray(bytes([len(key)]) * n)
+        return RDMABuffer(memoryview(self.mem[key]))
+
+    @endpoint
+    def contents(self, key: str) -> bytes:
+        return bytes(self.mem[key])
+
+    @endpoint
+    def stats(self) -> dict:
+        return _data.lease_stats()
+
+    @endpoint
+    def registrations(self) -> int:
+        return _data.registration_count()
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class Peer(Actor):
+    @endpoint
+    def set_lease(self, ms: int, max_bytes: int) -> None:
+        _data.set_lease(ms, max_bytes)
+
+    @endpoint
+    def read(self, buf: RDMABuffer) -> bytes:
+        out = bytearray(buf.size())
+        buf.read_into(memoryview(out)).get(timeout=T)
+        return bytes(out)
+
+
+def _ended(pid: int) -> bool:
+    """Whether `pid` has ended: gone, or a zombie (its memory is released by then)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def _checks(owner) -> int:
+    return owner.stats.call_one().get(timeout=T)["checks_answered"]
+
+
+def _read(buf: RDMABuffer) -> bytes:
+    out = bytearray(buf.size())
+    buf.read_into(memoryview(out)).get(timeout=T)
+    return bytes(out)
+
+
+@pytest.fixture
+def leases():
+    """set(ms, max_bytes) sets the controller's lease; restored afterwards."""
+    saved = _data.lease_config()
+
+    def do(ms: int, max_bytes: int = 4 << 20) -> None:
+        _data.set_lease(ms, max_bytes)
+
+    yield do
+    _data.set_lease(*saved)
+
+
+@pytest.fixture
+def owner(spawn, procs, leases):
+    """An Owner granting leases of LONG_MS (restored to the default afterwards)."""
+    o = spawn(Owner).slice(gpus=0)
+    config = _data.lease_config()
+    o.set_lease.call_one(LONG_MS, 4 << 20).get(timeout=T)
+    leases(LONG_MS)
+    yield o
+    o.set_lease.call_one(*config).get(timeout=T)
+
+
+def test_a_second_read_sends_no_check(owner):  # DA-26, DA-28
+    buf = owner.make.call_one("ab", 4096).get(timeout=T)
+    before = _checks(owner)
+    assert _read(buf) == b"\x02" * 4096
+    assert _checks(owner) == before + 1
+    leased = _data.lease_stats()["leased"]
+    assert _read(buf) == b"\x02" * 4096
+    assert _read(buf) == b"\x02" * 4096
+    assert _checks(owner) == before + 1  # both under the lease: no message to the owner
+    assert _data.lease_stats()["leased"] == leased + 2
+    assert _data.lease_left(buf._owner.proc, buf._id, False) > 0
+
+
+def test_a_forged_token_gets_no_lease(owner):  # DA-26, DA-7
+    buf = owner.make.call_one("f", 4096).get(timeout=T)
+    _read(buf)  # the real token holds a lease
+    owner_state, ref = buf.__reduce__()[1]
+    forged = RDMABuffer._rebuild(owner_state, (ref[0], "0" * 32) + ref[2:])
+    before = _checks(owner)
+    with pytest.raises(PermissionError, match="token does not match"):
+        forged.read_into(memoryview(bytearray(4096))).get(timeout=T)
+    assert _checks(owner) == before + 1
+
+
+def test_a_write_lease_is_not_a_read_lease(owner):  # DA-26
+    buf = owner.make.call_one("rw", 4096).get(timeout=T)
+    before = _checks(owner)
+    _read(buf)
+    assert _checks(owner) == before + 1
+    buf.write_from(memoryview(b"\x07" * 4096)).get(timeout=T)  # needs a check of its own
+    assert _checks(owner) == before + 2
+    buf.write_from(memoryview(b"\x08" * 4096)).get(timeout=T)
+    assert _read(buf) == b"\x08" * 4096
+    assert _checks(owner) == before + 2  # each kind under its own lease
+    assert owner.contents.call_one("rw").get(timeout=T) == b"\x08" * 4096
+    # And the other way round: a write lease first does not serve a read.
+    other = owner.make.call_one("wr", 4096).get(timeout=T)
+    other.write_from(memoryview(b"\x01" * 4096)).get(timeout=T)
+    assert _checks(owner) == before + 3
+    assert _read(other) == b"\x01" * 4096
+    assert _checks(owner) == before + 4
+
+
+def test_lease_zero_checks_every_time(owner, leases):  # DA-28
+    buf = owner.make.call_one("z", 4096).get(timeout=T)
+    leases(0)
+    before = _checks(owner)
+    for i in range(3):
+        _read(buf)
+        assert _checks(owner) == before + i + 1
+    assert _data.lease_left(buf._owner.proc, buf._id, False) == 0
+
+
+def test_the_environment_sets_the_lease():  # DA-28
+    code = "from podium._core import data; print(*data.lease_config())"
+    env = dict(os.environ, PODIUM_RDMA_LEASE_MS="0", PODIUM_RDMA_LEASE_MAX_BYTES="8192")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=T)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "8192"]
+    env.pop("PODIUM_RDMA_LEASE_MS")
+    env.pop("PODIUM_RDMA_LEASE_MAX_BYTES")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=T)
+    assert out.stdout.split() == ["250", str(4 << 20)]
+
+
+def test_a_transfer_larger_than_the_bound_still_checks(owner, leases):  # DA-28
+    leases(LONG_MS, 8192)
+    big = owner.make.call_one("big", 16384).get(timeout=T)
+    small = owner.make.call_one("s", 8192).get(timeout=T)
+    before = _checks(owner)
+    _read(big)
+    _read(big)
+    assert _checks(owner) == before + 2
+    _read(small)
+    _read(small)
+    assert _checks(owner) == before + 3
+    assert _data.lease_left(big._owner.proc, big._id, False) == 0  # none was asked for
+
+
+def test_a_drop_waits_for_the_leases_it_granted(owner, spawn, procs):  # DA-27, DA-8
+    peer = spawn(Peer).slice(gpus=1)
+    peer.set_lease.call_one(LONG_MS, 4 << 20).get(timeout=T)
+    buf = owner.make.call_one("dd", 4096).get(timeout=T)
+    assert peer.read.call_one(buf).get(timeout=T) == b"\x02" * 4096  # the peer's lease
+    _read(buf)  # and the controller's
+    delayed = owner.stats.call_one().get(timeout=T)["delayed_releases"]
+    regs = owner.registrations.call_one().get(timeout=T)
+    buf.drop().get(timeout=T)
+    # The drop was held back for the leases, and completed only once they ended: this
+    # process's lease, which ran from before the owner granted it, is over by now.
+    assert owner.stats.call_one().get(timeout=T)["delayed_releases"] == delayed + 1
+    assert _data.lease_left(buf._owner.proc, buf._id, False) == 0
+    # (<=: buffers of this proc's earlier, stopped owners may end their leases meanwhile)
+    assert owner.registrations.call_one().get(timeout=T) <= regs - 1
+    # Every holder is refused: the owner is asked again, and says it was dropped.
+    copy = RDMABuffer._rebuild(*buf.__reduce__()[1])
+    with pytest.raises(RuntimeError, match="was dropped"):
+        copy.read_into(memoryview(bytearray(4096))).get(timeout=T)
+    with pytest.raises(ActorError, match="was dropped"):
+        peer.read.call_one(buf).get(timeout=T)
+    peer.set_lease.call_one(*_data.lease_config()).get(timeout=T)
+
+
+def test_an_owner_that_stops_keeps_its_memory_until_its_leases_end(spawn, new_procs, leases):
+    # DA-27, RD-3
+    pm = new_procs(gpus=1)
+    o = spawn(Owner, on=pm)
+    probe = spawn(Owner, on=pm)
+    o.set_lease.call_one(LONG_MS, 4 << 20).get(timeout=T)
+    leases(LONG_MS)
+    buf = o.make.call_one("st", 4096).get(timeout=T)
+    _read(buf)
+    base = probe.registrations.call_one().get(timeout=T)
+    delayed = probe.stats.call_one().get(timeout=T)["delayed_releases"]
+    o.stop().get(timeout=T)
+    assert probe.stats.call_one().get(timeout=T)["delayed_releases"] == delayed + 1
+    with pytest.raises(RuntimeError, match="stopped"):
+        # Under the lease, the read may still succeed; once it ends, the owner says why.
+        while True:
+            _read(buf)
+            time.sleep(0.01)
+    # The release follows the lease's end on the owner's loop.
+    deadline = time.monotonic() + T
+    while probe.registrations.call_one().get(timeout=T) > base - 1:
+        assert time.monotonic() < deadline, "the registration was not released"
+        time.sleep(0.02)
+
+
+def test_an_owner_killed_under_a_lease_fails_the_next_transfer(spawn, new_procs, leases):
+    # DA-28, RD-2
+    pm = new_procs(gpus=1)
+    o = spawn(Owner, on=pm)
+    o.set_lease.call_one(20000, 4 << 20).get(timeout=T)
+    leases(20000)
+    buf = o.make.call_one("k", 4096).get(timeout=T)
+    _read(buf)
+    assert _data.lease_left(buf._owner.proc, buf._id, False) > 0
+    pid = o.pid.call_one().get(timeout=T)
+    os.kill(pid, signal.SIGKILL)
+    # SIGKILL ends a process asynchronously: a leased read racing its end may still copy the
+    # buffer as it was (as a read just before the kill would). Once it has ended, none may.
+    deadline = time.monotonic() + T
+    while not _ended(pid):
+        assert time.monotonic() < deadline, f"pid {pid} did not end"
+        time.sleep(0.005)
+    with pytest.raises(SupervisionError) as info:
+        buf.read_into(memoryview(bytearray(4096))).get(timeout=T)
+    e = info.value
+    text = str(e)
+    assert buf.owner in text and socket.gethostname() in text and str(pid) in text
+    assert "rank 0" in text
+    assert e.pid == pid and e.host == socket.gethostname() and e.rank == 0
+    assert _data.lease_left(buf._owner.proc, buf._id, False) == 0  # forgotten
+
+
+def test_a_lease_running_out_mid_transfer_is_not_the_callers_timeout(tmp_path):  # DA-28, DA-5
+    """A leased read whose owner stopped (SIGSTOP; UCX's shared memory, so the owner's own
+    progress is needed) is cut at the end of its lease, then asked again with a check, which
+    waits until the caller's own timeout: the error names that timeout, not the lease's."""
+    r = run_script(tmp_path, "lease_clamp.py", textwrap.dedent("""
+        import os, signal, time
+        os.environ["PODIUM_RDMA_CMA"] = "0"
+        os.environ["PODIUM_RDMA_LEASE_MS"] = "2000"
+        from podium.actor import Actor, endpoint, this_host
+        from podium.rdma import RDMABuffer
+        from podium._core import data
+
+        class Owner(Actor):
+            @endpoint
+            def make(self):
+                self.mem = bytearray(4096)
+                return RDMABuffer(memoryview(self.mem)), os.getpid()
+
+        def stopped(pid):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                        return False
+            return True
+
+        pm = this_host().spawn_procs(per_host={"gpus": 1})
+        try:
+            owner = pm.spawn("owner", Owner)
+            buf, pid = owner.make.call_one().get(timeout=30)
+            dst = memoryview(bytearray(4096))
+            buf.read_into(dst).get(timeout=30)  # checked: a lease of 2 s
+            before = data.lease_stats()
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                deadline = time.monotonic() + 30
+                while not stopped(pid) and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                try:
+                    buf.read_into(dst, timeout=4).get(timeout=30)
+                    print("no error")
+                except TimeoutError as e:
+                    print("TimeoutError", e)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            after = data.lease_stats()
+            print("leased", after["leased"] - before["leased"],
+                  "checked", after["checked"] - before["checked"])
+            buf.read_into(dst).get(timeout=30)
+            print("read again")
+        finally:
+            pm.stop().get(timeout=30)
+        """))
+    out = r.stdout + r.stderr
+    assert "did not finish within 4000 ms" in r.stdout, out
+    assert "leased 1 checked 1" in r.stdout, out  # the lease ran out; then a check
+    assert "read again" in r.stdout, out
