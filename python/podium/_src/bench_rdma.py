@@ -35,11 +35,12 @@ import statistics
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import podium.actor as pa
 from podium._core import data as _data
 from podium._src import bench_rdma_cuda
+from podium._src.bench_measure import best as _best, gbps as _gbps, sizes as _sizes, timed as _time
 from podium.rdma import RDMABuffer, get_rdma_backend
 
 _TIMEOUT_S = 300.0
@@ -89,20 +90,6 @@ class _Owner(pa.Actor):
         for _ in range(n):
             RDMABuffer(memoryview(mem)).drop().get(timeout=_TIMEOUT_S)
         return [before, _data.registration_count()]
-
-
-def _time(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def _best(fn: Callable[[], Any], reps: int) -> float:
-    return min(_time(fn) for _ in range(reps))
-
-
-def _gbps(n: int, s: float) -> float:
-    return n / s / 1e9 if s > 0 else float("inf")
 
 
 def _us(samples: List[float]) -> float:
@@ -272,14 +259,6 @@ def _tensor_args(owner: Any, sizes: List[int], reps: int) -> List[Dict[str, Any]
         owner.free.call_one(n).get(timeout=_TIMEOUT_S)
         del src
     return rows
-
-
-def _sizes(first: int, last: int) -> List[int]:
-    out, n = [], first
-    while n <= last:
-        out.append(n)
-        n *= 4
-    return out
 
 
 def run(max_mib: int, reps: int, cycles: int, bulk_mib: int, tensor_max_mib: int,

@@ -18,11 +18,11 @@ either is missing it says which and measures nothing. A benchmark, not a test.
 from __future__ import annotations
 
 import sys
-import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict
 
 import podium.actor as pa
 from podium._core import data as _data
+from podium._src.bench_measure import best as _best, gbps as _gbps, sizes as _sizes
 from podium.rdma import RDMABuffer
 
 _TIMEOUT_S = 300.0
@@ -56,27 +56,6 @@ class _GpuOwner(pa.Actor):
 
 def _say(text: str) -> None:
     print(f"rdma cuda {text}", file=sys.stderr, flush=True)
-
-
-def _best(fn: Callable[[], Any], reps: int) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def _gbps(n: int, s: float) -> float:
-    return n / s / 1e9 if s > 0 else float("inf")
-
-
-def _sizes(first: int, last: int) -> List[int]:
-    out, n = [], first
-    while n <= last:
-        out.append(n)
-        n *= 4
-    return out
 
 
 def unavailable() -> str:
