@@ -7,6 +7,7 @@ import atexit
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -259,6 +260,66 @@ def eventually(cond, timeout: float, what: str):
         if time.monotonic() > deadline:
             pytest.fail(f"not within {timeout} s: {what}")
         time.sleep(0.02)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Program:
+    """`text` written to DIRECTORY/NAME and run with `args`, in a session of its own (killed
+    with its procs at close), stdout and stderr together; a thread collects its lines.
+    `stdin`: subprocess.DEVNULL, or subprocess.PIPE for a test that writes to it."""
+
+    def __init__(self, directory, name: str, text: str, args: tuple = (), env: dict | None = None,
+                 stdin=subprocess.DEVNULL) -> None:
+        import threading
+
+        script = directory / name
+        script.write_text(text)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), *args], cwd=directory, stdin=stdin,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, **(env or {})}, start_new_session=True)
+        self.lines: list = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def line(self, prefix: str, timeout: float = 60) -> str:
+        """The first line starting with `prefix`, waiting for it; fails if the program ends
+        without printing one."""
+        def find():
+            for line in list(self.lines):
+                if line.startswith(prefix):
+                    return line.rstrip("\n")
+            if self.proc.poll() is not None:
+                self.reader.join(timeout=10)  # its last lines may still be in the pipe
+                if not any(x.startswith(prefix) for x in list(self.lines)):
+                    pytest.fail(f"the program ended ({self.proc.returncode}) without "
+                                f"'{prefix}':\n{self.output()}")
+            return None
+
+        return eventually(find, timeout, f"'{prefix}' from the program:\n{self.output()}")
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=30)
 
 
 class Worker:

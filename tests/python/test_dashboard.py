@@ -15,18 +15,16 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import urllib.error
 import urllib.request
 
 import pytest
 
-from conftest import eventually
+from conftest import Program, eventually, free_port
 
 T = 60  # bound on each wait
 
@@ -113,52 +111,9 @@ def browse(browser: str, url: str, tmp_path, *extra: str) -> subprocess.Complete
         capture_output=True, text=True, timeout=T, stdin=subprocess.DEVNULL)
 
 
-class Controller:
+class Controller(Program):
     def __init__(self, tmp_path, env: dict, args: tuple = ()) -> None:
-        script = tmp_path / "dash_prog.py"
-        script.write_text(PROG)
-        self.proc = subprocess.Popen(
-            [sys.executable, str(script), *args], cwd=tmp_path, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, **env}, start_new_session=True)
-        self.lines: list = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def line(self, prefix: str) -> str:
-        def find():
-            for line in list(self.lines):
-                if line.startswith(prefix):
-                    return line.rstrip("\n")
-            if self.proc.poll() is not None:
-                self.reader.join(timeout=10)  # what it printed last may still be in the pipe
-                if any(x.startswith(prefix) for x in list(self.lines)):
-                    return None  # found on the next poll
-                pytest.fail(f"the controller ended ({self.proc.returncode}) without "
-                            f"'{prefix}':\n{''.join(self.lines)}")
-            return None
-
-        return eventually(find, T, f"'{prefix}' from the controller:\n{''.join(self.lines)}")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait(timeout=30)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        super().__init__(tmp_path, "dash_prog.py", PROG, args, env, stdin=subprocess.PIPE)
 
 
 @pytest.fixture

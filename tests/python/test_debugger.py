@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 
 import pexpect
 import pytest
 
-from conftest import eventually, env_without_secret
+from conftest import Program, env_without_secret, free_port
 from podium.debugger import commands
 from podium.debugger.commands import Attach, Cast, CommandError, Continue, ListSessions, Quit
 
@@ -173,55 +171,11 @@ def _line_of(marker: str) -> int:
     raise AssertionError(marker)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Controller:
+class Controller(Program):
     """The controller program, in a session of its own (killed with its procs at close)."""
 
     def __init__(self, tmp_path, mode: str, env: dict, args: tuple = ()) -> None:
-        script = tmp_path / "prog.py"
-        script.write_text(PROG)
-        self.proc = subprocess.Popen(
-            [sys.executable, str(script), mode, *args], cwd=tmp_path, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, **env}, start_new_session=True)
-        self.lines: list = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def line(self, prefix: str, timeout: float = T) -> str:
-        def find():
-            for line in list(self.lines):
-                if line.startswith(prefix):
-                    return line.rstrip("\n")
-            if self.proc.poll() is not None:
-                self.reader.join(timeout=10)  # its last lines may still be in the pipe
-            if self.proc.poll() is not None and not any(
-                    x.startswith(prefix) for x in list(self.lines)):
-                pytest.fail(f"the controller ended ({self.proc.returncode}) without "
-                            f"'{prefix}':\n{self.output()}")
-            return None
-
-        return eventually(find, timeout, f"'{prefix}' from the controller:\n{self.output()}")
-
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait(timeout=30)
+        super().__init__(tmp_path, "prog.py", PROG, (mode, *args), env)
 
 
 @pytest.fixture
