@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "common.h"
+#include "data_shm.h"
 #include "future.h"
 #include "podium/actor/message.h"
 #include "podium/actor/proc.h"
@@ -293,26 +294,33 @@ void install_handlers() {
   });
 }
 
+// Set while transfer() submits on its caller's thread (DA-31): an outcome finished there is
+// ready before the caller waits.
+thread_local bool t_caller_submits = false;
+
 // The one reply of a data-plane future.
 struct Outcome {
   actor::Promise<mesh::Replies> promise;
   std::atomic<bool> finished{false};
   std::shared_ptr<asio::steady_timer> timer;  // set once by bound(), before any finish
   // Cancels the timer of bound() (on the loop, which owns it); a timer that fired already
-  // has finished the outcome.
+  // has finished the outcome. Without a timer, the post still wakes the loop: a Python thread
+  // that waits for this outcome may be driving the loop (Executor::drive), and would see a
+  // completion set by a data thread only at its next event.
   void disarm() {
-    if (timer) {
-      asio::post(mesh::Runtime::get().proc().io(), [t = timer] { t->cancel(); });
-    }
+    if (!timer && t_caller_submits) return;  // its caller has not started waiting yet
+    asio::post(mesh::Runtime::get().proc().io(), [t = timer] {
+      if (t) t->cancel();
+    });
   }
   void finish(const Status& st) {  // AC-4: the first finish wins
     if (finished.exchange(true)) return;
-    disarm();
     if (st) {
       promise.set(mesh::Replies{mesh::Reply(std::vector<Buffer>{})});
     } else {
       promise.set(mesh::Replies{mesh::Reply(std::unexpected(st.error()))});
     }
+    disarm();  // after the value: a driver the post wakes sees it
   }
 };
 
@@ -414,7 +422,7 @@ std::chrono::nanoseconds seconds(double s) {
 
 // One operation as podium.rdma hands it over (see transfer's doc).
 using PyOp = std::tuple<bool, std::string, uint64_t, std::string, uint64_t, nb::bytes, nb::bytes,
-                        nb::object, size_t, bool, int, bool>;
+                        nb::object, size_t, bool, int, bool, nb::object>;
 
 // A transfer, as the checked and the leased paths (DA-28) share it.
 struct Plan {
@@ -522,7 +530,9 @@ void run_leased(const std::shared_ptr<Plan>& p, Clock::duration lease_left) {
   ++g_leased;
   auto user_left = std::max(Clock::duration::zero(), p->deadline - Clock::now());
   bool clamped = lease_left < user_left;
-  p->eng->submit(std::vector<data::Op>(p->ops), std::min(lease_left, user_left))
+  // DA-31: on the caller's thread (transfer() runs this before it returns).
+  t_caller_submits = true;
+  p->eng->submit(std::vector<data::Op>(p->ops), std::min(lease_left, user_left), true)
       .on_ready([p, clamped](const Result<void>& r) {
         if (r) {
           p->out->finish({});
@@ -536,6 +546,7 @@ void run_leased(const std::shared_ptr<Plan>& p, Clock::duration lease_left) {
         }
         p->out->finish(std::unexpected(r.error()));
       });
+  t_caller_submits = false;
 }
 
 CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
@@ -550,7 +561,7 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   uint64_t total = 0;
   for (size_t i = 0; i < py_ops.size(); ++i) {
     const auto& [write, owner, id, token, remote_addr, rkey, worker, local, size, same_host,
-                 pid, remote_cuda] = py_ops[i];
+                 pid, remote_cuda, window] = py_ops[i];
     auto [pinned, memory] = region_from_python(local, !write);
     if (pinned.size() < size) {
       throw nb::value_error("transfer: the local buffer is smaller than the operation");
@@ -567,6 +578,7 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
     op.peer_pid = same_host ? pid : 0;
     op.local_memory = memory;  // DA-23
     op.remote_memory = remote_cuda ? data::Memory::kCuda : data::Memory::kHost;
+    if (same_host && pid > 0 && !window.is_none()) op.window = reader_window(pid, window);  // DA-30
     p->ops.push_back(std::move(op));
     p->keys.push_back(Plan::Key{owner, id, token, write});
     total += size;
@@ -661,18 +673,28 @@ void bind_data(nb::module_& m) {
         size_t size = region.pinned.size();
         if (size == 0) throw nb::value_error("cannot register an empty buffer");
         auto keep = std::make_shared<Buffer>(std::move(region.pinned));
-        auto reg = unwrap(engine().register_memory(data, size, keep, region.memory));
+        Result<std::shared_ptr<data::Registration>> registered;
+        {
+          nb::gil_scoped_release unlocked;  // DA-29 may copy the region into shared pages
+          registered = engine().register_memory(data, size, keep, region.memory);
+        }
+        auto reg = unwrap(std::move(registered));
         std::string rkey = reg->rkey();
         uint64_t addr = reg->addr();
+        auto win = reg->window();
         auto added = unwrap(table().add(std::move(reg), owner, writable));
         const auto& w = engine().address();
+        nb::object window = win.valid() ? nb::object(nb::make_tuple(win.fd, win.ino, win.dev,
+                                                                    win.begin, win.end))
+                                        : nb::none();
         return nb::make_tuple(added.id, added.token, addr, size, nb::bytes(rkey.data(), rkey.size()),
-                              nb::bytes(w.data(), w.size()), writable);
+                              nb::bytes(w.data(), w.size()), writable, window);
       },
       nb::arg("obj"), nb::arg("owner"),
       "Registers the C-contiguous buffer `obj` (or the CUDA region (address, size, tensor), "
       "DA-23) for `owner` (an actor id); returns (id, token, "
-      "addr, size, rkey, worker_address, writable). The buffer stays pinned and registered "
+      "addr, size, rkey, worker_address, writable, window): window is (fd, ino, dev, begin, end) "
+      "of its shared pages (DA-29), or None. The buffer stays pinned and registered "
       "until drop or release_owner (DA-8).");
   m.def(
       "drop",
@@ -742,8 +764,9 @@ void bind_data(nb::module_& m) {
       "releases it delayed for a lease, transfers it ran under leases and checked, leases held.");
   m.def("transfer", &transfer, nb::arg("ops"), nb::arg("timeout_s"),
         "Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, "
-        "worker_address, local, size, same_host, owner_pid, remote_cuda): checked by their owners, "
-        "then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10). "
+        "worker_address, local, size, same_host, owner_pid, remote_cuda, window): checked by their "
+        "owners, then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, "
+        "DA-10; window: the buffer's shared pages, register_buffer's, DA-30). "
         "A CoreFuture of one reply.");
   m.def(
       "registration_count",
@@ -766,6 +789,9 @@ void bind_data(nb::module_& m) {
         d["endpoints"] = s.endpoints;
         d["active"] = s.active;
         d["copiers"] = s.copiers;
+        d["window_bytes"] = s.window_bytes;
+        d["caller_copied"] = s.caller_copied;
+        d["windows"] = reader_window_count();
         return d;
       },
       "The engine's counters.");

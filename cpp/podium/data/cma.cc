@@ -2,7 +2,9 @@
 // cma.h and engine.h.
 #include "podium/data/cma.h"
 
+#include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -11,14 +13,19 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 namespace podium::data {
 namespace cma {
 
-// Copies [offset, offset + len) of `o` between this process and its peer: 0, or an errno.
-int copy(const Op& o, size_t offset, size_t len) {
+namespace {
+
+// [offset, offset + len) of `o` with process_vm_readv / process_vm_writev.
+int kernel_copy(const Op& o, size_t offset, size_t len) {
   size_t done = 0;
   while (done < len) {
     iovec local{o.local + offset + done, len - done};
@@ -33,6 +40,93 @@ int copy(const Op& o, size_t offset, size_t len) {
     done += static_cast<size_t>(n);
   }
   return 0;
+}
+
+}  // namespace
+
+// Copies [offset, offset + len) of `o` between this process and its peer: 0, or an errno.
+// DA-10: what lies in the owner's shared pages with memcpy (DA-30), the rest with CMA.
+int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window) {
+  // DA-33: a peer already told to die is not copied from or to, though its memory may remain.
+  if (offset == 0 && ending(o.peer_pid)) return ESRCH;
+  if (o.window) {
+    const auto& w = o.window->ref();
+    uint64_t lo = o.remote_addr + offset, hi = lo + len;
+    uint64_t b = std::max(lo, w.begin), e = std::min(hi, w.end);
+    if (b < e) {
+      if (lo < b) {
+        if (int err = kernel_copy(o, offset, b - lo)) return err;
+      }
+      std::byte* local = o.local + offset + (b - lo);
+      std::byte* remote = o.window->at(b);
+      if (o.kind == Op::Kind::kGet) {
+        std::memcpy(local, remote, e - b);
+      } else {
+        std::memcpy(remote, local, e - b);
+      }
+      if (e < hi) {
+        if (int err = kernel_copy(o, offset + (e - lo), hi - e)) return err;
+      }
+      if (!o.window->owner_alive()) return ESRCH;  // DA-30: as CMA would have failed
+      if (through_window) *through_window += e - b;
+      return 0;
+    }
+  }
+  return kernel_copy(o, offset, len);
+}
+
+bool ending(int pid) {
+  // An open /proc/<pid>/stat names that very process: once it is reaped, reads fail (ESRCH),
+  // also if the pid is reused.
+  static std::mutex mu;
+  static auto* fds = new std::unordered_map<int, int>();  // pid -> fd; lives with the process
+  int fd = -1;
+  {
+    std::lock_guard lock(mu);
+    auto it = fds->find(pid);
+    if (it != fds->end()) fd = it->second;
+  }
+  bool cached = fd >= 0;
+  if (!cached) {
+    char path[48];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return true;
+  }
+  char buf[1024];
+  ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  bool gone = n <= 0;
+  bool dying = gone;
+  if (!gone) {
+    buf[n] = '\0';
+    const char* p = std::strrchr(buf, ')');  // the name may hold spaces and parentheses
+    if (p == nullptr || p[1] == '\0') {
+      dying = true;
+    } else {
+      char state = p[2];
+      // Field 31 (the pending signals of its main thread) is the 29th after the state.
+      const char* f = p + 2;
+      for (int i = 0; i < 28 && f != nullptr; ++i) {
+        f = std::strchr(f, ' ');
+        if (f != nullptr) ++f;
+      }
+      unsigned long long pending = f != nullptr ? std::strtoull(f, nullptr, 10) : 0;
+      dying = state == 'Z' || state == 'X' || state == 'x' ||
+              (pending & (1ULL << (SIGKILL - 1))) != 0;
+    }
+  }
+  std::lock_guard lock(mu);
+  if (gone) {
+    if (cached) fds->erase(pid);
+    ::close(fd);
+  } else if (!cached) {
+    if (fds->size() >= 256) {  // bounded: forget the lot, they are reopened on use
+      for (auto& [k, v] : *fds) ::close(v);
+      fds->clear();
+    }
+    if (!fds->emplace(pid, fd).second) ::close(fd);
+  }
+  return dying;
 }
 
 void lower_priority(int nice) {

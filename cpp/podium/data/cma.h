@@ -4,14 +4,21 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "podium/data/engine.h"
 
 namespace podium::data::cma {
 
 // Copies [offset, offset + len) of `o` between this process and o.peer_pid: 0, or an errno
-// (ESRCH: the peer ended; EPERM: the kernel refuses CMA).
-int copy(const Op& o, size_t offset, size_t len);
+// (ESRCH: the peer ended; EPERM: the kernel refuses CMA). The part inside o.window is copied
+// with memcpy (DA-30); its bytes are added to `*through_window`.
+int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window = nullptr);
+
+// DA-33: whether process `pid` is ending: gone, a zombie, or with SIGKILL pending (what kill()
+// and a fatal signal leave at once, before its memory goes away). One pread of its
+// /proc/<pid>/stat, kept open per pid.
+bool ending(int pid);
 
 // DA-11: the calling thread runs `nice` steps below its current priority (at most 19), so a
 // proc's loop and actor threads, which carry control, win the CPU from a bulk copy.

@@ -20,10 +20,23 @@ Engine::Engine(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() { stop(); }
 
 
-actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds timeout) {
+// DA-31: what a same-host operation costs the caller to copy (shared pages at memcpy speed,
+// CMA about 4 times slower).
+static uint64_t caller_cost(const Op& o) {
+  if (!o.window) return 4 * uint64_t{o.size};
+  const auto& w = o.window->ref();
+  uint64_t lo = o.remote_addr, hi = lo + o.size;
+  uint64_t b = std::max(lo, w.begin), e = std::min(hi, w.end);
+  uint64_t inside = b < e ? e - b : 0;
+  return inside + 4 * (o.size - inside);
+}
+
+actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds timeout,
+                                   bool caller_copies) {
   auto t = std::make_shared<Transfer>();
   auto fut = t->promise.future();
   std::vector<std::pair<actor::Promise<void>, Status>> ready;
+  std::vector<CmaJob> mine;  // DA-31: copied below, by this thread
   {
     std::lock_guard lock(impl_->mu);
     auto& m = *impl_;
@@ -65,21 +78,41 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
     m.active.insert(t);
     m.stats.active = m.active.size();
     if (t->ops.empty()) m.settle(t, {});
+    if (caller_copies && !t->settled) {
+      uint64_t cost = 0;
+      for (const auto& o : t->ops) cost = o.cma ? cost + caller_cost(o.op) : kCallerCopyBytes + 1;
+      caller_copies = cost <= kCallerCopyBytes;
+    }
     for (size_t i = 0; i < t->ops.size() && !t->settled; ++i) {
-      if (!t->ops[i].cma) {
+      auto& o = t->ops[i];
+      if (!o.cma) {
         m.pump(t, i);
-      } else if (t->ops[i].op.size == 0) {
+      } else if (o.op.size == 0) {
         m.op_done(t, i);
+      } else if (caller_copies) {  // DA-31: the whole operation, as one job, taken here
+        mine.push_back(CmaJob{t, i, 0, o.op.size});
+        o.next = o.op.size;
+        ++o.inflight;
+        ++t->outstanding;
+        ++m.stats.chunks;
       } else {
         m.cma_ops.emplace_back(t, i);
       }
     }
+    if (!mine.empty()) ++m.stats.caller_copied;
     if (!m.cma_ops.empty()) m.cma_cv.notify_all();  // DA-11
     m.maybe_retire(t);
     ready.swap(m.fire);
   }
   impl_->fire_all(ready);
-  impl_->wake();
+  for (auto& job : mine) {  // DA-31: outside the lock, as the copiers copy
+    int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len, &job.window);
+    std::lock_guard lock(impl_->mu);
+    impl_->finish_cma_job(job, err);
+    ready.swap(impl_->fire);
+  }
+  impl_->fire_all(ready);
+  if (mine.empty()) impl_->wake();
   return fut;
 }
 

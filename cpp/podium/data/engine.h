@@ -47,7 +47,9 @@
 //        not used for RMA, and its shared-memory transports map only memory UCX allocated),
 //        so its RMA there is emulated with messages. PODIUM_RDMA_CMA=0 turns this off; a
 //        copy the kernel refuses (EPERM) fails its transfer and turns it off for the rest
-//        of the process. A dead peer fails the copy at once (ESRCH).
+//        of the process. A dead peer fails the copy at once (ESRCH). The part of such an
+//        operation that lies in the owner's shared pages (Op::window, DA-29, DA-30) is copied
+//        with memcpy through the reader's mapping of them instead, the rest with CMA.
 //   DA-11 CMA chunks are copied by `copiers` threads at once: the progress thread and
 //        copiers - 1 copy threads; by default 2 where the process may run on 4 CPUs or more,
 //        else 1, so bulk takes at most half of its cores (PODIUM_RDMA_CMA_THREADS). Chunks
@@ -55,9 +57,20 @@
 //        waits behind at most one chunk per copier of a large one; an operation of at least
 //        2 * kMinCmaChunk bytes is cut into at least `copiers` chunks so that one transfer
 //        uses every copier. No lock is held while a chunk is copied, no copy runs on a proc's
-//        loop or actor thread, and the data threads run `nice` steps below the process
+//        loop thread, none on an actor's but DA-31's small ones, and the data threads run `nice` steps below the process
 //        (PODIUM_RDMA_NICE): bulk never holds up the control plane (docs/data.md, "Control
 //        never waits behind bulk").
+//   DA-31 A transfer submitted with caller_copies (podium.rdma's leased transfers, on the
+//        caller's thread) whose operations are all same-host CMA operations (DA-10) and whose
+//        cost is small (bytes through shared pages plus 4 times the bytes through CMA, at most
+//        kCallerCopyBytes) is copied by the calling thread inside submit(): no thread hop, and
+//        the future is ready when submit() returns. This is the one copy made outside the data
+//        threads (DA-11); it lasts at most about as long as a memcpy of kCallerCopyBytes.
+//   DA-33 The first chunk of every same-host copy (DA-10) first asks the kernel whether the
+//        peer is ending (cma::ending: gone, a zombie, or SIGKILL pending) and fails as a copy
+//        from a dead peer (ESRCH) when it is: a process that kill() or a fatal signal hit
+//        keeps its memory for tens of µs to ms (until its main thread runs its exit), and a
+//        transfer that starts after the kill must not succeed in that window.
 //   DA-23 A region of CUDA memory (Memory::kCuda) is registered with UCX as CUDA memory, and
 //        an operation whose local or remote region is CUDA memory goes through UCX (its
 //        cuda_copy and cuda_ipc transports: GPU to GPU, GPU to host), never through CMA; the
@@ -88,6 +101,7 @@
 #include "podium/actor/future.h"
 #include "podium/base/error.h"
 #include "podium/data/errc.h"
+#include "podium/data/shm.h"
 
 namespace podium::data {
 
@@ -96,6 +110,7 @@ inline constexpr size_t kDefaultWindow = 4;
 inline constexpr size_t kMaxDefaultCopiers = 2;
 inline constexpr int kDefaultNice = 5;
 inline constexpr size_t kMinCmaChunk = size_t{256} << 10;
+inline constexpr size_t kCallerCopyBytes = size_t{4} << 20;  // DA-31
 
 // Where a region's bytes live (DA-23).
 enum class Memory : uint8_t { kHost, kCuda };
@@ -121,6 +136,8 @@ class Registration {
   size_t size() const { return size_; }
   // The packed remote key: what a peer needs, with addr(), to reach this region.
   const std::string& rkey() const { return rkey_; }
+  // DA-29: the region's whole pages as shared pages, when they were moved (else !valid()).
+  shm::WindowRef window() const { return pages_ ? pages_->ref() : shm::WindowRef{}; }
 
   struct Impl;
 
@@ -133,6 +150,7 @@ class Registration {
   size_t size_ = 0;
   std::string rkey_;
   std::shared_ptr<const void> keep_;  // keeps the memory itself alive while registered
+  std::shared_ptr<shm::SharedPages> pages_;  // DA-29
 };
 
 // One one-sided operation of a transfer.
@@ -149,6 +167,9 @@ struct Op {
   int peer_pid = 0;                  // its process id, when same_host (DA-10)
   Memory local_memory = Memory::kHost;   // where `local` lives (DA-23)
   Memory remote_memory = Memory::kHost;  // where the remote region lives (DA-23)
+  // DA-30: the owner's shared pages mapped in this process (a same-host CMA operation only):
+  // the part of the remote range inside it is copied with memcpy.
+  std::shared_ptr<const shm::Window> window;
 };
 
 class Engine {
@@ -189,7 +210,10 @@ class Engine {
   size_t registration_count() const;
 
   // Runs `ops` in parallel; the future resolves once all are done, or with the first error.
-  actor::Future<void> submit(std::vector<Op> ops, std::chrono::nanoseconds timeout);
+  // DA-31: with `caller_copies`, a small same-host transfer is copied by the calling thread
+  // before submit() returns.
+  actor::Future<void> submit(std::vector<Op> ops, std::chrono::nanoseconds timeout,
+                             bool caller_copies = false);
 
   struct Stats {
     uint64_t transfers = 0;    // submitted
@@ -199,6 +223,8 @@ class Engine {
     uint64_t endpoints = 0;    // endpoints open now
     uint64_t active = 0;       // transfers (or their chunks) still in UCX's hands
     uint64_t copiers = 0;      // threads that copy CMA chunks (DA-11)
+    uint64_t window_bytes = 0;    // bytes copied through shared pages (DA-30)
+    uint64_t caller_copied = 0;   // transfers copied by their caller (DA-31)
   };
   Stats stats() const;
 

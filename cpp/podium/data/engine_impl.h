@@ -79,6 +79,7 @@ struct CmaJob {
   size_t op = 0;
   size_t offset = 0;
   size_t len = 0;
+  uint64_t window = 0;  // of which copied through shared pages (DA-30)
 };
 
 struct Transfer {
@@ -429,6 +430,7 @@ struct Engine::Impl {
     auto& o = t->ops[job.op];
     --o.inflight;
     --t->outstanding;
+    stats.window_bytes += job.window;
     if (!t->settled) {
       if (err != 0) {
         if (err == EPERM) cma_enabled = false;  // later transfers go through UCX
@@ -460,7 +462,7 @@ struct Engine::Impl {
       CmaJob job;
       if (!take_cma_job(job)) continue;
       lock.unlock();
-      int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len);
+      int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len, &job.window);
       lock.lock();
       finish_cma_job(job, err);
       job.t.reset();
@@ -500,7 +502,7 @@ struct Engine::Impl {
       }
       fire_all(ready);
       if (copy) {
-        int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len);  // outside the lock
+        int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len, &job.window);  // outside the lock
         std::lock_guard lock(mu);
         finish_cma_job(job, err);
         continue;

@@ -161,12 +161,26 @@ Result<std::shared_ptr<Registration>> Engine::register_memory(const void* addr, 
             ") has no CUDA support: CUDA memory cannot be registered (build podium against a "
             "CUDA-enabled UCX with PODIUM_UCX_ROOT, docs/data.md \"GPU memory\")"));
   }
-  std::lock_guard lock(impl_->mu);
   auto key = std::make_pair(reinterpret_cast<uint64_t>(addr), size);
-  auto it = impl_->regs.find(key);
-  if (it != impl_->regs.end()) {
-    if (auto r = it->second.lock()) return r;  // DA-2
+  auto registered = [&]() -> std::shared_ptr<Registration> {  // DA-2, under mu
+    auto it = impl_->regs.find(key);
+    return it != impl_->regs.end() ? it->second.lock() : nullptr;
+  };
+  std::shared_ptr<shm::SharedPages> pages;
+  bool cma = false;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (auto r = registered()) return r;
+    cma = impl_->cma_enabled;
   }
+  // DA-29, before UCX maps the pages (a NIC's registration would hold the old ones), and
+  // outside the lock (it copies the region). A failure leaves the region as it was: CMA.
+  if (memory == Memory::kHost && cma && shm::enabled()) {
+    auto shared = shm::share_pages(addr, size, shm::min_bytes(), keep);
+    if (shared) pages = std::move(*shared);
+  }
+  std::lock_guard lock(impl_->mu);
+  if (auto r = registered()) return r;
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   mp.address = const_cast<void*>(addr);
@@ -196,6 +210,7 @@ Result<std::shared_ptr<Registration>> Engine::register_memory(const void* addr, 
   r->addr_ = key.first;
   r->size_ = size;
   r->keep_ = std::move(keep);
+  r->pages_ = std::move(pages);
   impl_->regs[key] = r;
   ++impl_->live_regs;
   return r;

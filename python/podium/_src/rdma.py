@@ -222,7 +222,7 @@ class RDMABuffer:
     endpoints. Its memory stays registered until ``drop()`` or its owner actor stops."""
 
     __slots__ = ("_owner", "_id", "_token", "_addr", "_size", "_rkey", "_worker", "_cuda",
-                 "_dropped", "__weakref__")
+                 "_window", "_dropped", "__weakref__")
 
     def __init__(self, data: Any) -> None:
         view = _local_view(data, writable=False, what="RDMABuffer")
@@ -238,7 +238,7 @@ class RDMABuffer:
         self._owner = _Owner(ins.actor_id, _mesh.this_proc_id(), rank.rank if len(rank) else 0,
                              str(rank), _hostname(), os.getpid(), _node())
         (self._id, self._token, self._addr, self._size, self._rkey, self._worker,
-         _writable) = _data.register_buffer(_arg(view), ins.actor_id)
+         _writable, self._window) = _data.register_buffer(_arg(view), ins.actor_id)
         self._cuda = isinstance(view, _DeviceRegion)
         self._dropped = False
 
@@ -246,14 +246,15 @@ class RDMABuffer:
     def _rebuild(cls, owner: tuple, ref: tuple) -> "RDMABuffer":
         b = cls.__new__(cls)
         b._owner = _Owner(*owner)
-        b._id, b._token, b._addr, b._size, b._rkey, b._worker, b._cuda = ref
+        (b._id, b._token, b._addr, b._size, b._rkey, b._worker, b._cuda,
+         b._window) = ref
         b._dropped = False
         return b
 
     def __reduce__(self):
         return (RDMABuffer._rebuild, (self._owner.state(), (
             self._id, self._token, self._addr, self._size, self._rkey, self._worker,
-            self._cuda)))
+            self._cuda, self._window)))
 
     @property
     def backend(self) -> str:
@@ -339,7 +340,8 @@ class RDMAAction:
         runtime.ensure_runtime()
         here = _node()
         ops = [(w, b._owner.proc, b._id, b._token, b._addr, b._rkey, b._worker, _arg(v), n,
-                b._owner.node == here, b._owner.pid, b._cuda) for w, b, v, n in self._ops]
+                b._owner.node == here, b._owner.pid, b._cuda, b._window)
+               for w, b, v, n in self._ops]
         kinds = [("write" if w else "read", b) for w, b, _v, _n in self._ops]
         return Future(_data.transfer(ops, float(timeout)), _decode, ("transfer", kinds))
 

@@ -1,0 +1,296 @@
+// Shared pages (DA-29, DA-32), windows on them (DA-30) and copies through them (DA-10).
+#include "podium/data/shm.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "podium/data/cma.h"
+#include "podium/data/engine.h"
+
+namespace podium::data {
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kRegion = (size_t{1} << 20) + 3 * kPage;  // several pages, and edges
+
+uint8_t pattern(size_t i, uint8_t salt) { return static_cast<uint8_t>((i * 131 + salt) & 0xff); }
+
+// A private anonymous mapping of `n` bytes, filled with pattern(salt).
+std::byte* anon(size_t n, uint8_t salt) {
+  void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  auto* b = static_cast<std::byte*>(p);
+  for (size_t i = 0; i < n; ++i) b[i] = static_cast<std::byte>(pattern(i, salt));
+  return b;
+}
+
+// The permissions and path of the mapping that holds `addr` in /proc/self/maps.
+std::string mapping_of(const void* addr) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  auto a = reinterpret_cast<uint64_t>(addr);
+  while (std::getline(maps, line)) {
+    uint64_t lo = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+    uint64_t hi = std::stoull(line.substr(line.find('-') + 1, line.find(' ')), nullptr, 16);
+    if (lo <= a && a < hi) {
+      std::string perms = line.substr(line.find(' ') + 1, 4);
+      auto slash = line.find('/');
+      return perms + (slash == std::string::npos ? "" : " " + line.substr(slash));
+    }
+  }
+  return "";
+}
+
+bool write_all(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t k = ::write(fd, c, n);
+    if (k <= 0) return false;
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t k = ::read(fd, c, n);
+    if (k <= 0) return false;
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+TEST(SharedPages, AMoveKeepsEveryByteAndEveryAddressAndLeavesTheEdges) {  // DA-29
+  std::byte* mem = anon(kRegion, 3);
+  ASSERT_NE(mem, nullptr);
+  const std::byte* region = mem + 100;  // not page-aligned: its first and last pages are edges
+  size_t size = kRegion - 200;
+  auto sp = shm::share_pages(region, size, kPage, nullptr);
+  ASSERT_TRUE(sp) << sp.error().message;
+  ASSERT_TRUE(*sp);
+  const auto& ref = (*sp)->ref();
+  EXPECT_EQ(ref.begin, reinterpret_cast<uint64_t>(mem) + kPage);
+  EXPECT_EQ(ref.end, reinterpret_cast<uint64_t>(mem) + kRegion - kPage);
+  for (size_t i = 0; i < kRegion; ++i) {
+    ASSERT_EQ(static_cast<uint8_t>(mem[i]), pattern(i, 3)) << i;
+  }
+  EXPECT_EQ(mapping_of(mem + kPage).rfind("rw-s /memfd:podium-rdma", 0), 0u)
+      << mapping_of(mem + kPage);
+  EXPECT_EQ(mapping_of(mem), "rw-p");  // the edge page stays private
+  // A window (here on this very process) sees the owner's writes, and the owner its writes.
+  auto w = shm::open_window(::getpid(), ref);
+  ASSERT_TRUE(w) << w.error().message;
+  mem[kPage + 5] = std::byte{0xAB};
+  EXPECT_EQ((*w)->at(ref.begin + 5)[0], std::byte{0xAB});
+  (*w)->at(ref.begin + 9)[0] = std::byte{0xCD};
+  EXPECT_EQ(mem[kPage + 9], std::byte{0xCD});
+  EXPECT_TRUE((*w)->owner_alive());
+  w->reset();
+  sp->reset();
+  shm::wait_given_back();
+  ::munmap(mem, kRegion);
+}
+
+TEST(SharedPages, FilesReadOnlyMemoryAndSmallRunsAreLeftAsTheyAre) {  // DA-29
+  char path[] = "/tmp/podium-shm-test-XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::unlink(path);
+  ASSERT_EQ(::ftruncate(fd, kRegion), 0);
+  void* file = ::mmap(nullptr, kRegion, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(file, MAP_FAILED);
+  auto f = shm::share_pages(file, kRegion, kPage, nullptr);
+  ASSERT_TRUE(f);
+  EXPECT_FALSE(*f) << "a file mapping (np.memmap) must keep writing to its file";
+  std::byte* mem = anon(kRegion, 1);
+  ASSERT_EQ(::mprotect(mem, kRegion, PROT_READ), 0);
+  auto ro = shm::share_pages(mem, kRegion, kPage, nullptr);
+  ASSERT_TRUE(ro);
+  EXPECT_FALSE(*ro) << "read-only memory";
+  ASSERT_EQ(::mprotect(mem, kRegion, PROT_READ | PROT_WRITE), 0);
+  auto small = shm::share_pages(mem, kRegion, kRegion + kPage, nullptr);  // fewer pages than that
+  ASSERT_TRUE(small);
+  EXPECT_FALSE(*small);
+  EXPECT_EQ(mapping_of(mem), "rw-p");
+  ::munmap(file, kRegion);
+  ::close(fd);
+  ::munmap(mem, kRegion);
+}
+
+TEST(SharedPages, ARegionInsideLiveSharedPagesSharesThemAndOneAcrossTheirEndDoesNot) {  // DA-29
+  std::byte* mem = anon(4 * kRegion, 2);
+  ASSERT_NE(mem, nullptr);
+  auto a = shm::share_pages(mem, 2 * kRegion, kPage, nullptr);
+  ASSERT_TRUE(a && *a);
+  auto inside = shm::share_pages(mem + kPage, kRegion, kPage, nullptr);
+  ASSERT_TRUE(inside && *inside);
+  EXPECT_EQ(inside->get(), a->get());
+  auto across = shm::share_pages(mem + kRegion, 2 * kRegion, kPage, nullptr);
+  ASSERT_TRUE(across);
+  EXPECT_FALSE(*across);
+  inside->reset();
+  a->reset();
+  shm::wait_given_back();
+  ::munmap(mem, 4 * kRegion);
+}
+
+TEST(SharedPages, GivenBackPagesArePrivateKeepTheirBytesAndReadZerosOnceDropped) {  // DA-32
+  std::byte* mem = anon(kRegion, 4);
+  ASSERT_NE(mem, nullptr);
+  auto keep = std::make_shared<int>(0);
+  auto sp = shm::share_pages(mem, kRegion, kPage, keep);
+  ASSERT_TRUE(sp && *sp);
+  auto w = shm::open_window(::getpid(), (*sp)->ref());
+  ASSERT_TRUE(w);
+  (*w)->at(reinterpret_cast<uint64_t>(mem) + 7)[0] = std::byte{0x5A};  // a reader's write
+  uint64_t before = shm::given_back_count();
+  EXPECT_EQ(keep.use_count(), 2);
+  sp->reset();
+  shm::wait_given_back();
+  EXPECT_EQ(shm::given_back_count(), before + 1);
+  EXPECT_EQ(keep.use_count(), 1) << "the memory is let go once given back";
+  EXPECT_EQ(mapping_of(mem).substr(0, 4), "rw-p");
+  EXPECT_EQ(mem[7], std::byte{0x5A});
+  for (size_t i = 8; i < kRegion; ++i) ASSERT_EQ(static_cast<uint8_t>(mem[i]), pattern(i, 4)) << i;
+  // Private again: what the window (the memfd) holds is gone, a fork copies, and dropped
+  // pages read zeros, as an allocator that reuses them with MADV_DONTNEED assumes.
+  EXPECT_EQ((*w)->at(reinterpret_cast<uint64_t>(mem) + 7)[0], std::byte{0});
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    mem[9] = std::byte{0x77};
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_EQ(static_cast<uint8_t>(mem[9]), pattern(9, 4));
+  ASSERT_EQ(::madvise(mem, kRegion, MADV_DONTNEED), 0);
+  EXPECT_EQ(mem[7], std::byte{0});
+  EXPECT_EQ(mem[kRegion - 1], std::byte{0});
+  ::munmap(mem, kRegion);
+}
+
+// An owner in another process: it shares pages and publishes their WindowRef, then waits.
+constexpr const char* kOwnerFdEnv = "PODIUM_SHM_TEST_OWNER_FD";
+[[noreturn]] void owner_main(int fd) {
+  std::byte* mem = anon(kRegion, 5);
+  auto sp = shm::share_pages(mem + 10, kRegion - 20, kPage, nullptr);
+  if (!sp || !*sp) _exit(11);
+  auto ref = (*sp)->ref();
+  uint64_t base = reinterpret_cast<uint64_t>(mem);
+  if (!write_all(fd, &ref, sizeof ref) || !write_all(fd, &base, sizeof base)) _exit(12);
+  char c = 0;
+  while (read_all(fd, &c, 1)) {
+  }
+  _exit(0);
+}
+[[maybe_unused]] const bool kIsOwner = [] {
+  if (const char* fd = std::getenv(kOwnerFdEnv)) owner_main(std::atoi(fd));
+  return false;
+}();
+
+TEST(Window, CopiesGoThroughTheWindowAndTheEdgesThroughCmaAndFailOnceTheOwnerEnded) {  // DA-30
+  if (!Engine::cma_allowed()) GTEST_SKIP() << "the kernel refuses process_vm_readv here";
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // a fresh image: this process has threads
+    int fd = ::dup(sv[1]);
+    ::setenv(kOwnerFdEnv, std::to_string(fd).c_str(), 1);
+    ::execl("/proc/self/exe", "shm_test_owner", static_cast<char*>(nullptr));
+    _exit(13);
+  }
+  ::close(sv[1]);
+  shm::WindowRef ref;
+  uint64_t base = 0;
+  ASSERT_TRUE(read_all(sv[0], &ref, sizeof ref));
+  ASSERT_TRUE(read_all(sv[0], &base, sizeof base));
+
+  auto wrong = ref;
+  wrong.ino += 1;
+  auto refused = shm::open_window(pid, wrong);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("not the buffer's shared pages"), std::string::npos)
+      << refused.error().message;
+
+  auto w = shm::open_window(pid, ref);
+  ASSERT_TRUE(w) << w.error().message;
+  std::vector<std::byte> into(kRegion - 20);
+  Op op;
+  op.kind = Op::Kind::kGet;
+  op.remote_addr = base + 10;
+  op.local = into.data();
+  op.size = into.size();
+  op.same_host = true;
+  op.peer_pid = pid;
+  op.window = *w;
+  uint64_t through = 0;
+  ASSERT_EQ(cma::copy(op, 0, op.size, &through), 0);
+  EXPECT_EQ(through, ref.end - ref.begin);
+  for (size_t i = 0; i < into.size(); ++i) {
+    ASSERT_EQ(static_cast<uint8_t>(into[i]), pattern(i + 10, 5)) << i;
+  }
+  ::close(sv[0]);  // the owner exits
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_FALSE((*w)->owner_alive());
+  EXPECT_EQ(cma::copy(op, 2 * kPage, 4 * kPage, &through), ESRCH)
+      << "a copy through the window of an ended owner fails, as CMA's does";
+}
+
+TEST(Cma, AProcessHitBySigkillIsEndingAtOnceAndStaysSo) {  // DA-33
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    for (;;) ::pause();
+  }
+  EXPECT_FALSE(cma::ending(child));
+  EXPECT_FALSE(cma::ending(child)) << "the cached descriptor answers the same";
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  EXPECT_TRUE(cma::ending(child)) << "right after kill() returns, before the exit ran";
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(cma::ending(child)) << "reaped";
+  EXPECT_FALSE(cma::ending(::getpid()));
+}
+
+TEST(WindowCache, KeepsAWindowWhileUsedAndForgetsItWhenIdle) {  // DA-30
+  std::byte* mem = anon(kRegion, 6);
+  auto sp = shm::share_pages(mem, kRegion, kPage, nullptr);
+  ASSERT_TRUE(sp && *sp);
+  shm::WindowCache cache;
+  auto t0 = shm::WindowCache::Clock::now();
+  auto a = cache.get(::getpid(), (*sp)->ref(), t0);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(cache.get(::getpid(), (*sp)->ref(), t0).get(), a.get());
+  auto bad = (*sp)->ref();
+  bad.ino += 1;
+  EXPECT_FALSE(cache.get(::getpid(), bad, t0));  // remembered as unusable
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.sweep(t0 + std::chrono::seconds(5), std::chrono::seconds(1)), 1u)
+      << "a window still held by an operation stays";
+  a.reset();
+  EXPECT_EQ(cache.sweep(t0 + std::chrono::seconds(5), std::chrono::seconds(1)), 0u);
+  sp->reset();
+  shm::wait_given_back();
+  ::munmap(mem, kRegion);
+}
+
+}  // namespace
+}  // namespace podium::data
