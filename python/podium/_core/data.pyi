@@ -35,7 +35,7 @@ def worker_address() -> bytes:
 
 def register_buffer(obj: object, owner: str) -> tuple:
     """
-    Registers the C-contiguous buffer `obj` (or the CUDA region (address, size, tensor), DA-23) for `owner` (an actor id); returns (id, token, addr, size, rkey, worker_address, writable). The buffer stays pinned and registered until drop or release_owner (DA-8).
+    Registers the C-contiguous buffer `obj` (or the CUDA region (address, size, tensor), DA-23) for `owner` (an actor id); returns (id, token, addr, size, rkey, worker_address, writable, window): window is (fd, ino, dev, begin, end) of its shared pages (DA-29), or None. The buffer stays pinned and registered until drop or release_owner (DA-8).
     """
 
 def drop(owner: str, id: int, token: str, timeout_s: float) -> podium._core.mesh.CoreFuture:
@@ -68,9 +68,9 @@ def lease_stats() -> dict:
     Counters of leases (DA-26..DA-28): checks this process answered as an owner, drops and releases it delayed for a lease, transfers it ran under leases and checked, leases held.
     """
 
-def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool]], timeout_s: float) -> podium._core.mesh.CoreFuture:
+def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool, object]], timeout_s: float) -> podium._core.mesh.CoreFuture:
     """
-    Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, worker_address, local, size, same_host, owner_pid, remote_cuda): checked by their owners, then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10). A CoreFuture of one reply.
+    Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, worker_address, local, size, same_host, owner_pid, remote_cuda, window): checked by their owners, then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10; window: the buffer's shared pages, register_buffer's, DA-30). A CoreFuture of one reply.
     """
 
 def registration_count() -> int:

@@ -1,0 +1,173 @@
+"""podium.rdma on one host through shared pages (docs/data.md, "Shared pages"): a buffer's whole
+pages are moved into a memfd in place when it is made, readers on its host map them and copy
+with memcpy, the edges go through CMA, and the pages are given back when the buffer ends."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import signal
+import textwrap
+
+import pytest
+
+from podium.actor import Actor, endpoint, SupervisionError
+from podium.rdma import RDMABuffer
+from podium._core import data as _data
+from conftest import eventually, run_script
+
+T = 30  # seconds: bound on every get() below
+N = (1 << 20) + 123  # whole pages inside, and two partial pages at its ends
+
+
+def pattern(n: int, salt: int) -> bytes:
+    return bytes((i * 131 + salt) & 0xFF for i in range(256)) * (n // 256) + bytes(
+        (i * 131 + salt) & 0xFF for i in range(n % 256))
+
+
+def mapping_of(addr: int) -> str:
+    """The permissions and path of the mapping of this process that holds `addr`."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= addr < hi:
+                parts = line.split()
+                return " ".join([parts[1]] + parts[5:])
+    return ""
+
+
+class Owner(Actor):
+    def __init__(self) -> None:
+        self.mem = {}
+        self.bufs = {}
+
+    @endpoint
+    def make(self, key: str, n: int, salt: int) -> RDMABuffer:
+        self.mem[key] = bytearray(pattern(n, salt))
+        self.bufs[key] = RDMABuffer(memoryview(self.mem[key]))
+        return self.bufs[key]
+
+    @endpoint
+    def make_file(self, path: str, n: int) -> RDMABuffer:
+        f = open(path, "r+b")
+        self.mem[path] = (f, mmap.mmap(f.fileno(), n))
+        return RDMABuffer(memoryview(self.mem[path][1]))
+
+    @endpoint
+    def flush_file(self, path: str) -> None:
+        self.mem[path][1].flush()
+
+    @endpoint
+    def contents(self, key: str) -> bytes:
+        return bytes(self.mem[key])
+
+    @endpoint
+    def poke(self, key: str, at: int, value: int) -> None:
+        self.mem[key][at] = value
+
+    @endpoint
+    def mapping(self, key: str, offset: int) -> str:
+        import ctypes
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self.mem[key]))
+        return mapping_of(base + offset)
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_a_large_buffer_moves_through_shared_pages_with_its_edges(spawn):  # DA-29, DA-30, DA-31
+    owner = spawn(Owner).slice(gpus=0)
+    buf = owner.make.call_one("a", N, 1).get(timeout=T)
+    assert buf._window is not None, "1 MiB of private memory is moved into shared pages"
+    fd, ino, dev, begin, end = buf._window
+    assert end - begin >= N - 2 * 4096 and begin % 4096 == 0 and end % 4096 == 0
+    assert owner.mapping.call_one("a", N // 2).get(timeout=T).startswith("rw-s /memfd:podium-rdma")
+    before = _data.stats()
+    dst = bytearray(N)
+    buf.read_into(memoryview(dst)).get(timeout=T)  # checked
+    assert bytes(dst) == pattern(N, 1)
+    owner.poke.call_one("a", 0, 0xEE).get(timeout=T)  # the edges, read through CMA
+    owner.poke.call_one("a", N - 1, 0xDD).get(timeout=T)
+    owner.poke.call_one("a", N // 2, 0xCC).get(timeout=T)  # the owner's writes, seen at once
+    buf.read_into(memoryview(dst)).get(timeout=T)  # leased: copied by this thread
+    want = bytearray(pattern(N, 1))
+    want[0], want[N - 1], want[N // 2] = 0xEE, 0xDD, 0xCC
+    assert dst == want
+    for _ in range(2):  # checked, then leased
+        src = os.urandom(N)
+        buf.write_from(memoryview(bytearray(src))).get(timeout=T)
+        assert owner.contents.call_one("a").get(timeout=T) == src
+    after = _data.stats()
+    assert after["window_bytes"] - before["window_bytes"] >= 4 * (end - begin)
+    assert after["caller_copied"] - before["caller_copied"] >= 2
+    assert after["windows"] >= 1
+    buf.drop().get(timeout=T)
+
+
+def test_a_dropped_buffer_gives_its_pages_back_and_its_owner_keeps_its_bytes(spawn):  # DA-32
+    owner = spawn(Owner).slice(gpus=0)
+    buf = owner.make.call_one("b", N, 2).get(timeout=T)
+    assert buf._window is not None
+    src = os.urandom(N)
+    buf.write_from(memoryview(bytearray(src))).get(timeout=T)
+    buf.drop().get(timeout=T)
+    eventually(lambda: owner.mapping.call_one("b", N // 2).get(timeout=T).startswith("rw-p"),
+               10, "the owner's pages private again after the drop")
+    assert owner.contents.call_one("b").get(timeout=T) == src
+    owner.poke.call_one("b", 5, 0x42).get(timeout=T)
+    assert owner.contents.call_one("b").get(timeout=T)[5] == 0x42
+
+
+def test_a_file_mapping_keeps_writing_to_its_file(spawn, tmp_path):  # DA-29
+    path = tmp_path / "weights.bin"
+    path.write_bytes(bytes(N))
+    owner = spawn(Owner).slice(gpus=0)
+    buf = owner.make_file.call_one(str(path), N).get(timeout=T)
+    assert buf._window is None, "a file mapping is never moved"
+    src = os.urandom(N)
+    buf.write_from(memoryview(bytearray(src))).get(timeout=T)
+    owner.flush_file.call_one(str(path)).get(timeout=T)
+    assert path.read_bytes() == src
+    buf.drop().get(timeout=T)
+
+
+def test_a_read_right_after_the_owner_is_killed_fails_naming_it(spawn, new_procs):  # DA-33, RD-2
+    pm = new_procs(gpus=1)
+    owner = spawn(Owner, on=pm)
+    buf = owner.make.call_one("c", N, 3).get(timeout=T)
+    pid = owner.pid.call_one().get(timeout=T)
+    dst = bytearray(N)
+    buf.read_into(memoryview(dst)).get(timeout=T)  # a lease: the next read asks no one
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(SupervisionError) as e:
+        buf.read_into(memoryview(dst)).get(timeout=T)
+    assert e.value.pid == pid and e.value.rank == 0
+
+
+def test_sharing_off_keeps_every_transfer_on_cma(tmp_path):  # DA-29
+    r = run_script(tmp_path, "no_shm.py", textwrap.dedent("""
+        import os
+        os.environ["PODIUM_RDMA_SHM"] = "0"
+        from podium.actor import Actor, endpoint, this_host
+        from podium.rdma import RDMABuffer
+        from podium._core import data as _data
+
+        class Owner(Actor):
+            @endpoint
+            def make(self, n):
+                self.mem = bytearray(os.urandom(n))
+                return RDMABuffer(memoryview(self.mem)), bytes(self.mem)
+
+        pm = this_host().spawn_procs(per_host={"gpus": 1})
+        try:
+            buf, want = pm.spawn("owner", Owner).make.call_one(1 << 21).get(timeout=30)
+            dst = bytearray(buf.size())
+            for _ in range(2):
+                buf.read_into(memoryview(dst)).get(timeout=30)
+            print("window", buf._window, "same", bytes(dst) == want,
+                  "through windows", _data.stats()["window_bytes"])
+        finally:
+            pm.stop().get(timeout=30)
+        """))
+    assert "window None same True through windows 0" in r.stdout, r.stdout + r.stderr
