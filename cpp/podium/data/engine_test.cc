@@ -22,32 +22,15 @@
 #include <thread>
 #include <vector>
 
+#include "podium/data/test_pipe.h"
+
 namespace podium::data {
 namespace {
 
 using namespace std::chrono_literals;
 
-bool write_all(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t w = ::write(fd, c, n);
-    if (w <= 0) return false;
-    c += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool read_all(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    ssize_t r = ::read(fd, c, n);
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
+using testing::read_all;
+using testing::write_all;
 
 bool send_str(int fd, const std::string& s) {
   uint64_t n = s.size();

@@ -18,6 +18,7 @@
 
 #include "podium/data/cma.h"
 #include "podium/data/engine.h"
+#include "podium/data/test_pipe.h"
 
 namespace podium::data {
 namespace {
@@ -53,27 +54,8 @@ std::string mapping_of(const void* addr) {
   return "";
 }
 
-bool write_all(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t k = ::write(fd, c, n);
-    if (k <= 0) return false;
-    c += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
-
-bool read_all(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    ssize_t k = ::read(fd, c, n);
-    if (k <= 0) return false;
-    c += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
+using testing::read_all;
+using testing::write_all;
 
 TEST(SharedPages, AMoveKeepsEveryByteAndEveryAddressAndLeavesTheEdges) {  // DA-29
   std::byte* mem = anon(kRegion, 3);
