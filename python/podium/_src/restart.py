@@ -381,6 +381,15 @@ class Keeper:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(_wake, fut)
 
+    def watch(self, loop: asyncio.AbstractEventLoop) -> "asyncio.Future[None]":
+        """A future of ``loop`` that resolves at this keeper's next change (_notify): a
+        coroutine waiting on several keepers registers with each, checks, then awaits the
+        first (no poll, no lost wake-up)."""
+        with self._cond:
+            fut = loop.create_future()
+            self._async_waiters.append((loop, fut))
+            return fut
+
     def _now(self) -> Any:
         """Under the lock: the current ActorMesh if it runs, None while it (re)starts and
         calls wait; raises as RS-3 says otherwise."""

@@ -57,7 +57,6 @@ logger = logging.getLogger("podium.service")
 # The options as_service takes (TorchForge's names where it has them).
 _OPTIONS = ("procs", "num_replicas", "hosts", "name", "retry", "restart", "wait_timeout")
 DEFAULT_RESTART = RestartPolicy(max_restarts=10, backoff=0.1, max_backoff=5.0)
-_POLL_S = 0.01  # how often a call waiting for a healthy replica looks again
 _names = itertools.count()
 
 # The session of `async with service.session():` (or `with`), for route() calls in it.
@@ -258,10 +257,28 @@ class Service:
             chosen.in_flight += 1
             return chosen, chosen.keeper.mesh
 
+    def _snapshot(self) -> List[Tuple[str, Any]]:
+        return [(r.keeper.state, r.keeper.mesh) for r in self._replicas]
+
+    async def _until_changed(self, seen: List[Tuple[str, Any]], deadline: float) -> None:
+        """Waits until a replica's keeper changes from `seen` (the states the caller checked:
+        a replica restarted, failed or stopped; SR-5), or the deadline. It registers with every
+        keeper first and compares after, so a change since the caller's check is not lost."""
+        loop = asyncio.get_running_loop()
+        changes = [r.keeper.watch(loop) for r in self._replicas]
+        try:
+            if self._snapshot() == seen:
+                await asyncio.wait(changes, timeout=max(0.0, deadline - time.monotonic()),
+                                   return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for c in changes:
+                c.cancel()
+
     async def _acquire(self, sess: Optional[str], exclude: List[_Replica],
                        index: Optional[int] = None) -> Tuple[_Replica, Any]:
         deadline = time.monotonic() + self._opts.wait_timeout
         while True:
+            seen = self._snapshot()
             got = self._try_pick(sess, exclude, index)
             if got is not None:
                 return got
@@ -271,7 +288,7 @@ class Service:
                 raise ServiceError(f"service '{self.name}': {which} healthy (waited at most "
                                    f"{self._opts.wait_timeout:g} s): {self._describe()}",
                                    self.name, index)
-            await asyncio.sleep(_POLL_S)
+            await self._until_changed(seen, deadline)
 
     def _release(self, r: _Replica) -> None:
         with self._lock:
@@ -330,6 +347,7 @@ class Service:
     async def _fanout(self, name: str, args: tuple, kwargs: dict) -> List[Any]:
         deadline = time.monotonic() + self._opts.wait_timeout
         while True:
+            seen = self._snapshot()
             with self._lock:
                 self._check_open()
                 targets = [(r, r.keeper.mesh) for r in self._replicas if r.healthy()]
@@ -342,7 +360,7 @@ class Service:
                 raise ServiceError(f"service '{self.name}': no replica is healthy (waited at "
                                    f"most {self._opts.wait_timeout:g} s): {self._describe()}",
                                    self.name)
-            await asyncio.sleep(_POLL_S)
+            await self._until_changed(seen, deadline)
         try:
             results = await asyncio.gather(
                 *(self._run(r, m, name, args, kwargs) for r, m in targets),
