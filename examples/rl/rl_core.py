@@ -170,6 +170,7 @@ def slot_bytes(numel: int) -> int:
 
 
 _MIX = 0x9E3779B97F4A7C15  # odd: a version changes every bit of the sum
+_WORDS = (1 << 64) - 1
 
 
 def _crc(version: int, payload: Any) -> int:
@@ -180,8 +181,12 @@ def _crc(version: int, payload: Any) -> int:
     happens to be 0 mod 2**64; not meant against tampering."""
     words = np.frombuffer(payload, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        total = int(words.sum(dtype=np.uint64)) + int(version) * _MIX
-    return total & ((1 << 63) - 1)
+        return _crc_of_sum(version, int(words.sum(dtype=np.uint64)))
+
+
+def _crc_of_sum(version: int, payload_sum: int) -> int:
+    """``_crc`` from the payload's word sum (mod 2**64) instead of its bytes."""
+    return ((payload_sum & _WORDS) + int(version) * _MIX) & ((1 << 63) - 1)
 
 
 class WeightSlots:
@@ -206,13 +211,19 @@ class WeightSlots:
         return crc
 
 
-def parse_slot(raw: torch.Tensor) -> Tuple[int, bool, int]:
-    """(version, whether the checksum matches, checksum) of a slot's bytes."""
+def parse_slot(raw: torch.Tensor, total: Optional[int] = None) -> Tuple[int, bool, int]:
+    """(version, whether the checksum matches, checksum) of a slot's bytes. ``total``: the
+    word sum of the whole slot, as a summed read (``read_into(..., checksum=True)``) gives it
+    for the bytes it read: the payload's sum is then that total less the header's 3 words, and
+    the payload is not read again here (same checksum, no second pass over the bytes)."""
     b = raw.numpy()
     version, n, crc = b[:HEADER * 8].view(np.int64).tolist()
     if version < 0 or n != b.size - HEADER * 8:
         return version, False, crc
-    return version, _crc(version, b[HEADER * 8:]) == crc, crc
+    if total is None:
+        return version, _crc(version, b[HEADER * 8:]) == crc, crc
+    # The header's words as uint64 (mod 2**64: a negative int64 wraps the same way).
+    return version, _crc_of_sum(version, total - (version + n + crc)) == crc, crc
 
 
 class VersionedWeights:
@@ -236,7 +247,9 @@ class VersionedWeights:
 
     def update(self, want: int, slots: List[Any], tries: int = 20, timeout: float = 60.0) -> int:
         """Makes a version >= ``want`` active, read from ``slots`` (the trainer's two
-        RDMABuffers, slot i holding versions == i mod 2). Returns the bytes read."""
+        RDMABuffers, slot i holding versions == i mod 2). Returns the bytes read. Each read is
+        a summed read: the data plane sums the slot's words as it completes the copy, and the
+        checksum is checked from that sum, with no pass over the bytes here."""
         if self.version >= want:
             return 0
         moved, read_s, staging, first = 0, 0.0, self._staging, want % 2
@@ -244,10 +257,11 @@ class VersionedWeights:
             # The wanted version's slot first; after a torn read the other (newer) one too.
             for i in (first,) if attempt == 0 else (first, 1 - first):
                 t0 = time.perf_counter()
-                slots[i].read_into(staging, timeout=timeout).get(timeout=timeout)
+                total = slots[i].read_into(staging, timeout=timeout,
+                                           checksum=True).get(timeout=timeout)
                 read_s += time.perf_counter() - t0
                 moved += slots[i].size()
-                version, ok, crc = parse_slot(staging)
+                version, ok, crc = parse_slot(staging, total)
                 if ok and version >= want:
                     with self._lock:
                         self._active, self._staging = staging, self._active
