@@ -14,25 +14,42 @@ inline uint64_t load_le(const unsigned char* p) {
   return w;
 }
 
+// Two 64-bit lanes (SSE2 on x86-64, NEON on arm64; plain adds elsewhere): a lane's sum is
+// the sum of every other word, and lanes add up to the same wrapping sum.
+typedef uint64_t Lanes __attribute__((vector_size(16)));
+
+inline Lanes load_lanes(const unsigned char* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);  // unaligned load
+  return v;
+}
+
 }  // namespace
 
 uint64_t word_sum(const void* data, size_t size) {
   const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;  // independent chains: the adds overlap
+  uint64_t sum = 0;
   size_t i = 0;
-  for (; i + 32 <= size; i += 32) {
-    a0 += load_le(p + i);
-    a1 += load_le(p + i + 8);
-    a2 += load_le(p + i + 16);
-    a3 += load_le(p + i + 24);
+  if constexpr (std::endian::native == std::endian::little) {
+    // 64 bytes a step into 4 independent accumulators, so that the adds overlap: near the
+    // cache's read bandwidth (about 4 us for 400 KB in L2 here, 12 us 8 bytes at a time).
+    Lanes a0 = {0, 0}, a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 64 <= size; i += 64) {
+      a0 += load_lanes(p + i);
+      a1 += load_lanes(p + i + 16);
+      a2 += load_lanes(p + i + 32);
+      a3 += load_lanes(p + i + 48);
+    }
+    Lanes a = a0 + a1 + a2 + a3;
+    sum = a[0] + a[1];
   }
-  for (; i + 8 <= size; i += 8) a0 += load_le(p + i);
+  for (; i + 8 <= size; i += 8) sum += load_le(p + i);
   if (i < size) {  // the last partial word, zero-padded
     unsigned char tail[8] = {};
     std::memcpy(tail, p + i, size - i);
-    a0 += load_le(tail);
+    sum += load_le(tail);
   }
-  return a0 + a1 + a2 + a3;
+  return sum;
 }
 
 std::string encode_sums(const std::vector<uint64_t>& sums) {

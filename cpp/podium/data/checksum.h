@@ -22,7 +22,8 @@
 
 namespace podium::data {
 
-// DA-40. Reads each byte once, 8 at a time, into 4 accumulators.
+// DA-40. Reads each byte once, 16 at a time, into 4 accumulators: near the cache's read
+// bandwidth.
 uint64_t word_sum(const void* data, size_t size);
 
 // The little-endian encoding of `sums` (8 bytes each): how a transfer's reply carries them.
