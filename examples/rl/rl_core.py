@@ -218,10 +218,19 @@ def parse_slot(raw: torch.Tensor, total: Optional[int] = None) -> Tuple[int, boo
     the payload is not read again here (same checksum, no second pass over the bytes)."""
     b = raw.numpy()
     version, n, crc = b[:HEADER * 8].view(np.int64).tolist()
+    if total is not None:
+        return _check_total(version, n, crc, b.size, total)
     if version < 0 or n != b.size - HEADER * 8:
         return version, False, crc
-    if total is None:
-        return version, _crc(version, b[HEADER * 8:]) == crc, crc
+    return version, _crc(version, b[HEADER * 8:]) == crc, crc
+
+
+def _check_total(version: int, n: int, crc: int, nbytes: int, total: int
+                 ) -> Tuple[int, bool, int]:
+    """``parse_slot`` of a slot of ``nbytes`` bytes whose header is (version, n, crc) and whose
+    words sum to ``total``."""
+    if version < 0 or n != nbytes - HEADER * 8:
+        return version, False, crc
     # The header's words as uint64 (mod 2**64: a negative int64 wraps the same way).
     return version, _crc_of_sum(version, total - (version + n + crc)) == crc, crc
 
@@ -235,6 +244,9 @@ class VersionedWeights:
         self._lock = threading.Lock()
         self._active = torch.zeros(slot_bytes(numel), dtype=torch.uint8)
         self._staging = torch.zeros(slot_bytes(numel), dtype=torch.uint8)
+        # Each buffer's header as int64 words, sharing its memory: update reads 3 words.
+        self._heads = {id(t): t[:HEADER * 8].numpy().view(np.int64)
+                       for t in (self._active, self._staging)}
         self.version = -1
         self.crc = 0
         self.torn_reads = 0
@@ -261,7 +273,8 @@ class VersionedWeights:
                                            checksum=True).get(timeout=timeout)
                 read_s += time.perf_counter() - t0
                 moved += slots[i].size()
-                version, ok, crc = parse_slot(staging, total)
+                version, ok, crc = _check_total(*self._heads[id(staging)].tolist(),
+                                                staging.numel(), total)
                 if ok and version >= want:
                     with self._lock:
                         self._active, self._staging = staging, self._active
