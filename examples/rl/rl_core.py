@@ -342,9 +342,10 @@ class Generator(Actor):
     @endpoint
     def compare_sync(self, slots: List[Any], reps: int) -> List[Tuple[float, float, float]]:
         """``reps`` rounds of: a plain read of slot 0 into a buffer of this proc (the data
-        plane's time for those bytes), then a full weight sync of the same bytes (read,
-        checksum, swap; ``generate``'s path, into weights of its own). Seconds per round:
-        (plain read, sync, the sync's read alone), interleaved so both see the same load."""
+        plane's time for those bytes), then a full weight sync of the same bytes (the summed
+        read, the header check, the swap; ``generate``'s path, into weights of its own).
+        Seconds per round: (plain read, sync, the sync's read alone), interleaved so both see
+        the same load."""
         dst = torch.zeros(slots[0].size(), dtype=torch.uint8)
         w = VersionedWeights(self.weights.numel)
         out = []

@@ -51,7 +51,8 @@ TEST(WordSum, AWholeIsTheSumOfItsPartsCutAtWords) {  // DA-40: a header is subtr
   auto bytes = random_bytes(408392 + 5, 2);
   uint64_t whole = word_sum(bytes.data(), bytes.size());
   for (size_t cut : {8, 24, 4096, 408392}) {
-    EXPECT_EQ(whole, word_sum(bytes.data(), cut) + word_sum(bytes.data() + cut, bytes.size() - cut));
+    EXPECT_EQ(whole, word_sum(bytes.data(), cut) +
+                       word_sum(bytes.data() + cut, bytes.size() - cut));
   }
 }
 
