@@ -170,6 +170,7 @@ def slot_bytes(numel: int) -> int:
 
 
 _MIX = 0x9E3779B97F4A7C15  # odd: a version changes every bit of the sum
+_WORDS = (1 << 64) - 1
 
 
 def _crc(version: int, payload: Any) -> int:
@@ -180,8 +181,12 @@ def _crc(version: int, payload: Any) -> int:
     happens to be 0 mod 2**64; not meant against tampering."""
     words = np.frombuffer(payload, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        total = int(words.sum(dtype=np.uint64)) + int(version) * _MIX
-    return total & ((1 << 63) - 1)
+        return _crc_of_sum(version, int(words.sum(dtype=np.uint64)))
+
+
+def _crc_of_sum(version: int, payload_sum: int) -> int:
+    """``_crc`` from the payload's word sum (mod 2**64) instead of its bytes."""
+    return ((payload_sum & _WORDS) + int(version) * _MIX) & ((1 << 63) - 1)
 
 
 class WeightSlots:
@@ -206,13 +211,28 @@ class WeightSlots:
         return crc
 
 
-def parse_slot(raw: torch.Tensor) -> Tuple[int, bool, int]:
-    """(version, whether the checksum matches, checksum) of a slot's bytes."""
+def parse_slot(raw: torch.Tensor, total: Optional[int] = None) -> Tuple[int, bool, int]:
+    """(version, whether the checksum matches, checksum) of a slot's bytes. ``total``: the
+    word sum of the whole slot, as a summed read (``read_into(..., checksum=True)``) gives it
+    for the bytes it read: the payload's sum is then that total less the header's 3 words, and
+    the payload is not read again here (same checksum, no second pass over the bytes)."""
     b = raw.numpy()
     version, n, crc = b[:HEADER * 8].view(np.int64).tolist()
+    if total is not None:
+        return _check_total(version, n, crc, b.size, total)
     if version < 0 or n != b.size - HEADER * 8:
         return version, False, crc
     return version, _crc(version, b[HEADER * 8:]) == crc, crc
+
+
+def _check_total(version: int, n: int, crc: int, nbytes: int, total: int
+                 ) -> Tuple[int, bool, int]:
+    """``parse_slot`` of a slot of ``nbytes`` bytes whose header is (version, n, crc) and whose
+    words sum to ``total``."""
+    if version < 0 or n != nbytes - HEADER * 8:
+        return version, False, crc
+    # The header's words as uint64 (mod 2**64: a negative int64 wraps the same way).
+    return version, _crc_of_sum(version, total - (version + n + crc)) == crc, crc
 
 
 class VersionedWeights:
@@ -224,6 +244,9 @@ class VersionedWeights:
         self._lock = threading.Lock()
         self._active = torch.zeros(slot_bytes(numel), dtype=torch.uint8)
         self._staging = torch.zeros(slot_bytes(numel), dtype=torch.uint8)
+        # Each buffer's header as int64 words, sharing its memory: update reads 3 words.
+        self._heads = {id(t): t[:HEADER * 8].numpy().view(np.int64)
+                       for t in (self._active, self._staging)}
         self.version = -1
         self.crc = 0
         self.torn_reads = 0
@@ -236,7 +259,9 @@ class VersionedWeights:
 
     def update(self, want: int, slots: List[Any], tries: int = 20, timeout: float = 60.0) -> int:
         """Makes a version >= ``want`` active, read from ``slots`` (the trainer's two
-        RDMABuffers, slot i holding versions == i mod 2). Returns the bytes read."""
+        RDMABuffers, slot i holding versions == i mod 2). Returns the bytes read. Each read is
+        a summed read: the data plane sums the slot's words as it completes the copy, and the
+        checksum is checked from that sum, with no pass over the bytes here."""
         if self.version >= want:
             return 0
         moved, read_s, staging, first = 0, 0.0, self._staging, want % 2
@@ -244,10 +269,12 @@ class VersionedWeights:
             # The wanted version's slot first; after a torn read the other (newer) one too.
             for i in (first,) if attempt == 0 else (first, 1 - first):
                 t0 = time.perf_counter()
-                slots[i].read_into(staging, timeout=timeout).get(timeout=timeout)
+                total = slots[i].read_into(staging, timeout=timeout,
+                                           checksum=True).get(timeout=timeout)
                 read_s += time.perf_counter() - t0
                 moved += slots[i].size()
-                version, ok, crc = parse_slot(staging)
+                version, ok, crc = _check_total(*self._heads[id(staging)].tolist(),
+                                                staging.numel(), total)
                 if ok and version >= want:
                     with self._lock:
                         self._active, self._staging = staging, self._active
@@ -315,9 +342,10 @@ class Generator(Actor):
     @endpoint
     def compare_sync(self, slots: List[Any], reps: int) -> List[Tuple[float, float, float]]:
         """``reps`` rounds of: a plain read of slot 0 into a buffer of this proc (the data
-        plane's time for those bytes), then a full weight sync of the same bytes (read,
-        checksum, swap; ``generate``'s path, into weights of its own). Seconds per round:
-        (plain read, sync, the sync's read alone), interleaved so both see the same load."""
+        plane's time for those bytes), then a full weight sync of the same bytes (the summed
+        read, the header check, the swap; ``generate``'s path, into weights of its own).
+        Seconds per round: (plain read, sync, the sync's read alone), interleaved so both see
+        the same load."""
         dst = torch.zeros(slots[0].size(), dtype=torch.uint8)
         w = VersionedWeights(self.weights.numel)
         out = []

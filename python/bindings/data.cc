@@ -11,6 +11,14 @@
 // Both return a CoreFuture of one reply: ok, or the error. An error of operation i of a
 // transfer starts with "\x1f<i>\x1f", so podium.rdma names that operation's buffer.
 //
+//   DA-41 A summed read (an operation marked `checksum`: a get into host memory) is summed
+//         (word_sum, DA-40) over its local region after the engine completed the transfer,
+//         on the thread that completes the engine's future (the data plane's copy or
+//         progress thread, or the caller's when it completes at once), and before the
+//         outcome is finished; the transfer's ok reply then has one part: every operation's
+//         sum (0 for the others), 8 bytes each, little-endian. A transfer with no summed
+//         operation replies with no part, as before. A transfer that fails sums nothing.
+//
 //   DA-28 A transfer skips the owners' check only when every operation has a usable lease
 //         (lease.h, DA-26) and its bytes in all are at most the lease bound
 //         (PODIUM_RDMA_LEASE_MAX_BYTES), so that it surely ends inside the lease; the
@@ -58,6 +66,7 @@
 #include "podium/actor/message.h"
 #include "podium/actor/proc.h"
 #include "podium/data/buffer_table.h"
+#include "podium/data/checksum.h"
 #include "podium/data/engine.h"
 #include "podium/data/lease.h"
 #include "podium/mesh/cast.h"
@@ -313,10 +322,11 @@ struct Outcome {
       if (t) t->cancel();
     });
   }
-  void finish(const Status& st) {  // AC-4: the first finish wins
+  // AC-4: the first finish wins. `parts`: the ok reply's (DA-41).
+  void finish(const Status& st, std::vector<Buffer> parts = {}) {
     if (finished.exchange(true)) return;
     if (st) {
-      promise.set(mesh::Replies{mesh::Reply(std::vector<Buffer>{})});
+      promise.set(mesh::Replies{mesh::Reply(std::move(parts))});
     } else {
       promise.set(mesh::Replies{mesh::Reply(std::unexpected(st.error()))});
     }
@@ -422,7 +432,7 @@ std::chrono::nanoseconds seconds(double s) {
 
 // One operation as podium.rdma hands it over (see transfer's doc).
 using PyOp = std::tuple<bool, std::string, uint64_t, std::string, uint64_t, nb::bytes, nb::bytes,
-                        nb::object, size_t, bool, int, bool, nb::object>;
+                        nb::object, size_t, bool, int, bool, nb::object, bool>;
 
 // A transfer, as the checked and the leased paths (DA-28) share it.
 struct Plan {
@@ -443,7 +453,22 @@ struct Plan {
   Clock::time_point deadline;
   std::chrono::nanoseconds timeout{};
   uint64_t lease_ms = 0;  // asked for with each check; 0: none
+  std::vector<bool> summed;  // per operation (DA-41)
+  bool any_summed = false;
 };
+
+// The engine completed every operation: sums the summed reads (DA-41), then finishes.
+void succeed(const std::shared_ptr<Plan>& p) {
+  std::vector<Buffer> parts;
+  if (p->any_summed && !p->out->finished.load()) {  // a caller told of a timeout needs none
+    std::vector<uint64_t> sums(p->ops.size(), 0);
+    for (size_t i = 0; i < sums.size(); ++i) {
+      if (p->summed[i]) sums[i] = data::word_sum(p->ops[i].local, p->ops[i].size);
+    }
+    parts.push_back(Buffer::copy_of(data::encode_sums(sums)));
+  }
+  p->out->finish({}, std::move(parts));
+}
 
 // The error of an owner's check, or of its proc's end, tagged with the operation it names:
 // the owner's tag is the index within its group; a proc's end has none.
@@ -511,7 +536,7 @@ void run_checked(const std::shared_ptr<Plan>& p) {
       p->out->disarm();
       auto left = std::max(Clock::duration::zero(), p->deadline - Clock::now());
       p->eng->submit(std::vector<data::Op>(p->ops), left).on_ready([p](const Result<void>& r) {
-        p->out->finish(r ? Status{} : Status(std::unexpected(r.error())));
+        r ? succeed(p) : p->out->finish(std::unexpected(r.error()));
       });
     });
   }
@@ -535,7 +560,7 @@ void run_leased(const std::shared_ptr<Plan>& p, Clock::duration lease_left) {
   p->eng->submit(std::vector<data::Op>(p->ops), std::min(lease_left, user_left), true)
       .on_ready([p, clamped](const Result<void>& r) {
         if (r) {
-          p->out->finish({});
+          succeed(p);
           return;
         }
         for (const auto& k : p->keys) leases().forget(k.owner, k.id, k.write);
@@ -561,11 +586,16 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   uint64_t total = 0;
   for (size_t i = 0; i < py_ops.size(); ++i) {
     const auto& [write, owner, id, token, remote_addr, rkey, worker, local, size, same_host,
-                 pid, remote_cuda, window] = py_ops[i];
+                 pid, remote_cuda, window, checksum] = py_ops[i];
     auto [pinned, memory] = region_from_python(local, !write);
     if (pinned.size() < size) {
       throw nb::value_error("transfer: the local buffer is smaller than the operation");
     }
+    if (checksum && (write || memory != data::Memory::kHost)) {  // DA-41
+      throw nb::value_error("transfer: only a read into host memory can be summed");
+    }
+    p->summed.push_back(checksum);
+    p->any_summed = p->any_summed || checksum;
     data::Op op;
     op.kind = write ? data::Op::Kind::kPut : data::Op::Kind::kGet;
     op.peer.assign(worker.c_str(), worker.size());
@@ -764,10 +794,11 @@ void bind_data(nb::module_& m) {
       "releases it delayed for a lease, transfers it ran under leases and checked, leases held.");
   m.def("transfer", &transfer, nb::arg("ops"), nb::arg("timeout_s"),
         "Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, "
-        "worker_address, local, size, same_host, owner_pid, remote_cuda, window): checked by their "
-        "owners, then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, "
-        "DA-10; window: the buffer's shared pages, register_buffer's, DA-30). "
-        "A CoreFuture of one reply.");
+        "worker_address, local, size, same_host, owner_pid, remote_cuda, window, checksum): "
+        "checked by their owners, then in parallel (same_host: the owner runs on this host, DA-9; "
+        "its pid: CMA, DA-10; window: the buffer's shared pages, register_buffer's, DA-30). A "
+        "CoreFuture of one reply; with a summed read (checksum, DA-41), its one part holds every "
+        "operation's word sum (DA-40), 8 bytes little-endian each.");
   m.def(
       "registration_count",
       [] {

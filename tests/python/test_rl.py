@@ -15,6 +15,7 @@ import threading
 import pytest
 
 torch = pytest.importorskip("torch")
+import numpy as np  # noqa: E402  (torch's dependency)
 
 from conftest import eventually, WAIT_S  # noqa: E402
 from podium._src import rl_core  # noqa: E402
@@ -86,12 +87,25 @@ def test_a_killed_generator_replica_is_retried_and_replaced(tmp_path):  # RL-5, 
 
 
 class _Done:
+    def __init__(self, value=None):
+        self.value = value
+
     def get(self, timeout=None):
-        return None
+        return self.value
+
+
+def _word_sum(raw: torch.Tensor) -> int:
+    """What a summed read (RD-8) resolves to: the wrapping sum of the little-endian uint64 words
+    of the bytes read (a NumPy reference, independent of rl_core)."""
+    b = raw.numpy().tobytes()
+    b += bytes(-len(b) % 8)
+    with np.errstate(over="ignore"):
+        return int(np.frombuffer(b, dtype="<u8").sum(dtype=np.uint64))
 
 
 class _FakeSlot:
-    """An RDMABuffer stand-in of ``size`` bytes: read_into copies ``source()`` into dst."""
+    """An RDMABuffer stand-in of ``size`` bytes: read_into copies ``source()`` into dst and,
+    as a summed read, resolves to the word sum of what it copied."""
 
     def __init__(self, source, size):
         self.source = source
@@ -101,10 +115,10 @@ class _FakeSlot:
     def size(self):
         return self.nbytes
 
-    def read_into(self, dst, timeout=60):
+    def read_into(self, dst, timeout=60, checksum=False):
         self.reads += 1
         dst.copy_(self.source())
-        return _Done()
+        return _Done(_word_sum(dst) if checksum else None)
 
 
 def test_slots_alternate_and_torn_reads_are_refused():  # RL-1, RL-2
@@ -125,6 +139,11 @@ def test_slots_alternate_and_torn_reads_are_refused():  # RL-1, RL-2
     half = torn.numel() // 2
     torn[half:] = v5.slots[1][half:]
     assert rl_core.parse_slot(torn)[1] is False
+    # From a summed read's total (RL-2 as a generator checks it): the same verdicts.
+    for raw in (slots.slots[0], slots.slots[1], v5.slots[1], torn):
+        assert rl_core.parse_slot(raw, _word_sum(raw)) == rl_core.parse_slot(raw)
+    assert rl_core.parse_slot(torn, _word_sum(torn))[1] is False
+    assert rl_core.parse_slot(slots.slots[1], _word_sum(slots.slots[1]) + 1)[1] is False
 
     w = rl_core.VersionedWeights(n)
     reads = iter([torn, v5.slots[1]])  # slot 1 read torn, then read again whole

@@ -144,7 +144,10 @@ bool movable(uint64_t begin, uint64_t end) {
     }
     bool anon = std::string_view(perms) == "rw-p" && ino == 0 &&
                 (path.empty() || path == "[heap]" || path.starts_with("[anon:"));
-    bool ours = std::string_view(perms) == "rw-s" && path.starts_with("/memfd:podium-rdma");
+    // Ours: shared pages no live buffer holds, or pages given back (DA-32: private over a
+    // punched memfd), which malloc hands out again.
+    bool ours = (std::string_view(perms) == "rw-s" || std::string_view(perms) == "rw-p") &&
+                path.starts_with("/memfd:podium-rdma");
     ok = anon || ours;
     covered = hi;
   }

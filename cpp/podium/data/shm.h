@@ -12,7 +12,8 @@
 // Threads: share_pages() and open_window() any thread; a Window is immutable after it is made.
 // Invariants:
 //   DA-29 Only whole pages of private anonymous, writable memory ("rw-p", no file: the heap or
-//         anonymous mappings) or of a podium memfd that no live SharedPages holds are moved, and
+//         anonymous mappings) or of a podium memfd that no live SharedPages holds (pages given
+//         back, DA-32, that the allocator handed out again) are moved, and
 //         only when at least `min_bytes` of them lie inside the region: file mappings (np.memmap),
 //         read-only and already shared memory keep their backing, and the partial pages at the
 //         region's two ends (which may hold other objects) are never moved. The move preserves

@@ -164,6 +164,14 @@ TEST(SharedPages, GivenBackPagesArePrivateKeepTheirBytesAndReadZerosOnceDropped)
   ASSERT_EQ(::madvise(mem, kRegion, MADV_DONTNEED), 0);
   EXPECT_EQ(mem[7], std::byte{0});
   EXPECT_EQ(mem[kRegion - 1], std::byte{0});
+  // Handed out again by an allocator, given-back pages can be shared again.
+  mem[11] = std::byte{0x11};
+  auto again = shm::share_pages(mem, kRegion, kPage, nullptr);
+  ASSERT_TRUE(again && *again);
+  EXPECT_EQ(mapping_of(mem).rfind("rw-s /memfd:podium-rdma", 0), 0u);
+  EXPECT_EQ(mem[11], std::byte{0x11});
+  again->reset();
+  shm::wait_given_back();
   ::munmap(mem, kRegion);
 }
 

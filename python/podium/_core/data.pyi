@@ -68,9 +68,9 @@ def lease_stats() -> dict:
     Counters of leases (DA-26..DA-28): checks this process answered as an owner, drops and releases it delayed for a lease, transfers it ran under leases and checked, leases held.
     """
 
-def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool, object]], timeout_s: float) -> podium._core.mesh.CoreFuture:
+def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool, object, bool]], timeout_s: float) -> podium._core.mesh.CoreFuture:
     """
-    Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, worker_address, local, size, same_host, owner_pid, remote_cuda, window): checked by their owners, then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10; window: the buffer's shared pages, register_buffer's, DA-30). A CoreFuture of one reply.
+    Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, worker_address, local, size, same_host, owner_pid, remote_cuda, window, checksum): checked by their owners, then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10; window: the buffer's shared pages, register_buffer's, DA-30). A CoreFuture of one reply; with a summed read (checksum, DA-41), its one part holds every operation's word sum (DA-40), 8 bytes little-endian each.
     """
 
 def registration_count() -> int:

@@ -7,12 +7,12 @@ step.
 Figures: train steps/s and generated tokens/s over the loop (after start-up). The weight sync
 per step, next to the data plane's time for the same bytes: after the last step each generator
 in turn runs ``--reps`` rounds of a plain ``RDMABuffer.read_into`` of the trainer's weight slot
-and a full weight sync of the same bytes (the read into the staging buffer, the checksum, the
-swap: ``generate``'s path), interleaved (which goes first alternates) so both see the same
-load; the medians and their ratio (target <= 1.5). Also the weight syncs made in the loop
-itself (median, mean, the read's part), where generation and training compete for the same
-cores. And the mean reward of the first and last 10 steps, the start-up time and the stale
-batches dropped.
+and a full weight sync of the same bytes (the summed read into the staging buffer, whose sum
+gives the checksum, the header check, the swap: ``generate``'s path), interleaved (which goes
+first alternates) so both see the same load; the medians and their ratio (target <= 1.5). Also
+the weight syncs made in the loop itself (median, mean, the read's part), where generation and
+training compete for the same cores. And the mean reward of the first and last 10 steps, the
+start-up time and the stale batches dropped.
 
 ``--quick`` (the test's): 12 steps, 20 reads. Progress goes to stderr; ``--json`` prints one
 JSON object on one line. A benchmark, not a test: it asserts nothing about the figures.

@@ -24,6 +24,12 @@ the bytes one-sidedly (``read_into``, ``write_from``, ``RDMAAction``).
     UCX has CUDA support (``_data.cuda_supported()``, DA-23); the GPU work queued on the
     tensor's device is finished before its memory is registered or handed to UCX. Without
     CUDA support, a CUDA tensor is refused with NotImplementedError naming the UCX in use.
+  RD-8 A summed read (``read_into(dst, checksum=True)``, ``read_remote(..., checksum=True)``; a
+    podium extension, not in Monarch) resolves to the wrapping (mod 2**64) sum of the
+    little-endian uint64 words of the bytes it read into ``dst`` (the last partial word
+    zero-padded), computed in C++ by the data plane right after the copy (DA-40, DA-41),
+    never by a pass in Python; without ``checksum`` a read resolves to None, as Monarch's.
+    A summed read into CUDA memory is refused with NotImplementedError before anything moves.
   RD-6 A buffer's owner is on the reader's host (CMA or UCX's shared memory, DA-9, DA-10)
     only when both run on one kernel in the same network and pid namespaces (``_node()``):
     hosts that share a machine's name but not its network namespace (containers, the
@@ -268,10 +274,20 @@ class RDMABuffer:
         """The owner actor's id."""
         return self._owner.actor_id
 
-    def read_into(self, dst: Any, *, timeout: float = 60) -> Future[None]:
+    def read_into(self, dst: Any, *, timeout: float = 60,
+                  checksum: bool = False) -> "Future[Optional[int]]":
         """Reads this buffer into ``dst`` (a 1-D contiguous tensor or C-contiguous memoryview
-        of at least ``size()`` bytes). ValueError if ``dst`` is smaller."""
-        return RDMAAction().read_remote(dst, self).submit(timeout=timeout)
+        of at least ``size()`` bytes). ValueError if ``dst`` is smaller. The Future resolves to
+        None, as Monarch's.
+
+        ``checksum=True`` (a podium extension, RD-8): the Future resolves instead to the
+        wrapping (mod 2**64) sum of the little-endian uint64 words of the ``size()`` bytes read
+        into ``dst``, the last partial word zero-padded, computed by the data plane right
+        after the copy while the bytes are in its cache, so that a reader checking what it
+        read makes no second pass over them. Host memory only: a CUDA ``dst`` raises
+        NotImplementedError."""
+        action = RDMAAction().read_remote(dst, self, checksum=checksum)
+        return action._submit(timeout, one=checksum)
 
     def write_from(self, src: Any, *, timeout: float = 60) -> Future[None]:
         """Writes ``src`` (at most ``size()`` bytes) into this buffer, from its start.
@@ -284,7 +300,7 @@ class RDMABuffer:
         self._dropped = True
         runtime.ensure_runtime()
         return Future(_data.drop(self._owner.proc, self._id, self._token, 60.0), _decode,
-                      ("drop", [self]))
+                      ("drop", [self], None, False))
 
     def _check_live(self) -> None:
         if self._dropped:
@@ -300,16 +316,24 @@ class RDMAAction:
     and its Future resolves once all are done, or with the first failure."""
 
     def __init__(self) -> None:
-        self._ops: List[Tuple[bool, RDMABuffer, Local, int]] = []
+        self._ops: List[Tuple[bool, RDMABuffer, Local, int, bool]] = []
 
-    def read_remote(self, dst: Any, src: RDMABuffer) -> "RDMAAction":
-        """Queues a read of the whole of ``src`` into local memory ``dst`` (RD-1)."""
+    def read_remote(self, dst: Any, src: RDMABuffer, *, checksum: bool = False
+                    ) -> "RDMAAction":
+        """Queues a read of the whole of ``src`` into local memory ``dst`` (RD-1).
+        ``checksum=True`` (a podium extension, RD-8) sums the bytes read, as
+        ``RDMABuffer.read_into`` does; ``submit()`` then resolves to a list with one entry
+        per queued operation: that sum for a summed read, None for the others."""
         src._check_live()
+        if checksum and _is_torch_tensor(dst) and dst.device.type != "cpu":
+            raise NotImplementedError(
+                f"read_into(checksum=True): the sum is computed in host memory; a "
+                f"{dst.device.type} destination cannot be summed (read without checksum)")
         view = _local_view(dst, writable=True, what="read_into")
         if view.nbytes < src.size():
             raise ValueError(f"read_into: the destination holds {view.nbytes} bytes, fewer than "
                              f"the {src.size()} bytes of {src!r}")
-        self._ops.append((False, src, view, src.size()))
+        self._ops.append((False, src, view, src.size(), bool(checksum)))
         return self
 
     def write_remote(self, dst: RDMABuffer, src: Any) -> "RDMAAction":
@@ -319,7 +343,7 @@ class RDMAAction:
         if view.nbytes > dst.size():
             raise ValueError(f"write_from: the source holds {view.nbytes} bytes, more than the "
                              f"{dst.size()} bytes of {dst!r}")
-        self._ops.append((True, dst, view, view.nbytes))
+        self._ops.append((True, dst, view, view.nbytes, False))
         return self
 
     def fetch_add(self, src: RDMABuffer, dst: Any, add: int) -> "RDMAAction":
@@ -329,32 +353,46 @@ class RDMAAction:
                          swap: int) -> "RDMAAction":
         raise NotImplementedError("Not yet supported")
 
-    def submit(self, *, timeout: float = 60) -> Future[None]:
-        """Runs the queued operations in parallel. Safe to call more than once."""
+    def submit(self, *, timeout: float = 60) -> Future[Any]:
+        """Runs the queued operations in parallel. Safe to call more than once. Resolves to
+        None, or, where a read was queued with ``checksum=True`` (RD-8), to the list of the
+        operations' sums (None for those not summed)."""
+        return self._submit(timeout, one=False)
+
+    def _submit(self, timeout: float, one: bool) -> Future[Any]:
+        """``one``: resolve to the one operation's sum (read_into's checksum)."""
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
         if timeout < 0:
             raise ValueError(f"timeout must not be negative, got {timeout}")
-        for _w, b, _v, _n in self._ops:
+        for _w, b, _v, _n, _s in self._ops:
             b._check_live()
         runtime.ensure_runtime()
         here = _node()
         ops = [(w, b._owner.proc, b._id, b._token, b._addr, b._rkey, b._worker, _arg(v), n,
-                b._owner.node == here, b._owner.pid, b._cuda, b._window)
-               for w, b, v, n in self._ops]
-        kinds = [("write" if w else "read", b) for w, b, _v, _n in self._ops]
-        return Future(_data.transfer(ops, float(timeout)), _decode, ("transfer", kinds))
+                b._owner.node == here, b._owner.pid, b._cuda, b._window, s)
+               for w, b, v, n, s in self._ops]
+        kinds = [("write" if w else "read", b) for w, b, _v, _n, _s in self._ops]
+        summed = [s for *_rest, s in self._ops] if any(s for *_r, s in self._ops) else None
+        return Future(_data.transfer(ops, float(timeout)), _decode,
+                      ("transfer", kinds, summed, one))
 
 
 _TAG = re.compile(r"\x1f(\d+)\x1f")
 
 
-def _decode(core: Any, what: Tuple[str, list]) -> None:
+def _decode(core: Any, what: Tuple[str, list, Optional[List[bool]], bool]) -> Any:
     ok, payload = core.replies()[0]
+    kind, items, summed, one = what
     if ok:
-        return None
+        if summed is None:
+            return None
+        # RD-8: one part, every operation's sum as 8 little-endian bytes (DA-41).
+        raw = bytes(payload[0])
+        sums = [int.from_bytes(raw[8 * i:8 * i + 8], "little") if s else None
+                for i, s in enumerate(summed)]
+        return sums[0] if one else sums
     sub, code, message = payload
-    kind, items = what
     m = _TAG.match(message)
     index = 0
     if m:
