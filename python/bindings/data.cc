@@ -1,4 +1,7 @@
-// podium._core.data: the data plane (cpp/podium/data, docs/data.md) for podium.rdma.
+// podium._core.data: the data plane (cpp/podium/data, docs/data.md) for podium.rdma. This
+// file: the reader's side (transfer) and the module's functions; the process's engine and
+// lease settings are in data_engine.cc, the owner's system operations in data_owner.cc, the
+// reader's windows on shared pages in data_shm.cc.
 //
 // The owner's side: register_buffer() registers a Python buffer with this process's engine
 // and keeps it in the process's BufferTable under an id and a capability token; the first
@@ -61,6 +64,7 @@
 #include <vector>
 
 #include "common.h"
+#include "data_internal.h"
 #include "data_shm.h"
 #include "future.h"
 #include "podium/actor/message.h"
@@ -76,231 +80,12 @@
 namespace podium::python {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-data::BufferTable& table() {
-  static auto* t = new data::BufferTable();  // lives as long as the process (its loop uses it)
-  return *t;
-}
+using namespace dataplane;  // data_internal.h
 
 // The reader's leases (DA-26); like table(), lives as long as the process.
 data::LeaseCache& leases() {
   static auto* c = new data::LeaseCache();
   return *c;
-}
-
-// The lease time asked for and granted, and the bound on leased transfers (DA-28): from the
-// environment, until set_lease() changes them.
-struct LeaseSettings {
-  std::atomic<int64_t> ms;
-  std::atomic<uint64_t> max_bytes;
-};
-LeaseSettings& lease_settings() {
-  static auto* s = [] {
-    auto c = data::LeaseConfig::from_env();
-    auto* x = new LeaseSettings();
-    x->ms = c.lease.count();
-    x->max_bytes = c.max_bytes;
-    return x;
-  }();
-  return *s;
-}
-
-constexpr int64_t kMaxLeaseMs = 30000;  // the longest lease an owner grants
-
-// Counters, for tests and the benchmark.
-std::atomic<uint64_t> g_checks_answered{0}, g_delayed_releases{0}, g_leased{0}, g_checked{0};
-
-// Registrations held for leases (DA-27) until their timer fires. Like table(), this set is
-// never destroyed: a timer that never fires (the process exits) leaves them here, as live
-// buffers stay in the table, instead of releasing them while the engine shuts down.
-struct Held {
-  std::mutex mu;
-  std::unordered_map<const void*, std::shared_ptr<data::BufferTable::Retired>> held;
-};
-Held& held() {
-  static auto* h = new Held();
-  return *h;
-}
-
-// Releases `retired` at `until` on the proc's loop (DA-27), then runs `then`; both at once
-// when that time has passed.
-void release_at(data::BufferTable::Retired retired, std::function<void()> then) {
-  if (retired.until <= Clock::now() || mesh::Runtime::current() == nullptr) {
-    retired.regs.clear();
-    if (then) then();
-    return;
-  }
-  ++g_delayed_releases;
-  auto until = retired.until;
-  auto keep = std::make_shared<data::BufferTable::Retired>(std::move(retired));
-  const void* key = keep.get();
-  {
-    std::lock_guard lock(held().mu);
-    held().held.emplace(key, std::move(keep));
-  }
-  auto timer = std::make_shared<asio::steady_timer>(mesh::Runtime::get().proc().io());
-  timer->expires_at(until);
-  timer->async_wait([timer, key, then = std::move(then)](std::error_code ec) {
-    if (ec) return;  // the loop stops: the registrations stay held until the process exits
-    std::shared_ptr<data::BufferTable::Retired> r;
-    {
-      std::lock_guard lock(held().mu);
-      auto it = held().held.find(key);
-      if (it != held().held.end()) {
-        r = std::move(it->second);
-        held().held.erase(it);
-      }
-    }
-    r.reset();  // unregisters, outside the lock
-    if (then) then();
-  });
-}
-
-// The name of the network interface that holds `host` (an IP literal or a name), or "".
-std::string interface_of(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return {};
-  std::string found;
-  ifaddrs* ifs = nullptr;
-  if (::getifaddrs(&ifs) == 0) {
-    for (addrinfo* a = res; a != nullptr && found.empty(); a = a->ai_next) {
-      for (ifaddrs* i = ifs; i != nullptr && found.empty(); i = i->ifa_next) {
-        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != a->ai_family) continue;
-        if (a->ai_family == AF_INET) {
-          auto* x = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
-          auto* y = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
-          if (x->sin_addr.s_addr == y->sin_addr.s_addr) found = i->ifa_name;
-        } else if (a->ai_family == AF_INET6) {
-          auto* x = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
-          auto* y = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
-          if (std::memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0) {
-            found = i->ifa_name;
-          }
-        }
-      }
-    }
-    ::freeifaddrs(ifs);
-  }
-  ::freeaddrinfo(res);
-  return found;
-}
-
-// DA-21: the network device UCX may use in this process: the interface of the address its
-// control plane listens on, so that UCX's TCP transport connects, and listens, only where
-// the job's traffic goes (a wildcard address stands for default_host_address()). A proc on
-// a Unix socket belongs to a job of one host: loopback ("lo"). "" when no interface holds
-// the address (a NAT'ed DIAL@BIND address): UCX's default, every device.
-std::string control_plane_device() {
-  const auto& addr = mesh::Runtime::get().proc().id().addr;
-  if (addr.transport != channel::Transport::kTcp) return "lo";
-  std::string host = addr.target;
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host.empty() || host == "0.0.0.0" || host == "::") host = podium::default_host_address();
-  return interface_of(host);
-}
-
-// This process's engine (DA-1), restricted to the control plane's device (DA-21): made
-// only once the runtime runs, since the device follows from the proc's address.
-Result<data::Engine*> instance() {
-  if (mesh::Runtime::current() == nullptr) {
-    return std::unexpected(make_error(data::DataErrc::kUnavailable,
-                                      "the podium runtime has not started in this process"));
-  }
-  static std::once_flag once;
-  static std::string devices;
-  std::call_once(once, [] { devices = control_plane_device(); });
-  return data::Engine::instance(devices);
-}
-
-data::Engine& engine() {
-  auto e = instance();
-  if (!e) throw_error(e.error());
-  return **e;
-}
-
-// Whether UCX can start here, before the runtime runs: a throwaway engine (no devices
-// restricted), made once.
-std::pair<bool, std::string> probe() {
-  static std::once_flag once;
-  static std::pair<bool, std::string> result;
-  std::call_once(once, [] {
-    auto e = data::Engine::make();
-    result = e ? std::make_pair(true, std::string()) : std::make_pair(false, e.error().message);
-  });
-  return result;
-}
-
-Error tagged(size_t op, const Error& e) {
-  return Error{e.subsystem, e.code, "\x1f" + std::to_string(op) + "\x1f" + e.message};
-}
-
-std::once_flag g_handlers_once;
-
-// The owner's system operations (see the file comment). "rdma_check": args = tokens,
-// numbers = [id, write] per operation; the error of operation i is tagged with i.
-// "rdma_drop": args = [token], numbers = [id].
-void install_handlers() {
-  std::call_once(g_handlers_once, [] {
-    auto& proc = mesh::Runtime::get().proc();
-    proc.on_system("rdma_check", [&proc](const actor::SystemHeader& h, wire::Envelope&& env) {
-      ++g_checks_answered;
-      std::string port(actor::reply_port_of(env));
-      size_t n = h.args.size();
-      // A trailing number asks for a lease of that many ms (DA-27, DA-28).
-      bool asks_lease = h.numbers.size() == 2 * n + 1;
-      uint64_t granted_ms = 0;
-      Status st;
-      if (!asks_lease && h.numbers.size() != 2 * n) {
-        st = std::unexpected(make_error(data::DataErrc::kInvalidArgument,
-                                        "malformed rdma_check from " + env.sender));
-      } else {
-        std::vector<data::BufferTable::Access> accesses(n);
-        for (size_t i = 0; i < n; ++i) {
-          accesses[i] = {h.numbers[2 * i], h.args[i], h.numbers[2 * i + 1] != 0};
-        }
-        if (asks_lease) {
-          // At most 30 s, whatever the settings: a drop waits for the leases (DA-27), and
-          // podium.rdma gives a drop 60 s.
-          int64_t own = std::clamp<int64_t>(lease_settings().ms.load(), 0, kMaxLeaseMs);
-          granted_ms = std::min<uint64_t>(h.numbers[2 * n], static_cast<uint64_t>(own));
-        }
-        size_t failed = 0;
-        st = table().check(accesses, std::chrono::milliseconds(granted_ms), Clock::now(), &failed);
-        if (!st) st = std::unexpected(tagged(failed, st.error()));
-      }
-      if (port.empty()) return;
-      if (st) {
-        std::vector<Buffer> parts;
-        if (asks_lease) parts.push_back(Buffer::copy_of(std::to_string(granted_ms)));
-        proc.send_reply(port, 0, std::move(parts));
-      } else {
-        proc.send_reply(port, 0, std::unexpected(st.error()));
-      }
-    });
-    proc.on_system("rdma_drop", [&proc](const actor::SystemHeader& h, wire::Envelope&& env) {
-      std::string port(actor::reply_port_of(env));
-      Result<data::BufferTable::Retired> r;
-      if (h.numbers.size() != 1 || h.args.size() != 1) {
-        r = std::unexpected(make_error(data::DataErrc::kInvalidArgument,
-                                       "malformed rdma_drop from " + env.sender));
-      } else {
-        r = table().drop(h.numbers[0], h.args[0]);
-      }
-      if (!r) {
-        if (!port.empty()) proc.send_reply(port, 0, std::unexpected(r.error()));
-        return;
-      }
-      // DA-27: the memory stays registered, and the drop unanswered, until the leases end.
-      release_at(std::move(*r), [&proc, port = std::move(port)] {
-        if (!port.empty()) proc.send_reply(port, 0, std::vector<Buffer>{});
-      });
-    });
-  });
 }
 
 // Set while transfer() submits on its caller's thread (DA-31): an outcome finished there is

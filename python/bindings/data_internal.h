@@ -1,0 +1,56 @@
+// The parts of podium._core.data (data.cc) that its files share: the process's engine and
+// lease settings (data_engine.cc), the owner's side (data_owner.cc). Internal to the bindings.
+// Threads: every function here may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "podium/base/error.h"
+#include "podium/data/buffer_table.h"
+#include "podium/data/engine.h"
+
+namespace podium::python::dataplane {
+
+using Clock = std::chrono::steady_clock;
+
+// --- data_engine.cc ------------------------------------------------------------------------
+
+// This process's engine (DA-1), restricted to the control plane's device (DA-21): made only
+// once the runtime runs.
+Result<data::Engine*> instance();
+// instance(), or a Python exception.
+data::Engine& engine();
+// Whether UCX can start here, before the runtime runs (a throwaway engine, made once).
+std::pair<bool, std::string> probe();
+
+// The lease time asked for and granted, and the bound on leased transfers (DA-28): from the
+// environment, until set_lease() changes them.
+struct LeaseSettings {
+  std::atomic<int64_t> ms;
+  std::atomic<uint64_t> max_bytes;
+};
+LeaseSettings& lease_settings();
+inline constexpr int64_t kMaxLeaseMs = 30000;  // the longest lease an owner grants
+
+// `e` tagged with the index of the operation it names ("\x1f<op>\x1f...": podium.rdma reads it).
+Error tagged(size_t op, const Error& e);
+
+// Counters, for tests and the benchmark.
+extern std::atomic<uint64_t> g_checks_answered, g_delayed_releases, g_leased, g_checked;
+
+// --- data_owner.cc -------------------------------------------------------------------------
+
+// The buffers this process owns.
+data::BufferTable& table();
+// Releases `retired` at `until` on the proc's loop (DA-27), then runs `then`; both at once
+// when that time has passed.
+void release_at(data::BufferTable::Retired retired, std::function<void()> then);
+// Installs the owner's system operations "rdma_check" and "rdma_drop" (once).
+void install_handlers();
+
+}  // namespace podium::python::dataplane
