@@ -11,18 +11,14 @@ import textwrap
 
 import pytest
 
-from podium.actor import Actor, endpoint, SupervisionError
+from podium.actor import endpoint, SupervisionError
 from podium.rdma import RDMABuffer
 from podium._core import data as _data
 from conftest import eventually, run_script
+from test_rdma import Owner as BaseOwner, pattern
 
 T = 30  # seconds: bound on every get() below
 N = (1 << 20) + 123  # whole pages inside, and two partial pages at its ends
-
-
-def pattern(n: int, salt: int) -> bytes:
-    return bytes((i * 131 + salt) & 0xFF for i in range(256)) * (n // 256) + bytes(
-        (i * 131 + salt) & 0xFF for i in range(n % 256))
 
 
 def mapping_of(addr: int) -> str:
@@ -36,16 +32,8 @@ def mapping_of(addr: int) -> str:
     return ""
 
 
-class Owner(Actor):
-    def __init__(self) -> None:
-        self.mem = {}
-        self.bufs = {}
-
-    @endpoint
-    def make(self, key: str, n: int, salt: int) -> RDMABuffer:
-        self.mem[key] = bytearray(pattern(n, salt))
-        self.bufs[key] = RDMABuffer(memoryview(self.mem[key]))
-        return self.bufs[key]
+class Owner(BaseOwner):
+    """test_rdma's Owner, with file mappings, pokes and a look at its own mappings."""
 
     @endpoint
     def make_file(self, path: str, n: int) -> RDMABuffer:
@@ -58,10 +46,6 @@ class Owner(Actor):
         self.mem[path][1].flush()
 
     @endpoint
-    def contents(self, key: str) -> bytes:
-        return bytes(self.mem[key])
-
-    @endpoint
     def poke(self, key: str, at: int, value: int) -> None:
         self.mem[key][at] = value
 
@@ -70,10 +54,6 @@ class Owner(Actor):
         import ctypes
         base = ctypes.addressof(ctypes.c_char.from_buffer(self.mem[key]))
         return mapping_of(base + offset)
-
-    @endpoint
-    def pid(self) -> int:
-        return os.getpid()
 
 
 def test_a_large_buffer_moves_through_shared_pages_with_its_edges(spawn):  # DA-29, DA-30, DA-31
