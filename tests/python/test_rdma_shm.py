@@ -33,7 +33,12 @@ def mapping_of(addr: int) -> str:
 
 
 class Owner(BaseOwner):
-    """test_rdma's Owner, with file mappings, pokes and a look at its own mappings."""
+    """test_rdma's Owner, with file mappings, pokes and a look at its own mappings. It shares
+    pages even where a GPU driver is mapped (PODIUM_RDMA_SHM=1: no driver pins its buffers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        os.environ["PODIUM_RDMA_SHM"] = "1"
 
     @endpoint
     def make_file(self, path: str, n: int) -> RDMABuffer:

@@ -117,7 +117,7 @@ void returner_loop() {
 
 // Whether every byte of [begin, end) lies in mappings that DA-29 lets us move, and no device
 // that may pin user pages is mapped in this process.
-bool movable(uint64_t begin, uint64_t end) {
+bool movable(uint64_t begin, uint64_t end, bool device_guard) {
   FILE* f = std::fopen("/proc/self/maps", "re");
   if (f == nullptr) return false;
   char line[512];
@@ -133,7 +133,7 @@ bool movable(uint64_t begin, uint64_t end) {
     }
     std::string_view path(line + path_at);
     while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.remove_suffix(1);
-    if (path.starts_with("/dev/nvidia") || path.starts_with("/dev/infiniband")) {
+    if (device_guard && (path.starts_with("/dev/nvidia") || path.starts_with("/dev/infiniband"))) {
       ok = false;  // a driver may pin user pages: never move any
       break;
     }
@@ -194,10 +194,16 @@ uint64_t given_back_count() {
   return l.given_back;
 }
 
-bool enabled() {
+Mode mode() {
   const char* env = std::getenv("PODIUM_RDMA_SHM");
-  return env == nullptr || std::string_view(env) != "0";
+  if (env == nullptr || *env == '\0') return Mode::kAuto;
+  std::string_view v(env);
+  if (v == "0") return Mode::kOff;
+  if (v == "1") return Mode::kOn;
+  return Mode::kAuto;
 }
+
+bool enabled() { return mode() != Mode::kOff; }
 
 size_t min_bytes() {
   const char* env = std::getenv("PODIUM_RDMA_SHM_MIN_BYTES");
@@ -234,7 +240,7 @@ Result<std::shared_ptr<SharedPages>> share_pages(const void* addr, size_t size,
   for (auto i = l.by_begin.begin(); i != l.by_begin.end();) {
     i = i->second.expired() ? l.by_begin.erase(i) : std::next(i);
   }
-  if (!movable(begin, end)) return nullptr;
+  if (!movable(begin, end, mode() != Mode::kOn)) return nullptr;
   size_t len = end - begin;
   int fd = ::memfd_create(kName, MFD_CLOEXEC);
   if (fd < 0) return std::unexpected(sys_error("memfd_create", errno));

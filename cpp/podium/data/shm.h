@@ -21,8 +21,9 @@
 //         lost, so a buffer is shared while its memory is not being written (RDMABuffer() runs
 //         in the owner's own thread). After the move, the pages stay shared with the memfd for
 //         the buffer's registration (a fork while it is registered shares them instead of
-//         copying them). Nothing is moved in a process that maps a GPU or RDMA device
-//         (/dev/nvidia*, /dev/infiniband/*), whose drivers may pin user pages.
+//         copying them). Unless PODIUM_RDMA_SHM=1, nothing is moved in a process that maps a
+//         GPU or RDMA device (/dev/nvidia*, /dev/infiniband/*), whose drivers may pin user
+//         pages (cudaHostRegister, an RDMA memory region) that a move would leave behind.
 //   DA-32 When the last registration of shared pages ends, they are given back, on a thread of
 //         their own (the "podium-shm" thread), with the memory kept alive until then: the range is
 //         mapped again privately over the same memfd (MAP_FIXED: a write racing the swap lands
@@ -82,7 +83,11 @@ class SharedPages {
   std::shared_ptr<const void> keep_;  // the memory, alive until the pages are given back
 };
 
-// Whether sharing is on (PODIUM_RDMA_SHM is not 0) and the smallest run it moves.
+// PODIUM_RDMA_SHM: unset (or "auto"): on, except in a process that maps a GPU or RDMA device
+// (DA-29); "1": on even there (for a process whose buffers no driver pins); "0": off.
+enum class Mode { kAuto, kOn, kOff };
+Mode mode();
+// Whether sharing is on (mode() is not kOff) and the smallest run it moves.
 bool enabled();
 size_t min_bytes();
 

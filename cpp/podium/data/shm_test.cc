@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -111,6 +112,33 @@ TEST(SharedPages, FilesReadOnlyMemoryAndSmallRunsAreLeftAsTheyAre) {  // DA-29
   EXPECT_EQ(mapping_of(mem), "rw-p");
   ::munmap(file, kRegion);
   ::close(fd);
+  ::munmap(mem, kRegion);
+}
+
+TEST(SharedPages, NothingMovesInAProcessThatMapsAnRdmaDeviceUnlessForced) {  // DA-29
+  // A driver's device node, as an RDMA library maps it; a file of that name stands for it (root).
+  bool made_dir = ::mkdir("/dev/infiniband", 0755) == 0;
+  char path[] = "/dev/infiniband/podium-shm-test-XXXXXX";
+  int fd = ::mkstemp(path);
+  if (fd < 0) GTEST_SKIP() << "cannot make a file under /dev/infiniband (not root)";
+  ASSERT_EQ(::ftruncate(fd, kPage), 0);
+  void* dev = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(dev, MAP_FAILED);
+  std::byte* mem = anon(kRegion, 8);
+  ::unsetenv("PODIUM_RDMA_SHM");
+  auto guarded = shm::share_pages(mem, kRegion, kPage, nullptr);
+  ::setenv("PODIUM_RDMA_SHM", "1", 1);
+  auto forced = shm::share_pages(mem, kRegion, kPage, nullptr);
+  ::unsetenv("PODIUM_RDMA_SHM");
+  ::munmap(dev, kPage);
+  ::unlink(path);
+  if (made_dir) ::rmdir("/dev/infiniband");
+  ASSERT_TRUE(guarded);
+  EXPECT_FALSE(*guarded) << "a device that may pin user pages is mapped";
+  ASSERT_TRUE(forced && *forced);
+  forced->reset();
+  shm::wait_given_back();
   ::munmap(mem, kRegion);
 }
 
