@@ -5,9 +5,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
 #include <random>
 
 #include "podium/channel/net.h"
+#include "podium/channel/pull.h"
+#include "podium/channel/warm_blocks.h"
 #include "podium/channel/test_util.h"
 #include "podium/wire/message.h"
 
@@ -153,6 +158,58 @@ struct Blocking {
     return cv.wait_for(lock, 20s, [&] { return entered > 0; });
   }
 };
+
+// Pulls `src` from this very process (CMA allows it), as a receiver pulls a lent part.
+Buffer pull_own(const std::vector<char>& src) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int err = -1;
+  std::vector<Buffer> got;
+  wire::LentPart part{0, reinterpret_cast<uint64_t>(src.data()), src.size()};
+  internal::pull_async(::getpid(), {part}, std::make_shared<std::atomic<bool>>(false),
+                       [&](int e, std::vector<Buffer> parts) {
+                         std::lock_guard lock(mu);
+                         err = e;
+                         got = std::move(parts);
+                         done = true;
+                         cv.notify_all();
+                       });
+  std::unique_lock lock(mu);
+  cv.wait_for(lock, 20s, [&] { return done; });
+  if (!done || err != 0 || got.size() != 1) return Buffer();
+  return std::move(got[0]);
+}
+
+TEST(WarmBlocks, TheBlockOfAReleasedPartServesTheNextPullOfItsSizeAndIsFilledAnew) {  // CH-27
+  if (internal::warm_limit() < 2 * internal::kWarmMinBytes) GTEST_SKIP() << "no warm blocks here";
+  std::vector<char> src(internal::kWarmMinBytes + 12345, 'x');
+  auto before = internal::warm_counts();
+  Buffer first = pull_own(src);
+  ASSERT_EQ(first.size(), src.size());
+  EXPECT_EQ(std::memcmp(first.data(), src.data(), src.size()), 0);
+  const std::byte* where = first.data();
+  first = Buffer();  // the receiver is done with it: its block is kept
+  EXPECT_EQ(internal::warm_counts().kept, before.kept + 1);
+  std::memset(src.data(), 'y', src.size());
+  Buffer second = pull_own(src);
+  ASSERT_EQ(second.size(), src.size());
+  EXPECT_EQ(second.data(), where) << "the kept block, its pages mapped already";
+  EXPECT_EQ(internal::warm_counts().reused, before.reused + 1);
+  EXPECT_EQ(std::memcmp(second.data(), src.data(), src.size()), 0) << "filled anew, whole";
+  // Another size gets its own block; a small part is never kept.
+  std::vector<char> other(internal::kWarmMinBytes + 1, 'z');
+  Buffer third = pull_own(other);
+  EXPECT_NE(third.data(), where);
+  second = Buffer();
+  third = Buffer();
+  std::vector<char> small(1 << 20, 's');
+  Buffer tiny = pull_own(small);
+  tiny = Buffer();
+  EXPECT_EQ(internal::warm_counts().kept, before.kept + 2);
+  // Unused for kWarmIdle, they are let go (the pullers sweep once a second when idle).
+  EXPECT_TRUE(eventually([&] { return internal::warm_counts().kept == 0; }, 10s));
+}
 
 TEST(ChannelLendLifetime, AnUnackedLentPartGoesWithItsConnection) {  // CH-26
   TempDir dir;

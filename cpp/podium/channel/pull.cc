@@ -1,5 +1,6 @@
 // The puller threads of CH-25: see pull.h.
 #include "podium/channel/pull.h"
+#include "podium/channel/warm_blocks.h"
 
 #include <sched.h>
 #include <sys/mman.h>
@@ -100,7 +101,11 @@ class Pool {
       size_t part, offset, len;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return !jobs_.empty(); });
+        while (!cv_.wait_for(lock, std::chrono::seconds(1), [&] { return !jobs_.empty(); })) {
+          lock.unlock();
+          sweep_warm();  // CH-27: kept blocks do not outlive their idle time by much
+          lock.lock();
+        }
         job = jobs_.front();
         jobs_.pop_front();
         part = job->part;
@@ -156,8 +161,10 @@ Pool& pool() {
   return *p;
 }
 
-struct Free {
-  void operator()(void* p) const { std::free(p); }
+// CH-27: a received part's block goes back to the warm blocks when its Buffer is released.
+struct GiveBack {
+  size_t len = 0;
+  void operator()(void* p) const { give_warm(p, len); }
 };
 
 }  // namespace
@@ -174,7 +181,7 @@ void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent,
     void* p = nullptr;
     // Large parts on huge-page boundaries, so that the copy faults in 2 MiB at a time.
     size_t align = l.len >= kHugePage ? kHugePage : alignof(std::max_align_t);
-    if (l.len > size_t(PTRDIFF_MAX) || ::posix_memalign(&p, align, size_t(l.len)) != 0) {
+    if (l.len > size_t(PTRDIFF_MAX) || (p = take_warm(size_t(l.len), align)) == nullptr) {
       g_failed.fetch_add(1, std::memory_order_relaxed);
       job->out.clear();
       auto fail = std::move(job->done);
@@ -183,7 +190,7 @@ void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent,
       return;
     }
     if (l.len >= kHugePage) (void)::madvise(p, size_t(l.len), MADV_HUGEPAGE);
-    std::shared_ptr<void> owner(p, Free{});
+    std::shared_ptr<void> owner(p, GiveBack{size_t(l.len)});
     job->dst.push_back(static_cast<std::byte*>(p));
     job->out.push_back(Buffer::received(std::move(owner), static_cast<std::byte*>(p), l.len));
   }
