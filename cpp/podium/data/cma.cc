@@ -104,14 +104,20 @@ bool ending(int pid) {
       dying = true;
     } else {
       char state = p[2];
-      // Field 31 (the pending signals of its main thread) is the 29th after the state.
+      // Fields after the state: 9 (flags) is the 6th after it, 31 (the main thread's pending
+      // signals) the 28th.
       const char* f = p + 2;
-      for (int i = 0; i < 28 && f != nullptr; ++i) {
+      unsigned long long flags = 0, pending = 0;
+      for (int i = 1; i <= 28 && f != nullptr; ++i) {
         f = std::strchr(f, ' ');
         if (f != nullptr) ++f;
+        if (f != nullptr && i == 6) flags = std::strtoull(f, nullptr, 10);
+        if (f != nullptr && i == 28) pending = std::strtoull(f, nullptr, 10);
       }
-      unsigned long long pending = f != nullptr ? std::strtoull(f, nullptr, 10) : 0;
-      dying = state == 'Z' || state == 'X' || state == 'x' ||
+      constexpr unsigned long long kPfExiting = 0x4;  // the kernel's PF_EXITING
+      // Killed: SIGKILL pending until its main thread takes it, then PF_EXITING while it
+      // exits, then a zombie.
+      dying = state == 'Z' || state == 'X' || state == 'x' || (flags & kPfExiting) != 0 ||
               (pending & (1ULL << (SIGKILL - 1))) != 0;
     }
   }
@@ -148,6 +154,15 @@ bool Engine::cma_allowed() {
   iovec local{dst, sizeof dst}, remote{src, sizeof src};
   return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == sizeof dst &&
          std::memcmp(src, dst, sizeof dst) == 0;
+}
+
+std::chrono::microseconds Engine::default_spin() {
+  if (const char* env = std::getenv("PODIUM_RDMA_SPIN_US")) {
+    char* end = nullptr;
+    long long v = std::strtoll(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 0) return std::chrono::microseconds(std::min(v, 100000LL));
+  }
+  return default_copiers() >= kMaxDefaultCopiers ? kDefaultSpin : std::chrono::microseconds(0);
 }
 
 size_t Engine::default_copiers() {

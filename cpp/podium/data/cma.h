@@ -15,9 +15,9 @@ namespace podium::data::cma {
 // with memcpy (DA-30); its bytes are added to `*through_window`.
 int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window = nullptr);
 
-// DA-33: whether process `pid` is ending: gone, a zombie, or with SIGKILL pending (what kill()
-// and a fatal signal leave at once, before its memory goes away). One pread of its
-// /proc/<pid>/stat, kept open per pid.
+// DA-33: whether process `pid` is ending: gone, a zombie, its main thread exiting
+// (PF_EXITING) or with SIGKILL pending (what kill() and a fatal signal leave at once, before
+// its memory goes away). One pread of its /proc/<pid>/stat, kept open per pid.
 bool ending(int pid);
 
 // DA-11: the calling thread runs `nice` steps below its current priority (at most 19), so a

@@ -479,22 +479,28 @@ struct Engine::Impl {
     pthread_setname_np(pthread_self(), "podium-data");
     cma::lower_priority(config.nice);
     std::vector<std::pair<actor::Promise<void>, Status>> ready;
+    auto last_active = Clock::now();  // DA-34
     for (;;) {
       bool armed = false;
       bool busy = false;
+      bool spinning_now = false;
       CmaJob job;
       bool copy = false;
       {
         std::lock_guard lock(mu);
         if (stopping) break;
-        while (ucp_worker_progress(worker) != 0) {
-        }
+        bool progressed = false;
+        while (ucp_worker_progress(worker) != 0) progressed = true;
+        auto now = Clock::now();
+        if (progressed || !active.empty()) last_active = now;
+        bool spinning = config.spin.count() > 0 && now - last_active < config.spin;  // DA-34
+        spinning_now = spinning;
         sweep_closing();
-        sweep_timeouts(Clock::now());
+        sweep_timeouts(now);
         copy = take_cma_job(job);
         if (copy && !cma_ops.empty()) cma_cv.notify_one();  // DA-11: a copier takes the next
         busy = !active.empty() || !closing.empty();
-        if (!copy) {
+        if (!copy && !spinning) {
           ucs_status_t st = efd >= 0 ? ucp_worker_arm(worker) : UCS_OK;
           armed = st == UCS_OK;
         }
@@ -507,11 +513,17 @@ struct Engine::Impl {
         finish_cma_job(job, err);
         continue;
       }
-      if (!armed) continue;  // UCS_ERR_BUSY: events arrived meanwhile
+      if (!armed) {
+        // Spinning (DA-34), or UCS_ERR_BUSY (events arrived meanwhile). A spinning thread lets
+        // a submitter waiting for mu in first.
+        if (spinning_now) std::this_thread::yield();
+        continue;
+      }
       pollfd fds[2] = {{wake_fd, POLLIN, 0}, {efd, POLLIN, 0}};
       // Busy: a short wait, so deadlines are kept and transports that signal no event still
       // progress. Idle: the event fd wakes us; the timeout only bounds a missed wake-up.
       int n = ::poll(fds, efd >= 0 ? 2 : 1, busy ? 1 : 100);
+      if (n > 0) last_active = Clock::now();  // DA-34: woken by new work or a peer's message
       if (n > 0 && (fds[0].revents & POLLIN)) {
         uint64_t v;
         ssize_t r = ::read(wake_fd, &v, sizeof v);

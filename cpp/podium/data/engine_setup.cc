@@ -16,6 +16,7 @@ Result<std::unique_ptr<Engine>> Engine::make(EngineConfig config) {
         make_error(DataErrc::kInvalidArgument, "chunk_bytes and window must be positive"));
   }
   if (config.copiers == 0) config.copiers = default_copiers();
+  if (config.spin.count() < 0) config.spin = default_spin();  // DA-34
   auto impl = std::make_shared<Impl>();
   impl->config = config;
   impl->stats.copiers = config.copiers;

@@ -422,6 +422,68 @@ TEST(EngineInstance, OneEnginePerProcess) {  // DA-1
 // DA-21, DA-22: an engine restricted to loopback reaches another such engine over TCP (PEER
 // mode, as between hosts; 3 MiB in 1 MiB TCP segments), unless the environment names the
 // devices.
+// CPU ticks (utime + stime) of every podium-data thread of this process.
+long data_thread_ticks() {
+  long ticks = 0;
+  DIR* d = ::opendir("/proc/self/task");
+  if (!d) return -1;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/stat");
+    std::string line;
+    std::getline(f, line);
+    size_t open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    if (line.substr(open + 1, close - open - 1).rfind("podium-data", 0) != 0) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14 || i == 15) ticks += std::stol(field);
+    }
+  }
+  ::closedir(d);
+  return ticks;
+}
+
+TEST(EngineThreads, AProgressThreadSpinsOnlyAfterActivityAndSleepsWhenIdle) {  // DA-34
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+  if (std::getenv("PODIUM_RDMA_SPIN_US") == nullptr) {
+    EXPECT_EQ(Engine::default_spin(), CPU_COUNT(&set) >= 4 ? kDefaultSpin : 0us);
+  }
+  EngineConfig spin;
+  spin.spin = 5000us;
+  spin.net_devices = "lo";
+  auto owner = Engine::make(spin);
+  auto reader = Engine::make(spin);
+  ASSERT_TRUE(owner && reader);
+  std::vector<uint8_t> remote(4096, 7), local(4096);
+  auto reg = (*owner)->register_memory(remote.data(), remote.size(), nullptr);
+  ASSERT_TRUE(reg) << reg.error().message;
+  Op op;
+  op.kind = Op::Kind::kGet;
+  op.peer = (*owner)->address();
+  op.remote_addr = (*reg)->addr();
+  op.rkey = (*reg)->rkey();
+  op.local = reinterpret_cast<std::byte*>(local.data());
+  op.size = local.size();
+  for (int i = 0; i < 50; ++i) {  // back to back: both progress threads stay awake
+    auto done = (*reader)->submit({op}, 20s).get(60s);
+    ASSERT_TRUE(done) << done.error().message;
+  }
+  EXPECT_EQ(local, remote);
+  // Idle: after their spin, both threads sleep. Two threads spinning for the 500 ms below
+  // would take about 100 ticks; sleeping ones take none.
+  std::this_thread::sleep_for(100ms);
+  long before = data_thread_ticks();
+  std::this_thread::sleep_for(500ms);
+  long used = data_thread_ticks() - before;
+  EXPECT_LT(used, 20) << "podium-data threads kept the CPU while idle";
+  (*reader)->stop();
+  (*owner)->stop();
+}
+
 TEST(EngineNetDevices, RestrictedToLoopbackAndStillTransfers) {
   if (const char* env = std::getenv("UCX_NET_DEVICES"); env != nullptr && *env != '\0') {
     auto e = Engine::make({.net_devices = "lo"});
