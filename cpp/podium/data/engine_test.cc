@@ -353,9 +353,10 @@ TEST(EngineRegistration, KeepHoldsTheMemoryWhileRegistered) {  // DA-2
   EXPECT_TRUE(watch.expired());
 }
 
-// The nice of every podium-data thread of this process, by thread id.
-std::vector<int> data_thread_nices() {
-  std::vector<int> out;
+// The /proc stat fields of every podium-data thread of this process: fields[i] is field i
+// (1-based, as proc(5) numbers them; the fields before the state are left empty).
+std::vector<std::vector<std::string>> data_thread_stats() {
+  std::vector<std::vector<std::string>> out;
   DIR* d = ::opendir("/proc/self/task");
   if (!d) return out;
   while (dirent* e = ::readdir(d)) {
@@ -367,12 +368,20 @@ std::vector<int> data_thread_nices() {
     if (open == std::string::npos || close == std::string::npos) continue;
     if (line.substr(open + 1, close - open - 1).rfind("podium-data", 0) != 0) continue;
     std::istringstream rest(line.substr(close + 2));  // field 3 (state) onwards
-    std::string field;
-    for (int i = 3; i <= 19 && rest >> field; ++i) {
-      if (i == 19) out.push_back(std::stoi(field));
-    }
+    std::vector<std::string> fields(3);
+    for (std::string field; rest >> field;) fields.push_back(field);
+    out.push_back(std::move(fields));
   }
   ::closedir(d);
+  return out;
+}
+
+// The nice of every podium-data thread of this process.
+std::vector<int> data_thread_nices() {
+  std::vector<int> out;
+  for (const auto& f : data_thread_stats()) {
+    if (f.size() > 19) out.push_back(std::stoi(f[19]));
+  }
   return out;
 }
 
@@ -422,27 +431,25 @@ TEST(EngineInstance, OneEnginePerProcess) {  // DA-1
 // DA-21, DA-22: an engine restricted to loopback reaches another such engine over TCP (PEER
 // mode, as between hosts; 3 MiB in 1 MiB TCP segments), unless the environment names the
 // devices.
-// CPU ticks (utime + stime) of every podium-data thread of this process.
+// CPU ticks (utime + stime: fields 14 and 15) of every podium-data thread of this process.
 long data_thread_ticks() {
   long ticks = 0;
-  DIR* d = ::opendir("/proc/self/task");
-  if (!d) return -1;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/stat");
-    std::string line;
-    std::getline(f, line);
-    size_t open = line.find('('), close = line.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    if (line.substr(open + 1, close - open - 1).rfind("podium-data", 0) != 0) continue;
-    std::istringstream rest(line.substr(close + 2));
-    std::string field;
-    for (int i = 3; i <= 15 && rest >> field; ++i) {
-      if (i == 14 || i == 15) ticks += std::stol(field);
-    }
+  for (const auto& f : data_thread_stats()) {
+    if (f.size() > 15) ticks += std::stol(f[14]) + std::stol(f[15]);
   }
-  ::closedir(d);
   return ticks;
+}
+
+// A get of all of `reg` (of `owner`, an engine of this process) into `local`.
+Op get_all(const Engine& owner, const Registration& reg, std::vector<uint8_t>& local) {
+  Op op;
+  op.kind = Op::Kind::kGet;
+  op.peer = owner.address();
+  op.remote_addr = reg.addr();
+  op.rkey = reg.rkey();
+  op.local = reinterpret_cast<std::byte*>(local.data());
+  op.size = local.size();
+  return op;
 }
 
 TEST(EngineThreads, AProgressThreadSpinsOnlyAfterActivityAndSleepsWhenIdle) {  // DA-34
@@ -461,13 +468,7 @@ TEST(EngineThreads, AProgressThreadSpinsOnlyAfterActivityAndSleepsWhenIdle) {  /
   std::vector<uint8_t> remote(4096, 7), local(4096);
   auto reg = (*owner)->register_memory(remote.data(), remote.size(), nullptr);
   ASSERT_TRUE(reg) << reg.error().message;
-  Op op;
-  op.kind = Op::Kind::kGet;
-  op.peer = (*owner)->address();
-  op.remote_addr = (*reg)->addr();
-  op.rkey = (*reg)->rkey();
-  op.local = reinterpret_cast<std::byte*>(local.data());
-  op.size = local.size();
+  Op op = get_all(**owner, **reg, local);
   for (int i = 0; i < 50; ++i) {  // back to back: both progress threads stay awake
     auto done = (*reader)->submit({op}, 20s).get(60s);
     ASSERT_TRUE(done) << done.error().message;
@@ -500,13 +501,7 @@ TEST(EngineNetDevices, RestrictedToLoopbackAndStillTransfers) {
   for (size_t i = 0; i < remote.size(); ++i) remote[i] = static_cast<uint8_t>(i * 7);
   auto reg = (*owner)->register_memory(remote.data(), remote.size(), nullptr);
   ASSERT_TRUE(reg) << reg.error().message;
-  Op op;
-  op.kind = Op::Kind::kGet;
-  op.peer = (*owner)->address();
-  op.remote_addr = (*reg)->addr();
-  op.rkey = (*reg)->rkey();
-  op.local = reinterpret_cast<std::byte*>(local.data());
-  op.size = local.size();
+  Op op = get_all(**owner, **reg, local);
   op.same_host = false;  // PEER mode: UCX's network transports, here loopback only
   auto done = (*reader)->submit({op}, 20s).get(60s);
   ASSERT_TRUE(done) << done.error().message;

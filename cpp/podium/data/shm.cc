@@ -164,6 +164,15 @@ SharedPages::~SharedPages() {
     return;
   }
   auto& l = live();
+  if (!keep_) {
+    // Nothing holds the memory but its owner, who may free it once this returns: given back
+    // here, before that (after those queued earlier, which may share its pages' history).
+    std::unique_lock lock(l.mu);
+    drain(lock);
+    give_back(Returned{ref_.fd, ref_.begin, ref_.end, nullptr});
+    ++l.given_back;
+    return;
+  }
   std::lock_guard lock(l.mu);
   l.returns.push_back(Returned{ref_.fd, ref_.begin, ref_.end, std::move(keep_)});
   if (!l.returner) {

@@ -24,8 +24,10 @@
 //         copying them). Unless PODIUM_RDMA_SHM=1, nothing is moved in a process that maps a
 //         GPU or RDMA device (/dev/nvidia*, /dev/infiniband/*), whose drivers may pin user
 //         pages (cudaHostRegister, an RDMA memory region) that a move would leave behind.
-//   DA-32 When the last registration of shared pages ends, they are given back, on a thread of
-//         their own (the "podium-shm" thread), with the memory kept alive until then: the range is
+//   DA-32 When the last registration of shared pages ends, they are given back: on a thread of
+//         their own (the "podium-shm" thread) with the memory kept alive until then when a
+//         `keep` holds it, else at once, before the destructor returns (the caller may free the
+//         memory right after; a give-back after that would map over freed memory). The range is
 //         mapped again privately over the same memfd (MAP_FIXED: a write racing the swap lands
 //         in the memfd, which the new mapping reads), every page is made private by an atomic
 //         add of 0 to one of its words, and the memfd's pages are punched out. From then on the
