@@ -475,11 +475,14 @@ class Trainer:
         while pending:
             progressed = False
             for slot, (g, futs) in list(pending.items()):
+                # Whether all are done is read first: a future may fail between two looks, so
+                # the failure check runs after it (a failure found then drops the group).
+                all_done = all(f.done() for f in futs)
                 failed = next((f for f in futs if f.done() and f.exception(0) is not None), None)
                 if failed is not None:
                     e = failed.exception(0)
                     self._drop(g, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
-                elif all(f.done() for f in futs):
+                elif all_done:
                     grads[slot] = futs[0].get(0)
                 else:
                     continue
