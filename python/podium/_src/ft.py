@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import select
 import signal
 import threading
 import time
@@ -41,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import podium.actor
+from podium._core import mesh as _mesh
 from podium.actor import Actor, current_rank, endpoint, this_host
 from podium.rdma import RDMABuffer
 from podium.tensor._collectives import Communicator
@@ -472,6 +474,11 @@ class Trainer:
         """Each group's gradient, as its procs answer; a group with a failed proc, or not done
         by ``deadline``, is dropped (FT-3)."""
         grads: Dict[int, Tuple[torch.Tensor, float]] = {}
+        # Woken by the calls' completions (an eventfd the C++ futures write), not by a poll.
+        notifier = _mesh.Notifier()
+        for _g, futs in pending.values():
+            for f in futs:
+                f._core.notify(notifier, 0)
         while pending:
             progressed = False
             for slot, (g, futs) in list(pending.items()):
@@ -489,11 +496,13 @@ class Trainer:
                 del pending[slot]
                 progressed = True
             if pending and not progressed:
-                if time.monotonic() >= deadline:
+                left = deadline - time.monotonic()
+                if left <= 0:
                     for g, _ in pending.values():
                         self._drop(g, f"no gradient within {self.step_timeout_s} s")
                     break
-                time.sleep(0.0005)
+                select.select([notifier.fileno()], [], [], left)
+                notifier.drain()
         return grads
 
     def run_step(self) -> StepRecord:
