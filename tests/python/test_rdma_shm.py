@@ -90,6 +90,24 @@ def test_a_large_buffer_moves_through_shared_pages_with_its_edges(spawn):  # DA-
     buf.drop().get(timeout=T)
 
 
+def test_a_4_mib_buffer_is_copied_by_its_reader_with_its_edges_in_one_call(spawn):  # DA-31
+    n = 4 << 20  # the bound: the partial pages at the ends do not push it over
+    owner = spawn(Owner).slice(gpus=0)
+    buf = owner.make.call_one("big", n, 3).get(timeout=T)
+    assert buf._window is not None
+    dst = bytearray(n)
+    buf.read_into(memoryview(dst)).get(timeout=T)  # checked: the lease comes with it
+    owner.poke.call_one("big", 0, 0xA1).get(timeout=T)
+    owner.poke.call_one("big", n - 1, 0xA2).get(timeout=T)
+    before = _data.stats()["caller_copied"]
+    buf.read_into(memoryview(dst)).get(timeout=T)  # leased
+    assert _data.stats()["caller_copied"] == before + 1
+    want = bytearray(pattern(n, 3))
+    want[0], want[n - 1] = 0xA1, 0xA2
+    assert dst == want
+    buf.drop().get(timeout=T)
+
+
 def test_a_dropped_buffer_gives_its_pages_back_and_its_owner_keeps_its_bytes(spawn):  # DA-32
     owner = spawn(Owner).slice(gpus=0)
     buf = owner.make.call_one("b", N, 2).get(timeout=T)

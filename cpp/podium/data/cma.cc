@@ -54,18 +54,39 @@ int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window) {
     uint64_t lo = o.remote_addr + offset, hi = lo + len;
     uint64_t b = std::max(lo, w.begin), e = std::min(hi, w.end);
     if (b < e) {
-      if (lo < b) {
-        if (int err = kernel_copy(o, offset, b - lo)) return err;
+      // The partial pages at the ends (at most one each) in one system call (DA-30).
+      iovec local[2], remote[2];
+      int pieces = 0;
+      size_t edges = 0;
+      auto edge = [&](uint64_t from, uint64_t to) {
+        if (from >= to) return;
+        local[pieces] = {o.local + offset + (from - lo), to - from};
+        remote[pieces] = {reinterpret_cast<void*>(from), to - from};
+        edges += to - from;
+        ++pieces;
+      };
+      edge(lo, b);
+      edge(e, hi);
+      if (pieces > 0) {
+        ssize_t n = o.kind == Op::Kind::kGet
+                        ? ::process_vm_readv(o.peer_pid, local, pieces, remote, pieces, 0)
+                        : ::process_vm_writev(o.peer_pid, local, pieces, remote, pieces, 0);
+        if (n < 0 && errno != EINTR) return errno;
+        if (n != static_cast<ssize_t>(edges)) {  // partly done: each piece again, in full
+          if (lo < b) {
+            if (int err = kernel_copy(o, offset, b - lo)) return err;
+          }
+          if (e < hi) {
+            if (int err = kernel_copy(o, offset + (e - lo), hi - e)) return err;
+          }
+        }
       }
-      std::byte* local = o.local + offset + (b - lo);
-      std::byte* remote = o.window->at(b);
+      std::byte* local_at = o.local + offset + (b - lo);
+      std::byte* remote_at = o.window->at(b);
       if (o.kind == Op::Kind::kGet) {
-        std::memcpy(local, remote, e - b);
+        std::memcpy(local_at, remote_at, e - b);
       } else {
-        std::memcpy(remote, local, e - b);
-      }
-      if (e < hi) {
-        if (int err = kernel_copy(o, offset + (e - lo), hi - e)) return err;
+        std::memcpy(remote_at, local_at, e - b);
       }
       if (!o.window->owner_alive()) return ESRCH;  // DA-30: as CMA would have failed
       if (through_window) *through_window += e - b;

@@ -62,7 +62,8 @@
 //        never waits behind bulk").
 //   DA-31 A transfer submitted with caller_copies (podium.rdma's leased transfers, on the
 //        caller's thread) whose operations are all same-host CMA operations (DA-10) and whose
-//        cost is small (bytes through shared pages plus 4 times the bytes through CMA, at most
+//        cost is small (bytes through shared pages plus 4 times the bytes through CMA, the
+//        partial pages at a window's two ends, one system call, not counted; at most
 //        kCallerCopyBytes) is copied by the calling thread inside submit(): no thread hop, and
 //        the future is ready when submit() returns. This is the one copy made outside the data
 //        threads (DA-11); it lasts at most about as long as a memcpy of kCallerCopyBytes.

@@ -340,12 +340,10 @@ std::shared_ptr<const Window> WindowCache::get(pid_t pid, const WindowRef& ref,
     std::lock_guard lock(mu_);
     auto it = entries_.find(key);
     if (it != entries_.end()) {
-      if (!it->second.window || it->second.window->owner_alive()) {
-        it->second.used = now;
-        return it->second.window;
-      }
-      entries_.erase(it);  // the owner ended: its pages go with this mapping
-      return nullptr;
+      // Whether the owner still runs is asked by the copy (DA-33 before it, the pidfd after
+      // it), and an ended owner's window goes with the next sweep: no system call here.
+      it->second.used = now;
+      return it->second.window;
     }
   }
   auto w = open_window(pid, ref);  // outside the lock: system calls, a populate

@@ -37,6 +37,7 @@
 //         is the memfd the buffer reference names (inode and device) and is large enough; a copy
 //         through a window succeeds only when the owner is still running after it (its pidfd is
 //         not readable), so a transfer from a dead owner fails as a CMA copy would (ESRCH).
+//         The partial pages at the window's two ends go through CMA in one system call.
 #pragma once
 
 #include <sys/types.h>

@@ -286,13 +286,12 @@ class RDMABuffer:
         after the copy while the bytes are in its cache, so that a reader checking what it
         read makes no second pass over them. Host memory only: a CUDA ``dst`` raises
         NotImplementedError."""
-        action = RDMAAction().read_remote(dst, self, checksum=checksum)
-        return action._submit(timeout, one=checksum)
+        return _submit([_read_op(dst, self, checksum)], timeout, one=checksum)
 
     def write_from(self, src: Any, *, timeout: float = 60) -> Future[None]:
         """Writes ``src`` (at most ``size()`` bytes) into this buffer, from its start.
         ValueError if ``src`` is larger."""
-        return RDMAAction().write_remote(self, src).submit(timeout=timeout)
+        return _submit([_write_op(self, src)], timeout, one=False)
 
     def drop(self) -> Future[None]:
         """Releases the buffer at its owner (its memory is unregistered); later transfers
@@ -324,26 +323,12 @@ class RDMAAction:
         ``checksum=True`` (a podium extension, RD-8) sums the bytes read, as
         ``RDMABuffer.read_into`` does; ``submit()`` then resolves to a list with one entry
         per queued operation: that sum for a summed read, None for the others."""
-        src._check_live()
-        if checksum and _is_torch_tensor(dst) and dst.device.type != "cpu":
-            raise NotImplementedError(
-                f"read_into(checksum=True): the sum is computed in host memory; a "
-                f"{dst.device.type} destination cannot be summed (read without checksum)")
-        view = _local_view(dst, writable=True, what="read_into")
-        if view.nbytes < src.size():
-            raise ValueError(f"read_into: the destination holds {view.nbytes} bytes, fewer than "
-                             f"the {src.size()} bytes of {src!r}")
-        self._ops.append((False, src, view, src.size(), bool(checksum)))
+        self._ops.append(_read_op(dst, src, checksum))
         return self
 
     def write_remote(self, dst: RDMABuffer, src: Any) -> "RDMAAction":
         """Queues a write of local memory ``src`` into the start of ``dst`` (RD-1)."""
-        dst._check_live()
-        view = _local_view(src, writable=False, what="write_from")
-        if view.nbytes > dst.size():
-            raise ValueError(f"write_from: the source holds {view.nbytes} bytes, more than the "
-                             f"{dst.size()} bytes of {dst!r}")
-        self._ops.append((True, dst, view, view.nbytes, False))
+        self._ops.append(_write_op(dst, src))
         return self
 
     def fetch_add(self, src: RDMABuffer, dst: Any, add: int) -> "RDMAAction":
@@ -361,21 +346,54 @@ class RDMAAction:
 
     def _submit(self, timeout: float, one: bool) -> Future[Any]:
         """``one``: resolve to the one operation's sum (read_into's checksum)."""
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
-        if timeout < 0:
-            raise ValueError(f"timeout must not be negative, got {timeout}")
-        for _w, b, _v, _n, _s in self._ops:
-            b._check_live()
-        runtime.ensure_runtime()
-        here = _node()
-        ops = [(w, b._owner.proc, b._id, b._token, b._addr, b._rkey, b._worker, _arg(v), n,
-                b._owner.node == here, b._owner.pid, b._cuda, b._window, s)
-               for w, b, v, n, s in self._ops]
-        kinds = [("write" if w else "read", b) for w, b, _v, _n, _s in self._ops]
-        summed = [s for *_rest, s in self._ops] if any(s for *_r, s in self._ops) else None
-        return Future(_data.transfer(ops, float(timeout)), _decode,
-                      ("transfer", kinds, summed, one))
+        return _submit(self._ops, timeout, one)
+
+
+# One queued operation: (write, buffer, local region, bytes, summed).
+_Op = Tuple[bool, RDMABuffer, Local, int, bool]
+
+
+def _read_op(dst: Any, src: RDMABuffer, checksum: bool) -> _Op:
+    """A read of the whole of ``src`` into ``dst``, checked (RD-1, RD-8)."""
+    src._check_live()
+    if checksum and _is_torch_tensor(dst) and dst.device.type != "cpu":
+        raise NotImplementedError(
+            f"read_into(checksum=True): the sum is computed in host memory; a "
+            f"{dst.device.type} destination cannot be summed (read without checksum)")
+    view = _local_view(dst, writable=True, what="read_into")
+    if view.nbytes < src.size():
+        raise ValueError(f"read_into: the destination holds {view.nbytes} bytes, fewer than "
+                         f"the {src.size()} bytes of {src!r}")
+    return (False, src, view, src.size(), bool(checksum))
+
+
+def _write_op(dst: RDMABuffer, src: Any) -> _Op:
+    """A write of ``src`` into the start of ``dst``, checked (RD-1)."""
+    dst._check_live()
+    view = _local_view(src, writable=False, what="write_from")
+    if view.nbytes > dst.size():
+        raise ValueError(f"write_from: the source holds {view.nbytes} bytes, more than the "
+                         f"{dst.size()} bytes of {dst!r}")
+    return (True, dst, view, view.nbytes, False)
+
+
+def _submit(queued: List[_Op], timeout: float, one: bool) -> Future[Any]:
+    """Runs ``queued`` as one transfer. ``one``: resolve to the one operation's sum."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
+    if timeout < 0:
+        raise ValueError(f"timeout must not be negative, got {timeout}")
+    for _w, b, _v, _n, _s in queued:
+        b._check_live()
+    runtime.ensure_runtime()
+    here = _NODE
+    ops = [(w, b._owner.proc, b._id, b._token, b._addr, b._rkey, b._worker, _arg(v), n,
+            b._owner.node == here, b._owner.pid, b._cuda, b._window, s)
+           for w, b, v, n, s in queued]
+    kinds = [("write" if w else "read", b) for w, b, _v, _n, _s in queued]
+    summed = [s for *_rest, s in queued] if any(s for *_r, s in queued) else None
+    return Future(_data.transfer(ops, float(timeout)), _decode,
+                  ("transfer", kinds, summed, one))
 
 
 _TAG = re.compile(r"\x1f(\d+)\x1f")
