@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from podium.actor import Actor, endpoint, this_host  # noqa: E402
 from podium.tensor._collectives import (  # noqa: E402
     Communicator,
+    wait_values,
     members_along,
     reduce_meta,
     spawn_store,
@@ -293,6 +294,23 @@ def test_rendezvous_goes_through_the_store_and_gloo_listens_on_loopback(members4
         listening = members4.slice(x=1, y=g).listening.call_one().get(timeout=T)
         # 0100007F: 127.0.0.1 as /proc/net/tcp writes it; nothing on another address
         assert listening and all(addr == "0100007F" for addr, _ in listening), listening
+
+
+def test_a_wait_for_keys_is_answered_by_the_set_of_the_last_one(store):  # CO-9
+    ns = f"co9-{os.getpid()}-{time.monotonic_ns()}"
+    keys = [f"{ns}/a", f"{ns}/b"]
+    waiting = store.wait_values.call_one(keys, 30.0)
+    store.set.call_one(keys[0], b"1").get(timeout=T)
+    store.num_keys.call_one().get(timeout=T)  # the store handled every call before this one
+    assert not waiting.done(), "answered before its last key was set"
+    store.multi_set.call_one([keys[1]], [b"2"]).get(timeout=T)
+    assert waiting.get(timeout=T) == [b"1", b"2"]
+    assert wait_values(store, keys, 5.0) == [b"1", b"2"], "all set: answered at once"
+    with pytest.raises(TimeoutError, match="not set within"):
+        wait_values(store, [f"{ns}/never"], 0.3)
+    # The forgotten wait is harmless: a later set of that key answers nobody, and serves.
+    store.set.call_one(f"{ns}/never", b"late").get(timeout=T)
+    assert wait_values(store, [f"{ns}/never"], 5.0) == [b"late"]
 
 
 # --- refusals and failures ---------------------------------------------------------------------

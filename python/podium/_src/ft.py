@@ -346,6 +346,7 @@ class Trainer:
         self.failures: List[Any] = []
         self._ready: List[Group] = []
         self._lock = threading.Lock()
+        self._ready_cv = threading.Condition(self._lock)  # a replacement is ready
         self._threads: List[threading.Thread] = []
         self._jobs: List[Tuple[Callable[[], None], int]] = []
         self._gens = {s: 0 for s in range(groups)}
@@ -408,6 +409,7 @@ class Trainer:
                 return
             with self._lock:
                 self._ready.append(new)
+                self._ready_cv.notify_all()
 
         # Started once the step is committed: forking procs now would slow the survivors'
         # step on a machine with few cores.
@@ -558,12 +560,17 @@ class Trainer:
     def wait_rejoined(self, timeout_s: float = 60.0) -> None:
         """Waits (bounded) until every slot is live again, admitting replacements."""
         deadline = time.monotonic() + timeout_s
-        while len(self.live) < self.R and time.monotonic() < deadline:
+        while True:
             self._admit()
-            time.sleep(0.02)
-        if len(self.live) < self.R:
-            raise TimeoutError(f"only groups {sorted(self.live)} of {self.R} live after "
-                               f"{timeout_s} s")
+            if len(self.live) >= self.R:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"only groups {sorted(self.live)} of {self.R} live after "
+                                   f"{timeout_s} s")
+            with self._lock:  # woken when a replacement is ready to be admitted
+                if not self._ready:
+                    self._ready_cv.wait(left)
 
     def full_restart(self) -> float:
         """The reference: stop every group, spawn them all again, reload the last state from

@@ -42,6 +42,10 @@ proc first needs it (60 s by default).
     about a second instead of at their timeout. The group is dropped; the next collective of the
     same members builds a new one.
   CO-6 A refused call (ValueError) sends nothing and leaves the Communicator serving.
+  CO-9 A wait for store keys (rendezvous, torch's Store.get/wait, the check-in of survivors)
+    is one call: the store keeps the caller's response port and answers it from the call that
+    sets the last missing key, at once when all are set; nobody polls. A wait whose caller's
+    bound passed is forgotten, unanswered, the next time the store is called.
 """
 
 from __future__ import annotations
@@ -193,10 +197,35 @@ def reduce_meta(shape: Sequence[int], dtype: Any, group_size: int, reduction: st
 
 class CollectiveStore(Actor):
     """The rendezvous key-value store of the collectives: one actor, on the controller's proc.
-    Blocking waits are the callers' (they poll), so the actor never blocks."""
+    It never blocks: a wait for keys not all set yet keeps the caller's response port and is
+    answered by the call that sets the last of them (CO-9)."""
 
     def __init__(self) -> None:
         self._data: Dict[str, bytes] = {}
+        # CO-9: the waits not answered yet: (keys, response port, monotonic deadline).
+        self._waits: List[Tuple[List[str], Any, float]] = []
+
+    def _answer_waits(self) -> None:
+        """Answers every wait whose keys are all set now; forgets those past their deadline
+        (their callers stopped waiting, TimeoutError)."""
+        if not self._waits:
+            return
+        now = time.monotonic()
+        left = []
+        for keys, port, deadline in self._waits:
+            if all(k in self._data for k in keys):
+                port.send([self._data[k] for k in keys])
+            elif now < deadline:
+                left.append((keys, port, deadline))
+        self._waits = left
+
+    @endpoint(explicit_response_port=True)
+    def wait_values(self, port: Any, keys: List[str], limit_s: float) -> None:
+        """CO-9: answers with the values of every key once all are set: at once when they
+        are, else from the call that sets the last one. The caller bounds its wait by
+        ``limit_s``; a wait older than that is forgotten unanswered."""
+        self._waits.append((list(keys), port, time.monotonic() + float(limit_s)))
+        self._answer_waits()
 
     @endpoint
     def timeout(self) -> float:
@@ -207,11 +236,13 @@ class CollectiveStore(Actor):
     @endpoint
     def set(self, key: str, value: bytes) -> None:
         self._data[key] = bytes(value)
+        self._answer_waits()
 
     @endpoint
     def multi_set(self, keys: List[str], values: List[bytes]) -> None:
         for k, v in zip(keys, values):
             self._data[k] = bytes(v)
+        self._answer_waits()
 
     @endpoint
     def get(self, keys: List[str]) -> Optional[List[bytes]]:
@@ -228,6 +259,7 @@ class CollectiveStore(Actor):
     def add(self, key: str, amount: int) -> int:
         value = int(self._data.get(key, b"0")) + int(amount)
         self._data[key] = str(value).encode()
+        self._answer_waits()
         return value
 
     @endpoint
@@ -235,6 +267,7 @@ class CollectiveStore(Actor):
         current = self._data.get(key)
         if (current is None and not expected) or current == bytes(expected):
             self._data[key] = bytes(desired)
+            self._answer_waits()
             return bytes(desired)
         return current if current is not None else bytes(expected)
 
@@ -311,7 +344,7 @@ def _make_torch_store_class() -> type:
             limit = self._timeout_s
             if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
                 limit = min(limit, timeout.total_seconds())
-            return poll_values(self._actor, keys, limit)
+            return wait_values(self._actor, keys, limit)
 
     return PodiumStore
 
@@ -322,19 +355,13 @@ def _bytes(value: Any) -> bytes:
     return bytes(value)
 
 
-def poll_values(actor: Any, keys: List[str], limit_s: float) -> List[bytes]:
-    """The values of ``keys`` once all are in the store; TimeoutError after ``limit_s``."""
-    deadline = time.monotonic() + limit_s
-    pause = 0.0005
-    while True:
-        left = deadline - time.monotonic()
-        values = actor.get.call_one(list(keys)).get(timeout=max(left, 1.0))
-        if values is not None:
-            return values
-        if time.monotonic() + pause > deadline:
-            raise TimeoutError(f"rendezvous: keys {keys} not set within {limit_s:g} s")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.02)
+def wait_values(actor: Any, keys: List[str], limit_s: float) -> List[bytes]:
+    """The values of ``keys`` once all are in the store (CO-9: the store answers when the last
+    one is set); TimeoutError after ``limit_s``."""
+    try:
+        return actor.wait_values.call_one(list(keys), limit_s).get(timeout=limit_s)
+    except TimeoutError:
+        raise TimeoutError(f"rendezvous: keys {keys} not set within {limit_s:g} s") from None
 
 
 # --- the communicator ------------------------------------------------------------------------
@@ -518,7 +545,7 @@ class Communicator:
         store.set.call_one(f"{prefix}/joined/{self.rank}", host.encode()).get(timeout=timeout)
         keys = [f"{prefix}/joined/{m}" for m in members]
         try:
-            hosts = poll_values(store, keys, timeout)
+            hosts = wait_values(store, keys, timeout)
         except TimeoutError:
             missing = self._missing(store, prefix + "/joined", members, 0.0)
             raise CollectiveError(
@@ -597,17 +624,20 @@ class Communicator:
                  ) -> Optional[List[int]]:
         """The members whose ``prefix/RANK`` key is not in the store after ``grace`` s (None
         when the store cannot be asked)."""
-        deadline = time.monotonic() + grace
         keys = [f"{prefix}/{m}" for m in members]
-        while True:
+        if grace > 0:
             try:
-                present = store.present.call_one(keys).get(timeout=10)
+                wait_values(store, keys, grace)  # CO-9: answered once all checked in
+                return []
+            except TimeoutError:
+                pass
             except Exception:
                 return None
-            missing = [m for m, p in zip(members, present) if not p]
-            if not missing or time.monotonic() >= deadline:
-                return missing
-            time.sleep(0.05)
+        try:
+            present = store.present.call_one(keys).get(timeout=10)
+        except Exception:
+            return None
+        return [m for m, p in zip(members, present) if not p]
 
     def _failed(self, group: _Group, e: BaseException) -> CollectiveError:
         """Drops the group (the next call of these members builds a new one) and names who is
