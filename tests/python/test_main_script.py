@@ -47,7 +47,9 @@ def test_main_module_actor_prints_reach_the_controller_and_procs_exit(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "results [49, 49]" in r.stdout
     assert r.stdout.count("squares 7") == 2
-    pids = [int(p) for p in r.stdout.split("pids ")[1].split()]
+    # The actors' lines reach the terminal as they come, before or after the program's own.
+    line = next(l for l in r.stdout.splitlines() if l.startswith("pids "))
+    pids = [int(p) for p in line.split()[1:]]
     deadline = time.monotonic() + 10
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -13,8 +13,9 @@ group once with its count when the window closes. A window opens with the first 
 the last print and closes ``aggregate_window_sec`` later; stdout and stderr are aggregated
 apart and printed to the controller's stdout and stderr.
 
-The sink's threads: ``podium-log-sink`` reads the port (a timed wait, so that it never drives
-the runtime's loop) and files each batch; ``podium-log-window`` prints windows when they
+The sink's threads: ``podium-log-sink`` reads the port (it waits in ``select()`` on an eventfd
+that the receive's completion writes, so that it never drives the runtime's loop) and files
+each batch; ``podium-log-window`` prints windows when they
 close. A lock guards the meshes' state; printing happens under it, so a window's block is
 never interleaved with another's (the controller's own writes to sys.stdout are not under
 it).
