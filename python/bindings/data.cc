@@ -22,6 +22,14 @@
 //         sum (0 for the others), 8 bytes each, little-endian. A transfer with no summed
 //         operation replies with no part, as before. A transfer that fails sums nothing.
 //
+//   DA-35 Waiting for a transfer's future (CoreFuture::wait) drives the proc's loop only when
+//         the transfer is checked and small (at most kCallerCopyBytes): then the owner's reply
+//         to the check, which the loop reads, is most of its time. A leased transfer, and a
+//         larger one once checked, are completed by the data plane's threads (or by the caller
+//         before it waits), so their waiter sleeps on the future and leaves the loop to a
+//         thread that waits for a message: a bulk transfer waited for on one thread does not
+//         put a hand-off into the round trips of another (issue 19 item 6).
+//
 //   DA-28 A transfer skips the owners' check only when every operation has a usable lease
 //         (lease.h, DA-26) and its bytes in all are at most the lease bound
 //         (PODIUM_RDMA_LEASE_MAX_BYTES), so that it surely ends inside the lease; the
@@ -73,6 +81,7 @@
 #include "podium/data/checksum.h"
 #include "podium/data/engine.h"
 #include "podium/data/lease.h"
+#include "podium/data/shm.h"
 #include "podium/mesh/cast.h"
 #include "podium/mesh/runtime.h"
 #include "podium/channel/address.h"
@@ -428,11 +437,13 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
       shortest = shortest ? std::min(*shortest, *left) : *left;
     }
     if (shortest) {
+      result.completed_off_loop();  // DA-35
       nb::gil_scoped_release unlocked;
       run_leased(p, *shortest);
       return result;
     }
   }
+  if (total > data::kCallerCopyBytes) result.completed_off_loop();  // DA-35
   {
     nb::gil_scoped_release unlocked;
     run_checked(p);
@@ -593,6 +604,15 @@ void bind_data(nb::module_& m) {
       },
       "Regions this process has registered now (DA-2).");
   m.def("buffer_count", [] { return table().size(); }, "Buffers this process owns now.");
+  m.def(
+      "wait_given_back",
+      [] {
+        nb::gil_scoped_release unlocked;
+        data::shm::wait_given_back();
+      },
+      "Waits until the pages of every buffer of this process that ended are private again "
+      "(DA-32: the give-back runs on a thread of its own; benchmarks wait for it so that it "
+      "does not share the CPU with what they time next).");
   m.def(
       "stats",
       [] {

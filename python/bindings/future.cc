@@ -90,8 +90,13 @@ bool CoreFuture::wait(std::optional<double> timeout_s) {
     {
       nb::gil_scoped_release unlocked;
       // Drives the loop (the reply is read on this thread) until the slice ends, which is
-      // at most the deadline: a timed wait overruns it by one handler at worst.
-      (void)f_.wait_slice(slice);
+      // at most the deadline: a timed wait overruns it by one handler at worst. A future
+      // completed off the loop is waited for without driving it.
+      if (drives_) {
+        (void)f_.wait_slice(slice);
+      } else {
+        (void)f_.get(slice);
+      }
     }
     if (f_.ready()) return true;
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
@@ -153,6 +158,9 @@ void bind_futures(nb::module_& m) {
 
   nb::class_<CoreFuture>(m, "CoreFuture")
       .def("ready", &CoreFuture::ready)
+      .def_prop_ro("drives_loop", &CoreFuture::drives_loop,
+                   "Whether wait() drives the proc's loop (False: the future is completed "
+                   "off the loop, DA-35).")
       .def("wait", &CoreFuture::wait, nb::arg("timeout_s").none())
       .def("replies", &CoreFuture::replies)
       .def("reply_runs", &CoreFuture::reply_runs)

@@ -31,6 +31,14 @@ class CoreFuture {
 
   bool ready() const { return f_.ready(); }
   const actor::Future<mesh::Replies>& future() const { return f_; }
+  // A future that no message read by the proc's loop completes (the data plane's: its threads
+  // complete it): wait() sleeps on it instead of driving the loop, which it would only keep
+  // from a thread that waits for a reply.
+  CoreFuture& completed_off_loop() {
+    drives_ = false;
+    return *this;
+  }
+  bool drives_loop() const { return drives_; }
 
   // True once ready; false when `timeout_s` (None: no limit) passed first.
   bool wait(std::optional<double> timeout_s);
@@ -48,6 +56,7 @@ class CoreFuture {
   actor::Future<mesh::Replies> f_;
   std::shared_ptr<const mesh::ReplyStream> stream_;
   size_t slot_ = 0;
+  bool drives_ = true;
 };
 
 // A CoreFuture of no replies that completes with `f` (ok: no replies; else its error).

@@ -431,6 +431,36 @@ def test_calls_are_answered_while_a_large_transfer_is_in_flight(spawn, procs):  
     buf.drop().get(timeout=T)
 
 
+def test_only_a_small_checked_transfer_drives_the_loop_while_waited_for(pair):  # DA-35
+    """A transfer whose completion the loop reads (the owner's check of a small one) is
+    waited for by driving the loop; a leased one, and a checked bulk one, are completed by
+    the data plane, so their waiter sleeps and leaves the loop to threads that wait for
+    messages."""
+    owner, _peer = pair
+    small = owner.make.call_one("d1", 4096, 2).get(timeout=T)
+    big = owner.make.call_one("d2", 8 << 20, 3).get(timeout=T)
+    out = bytearray(8 << 20)
+    lease = _data.lease_config()
+    _data.set_lease(0, lease[1])  # every transfer checked
+    try:
+        first = small.read_into(memoryview(out))
+        assert first._core.drives_loop
+        first.get(timeout=T)
+        bulk = big.read_into(memoryview(out))
+        assert not bulk._core.drives_loop
+        bulk.get(timeout=T)
+        assert out == pattern(8 << 20, 3)
+    finally:
+        _data.set_lease(*lease)
+    small.read_into(memoryview(out)).get(timeout=T)  # checked: the lease comes with it
+    leased = small.read_into(memoryview(out))
+    assert not leased._core.drives_loop
+    leased.get(timeout=T)
+    assert out[:4096] == pattern(4096, 2)
+    small.drop().get(timeout=T)
+    big.drop().get(timeout=T)
+
+
 def test_read_only_memory_can_be_read_but_not_written(pair):  # DA-7
     owner, peer = pair
     buf = RDMABuffer(memoryview(bytes(pattern(4096, 6))))  # owned by the controller

@@ -108,6 +108,20 @@ def test_a_4_mib_buffer_is_copied_by_its_reader_with_its_edges_in_one_call(spawn
     buf.drop().get(timeout=T)
 
 
+def test_a_bulk_transfer_streams_its_copy_and_moves_every_byte(spawn):  # DA-36
+    n = (24 << 20) + 123  # over kStreamMinBytes, partial pages at both ends
+    owner = spawn(Owner).slice(gpus=0)
+    buf = owner.make.call_one("bulk", n, 4).get(timeout=T)
+    assert buf._window is not None
+    dst = bytearray(n)
+    buf.read_into(memoryview(dst)).get(timeout=T)
+    assert dst == pattern(n, 4)
+    src = os.urandom(n)
+    buf.write_from(memoryview(bytearray(src))).get(timeout=T)
+    assert owner.contents.call_one("bulk").get(timeout=T) == src
+    buf.drop().get(timeout=T)
+
+
 def test_a_dropped_buffer_gives_its_pages_back_and_its_owner_keeps_its_bytes(spawn):  # DA-32
     owner = spawn(Owner).slice(gpus=0)
     buf = owner.make.call_one("b", N, 2).get(timeout=T)

@@ -15,6 +15,17 @@ namespace podium::data::cma {
 // with memcpy (DA-30); its bytes are added to `*through_window`.
 int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window = nullptr);
 
+// Invariants:
+//   DA-36 The part of an operation of at least kStreamMinBytes that lies in the owner's shared
+//         pages is copied with stream_copy (non-temporal stores, fenced before the copy
+//         counts as done): its destination is not read for ownership first, and the copy
+//         does not flush the last-level cache that the control path runs from. Smaller ones,
+//         whose destination a reader uses next from the cache, are copied with memcpy.
+inline constexpr size_t kStreamMinBytes = size_t{16} << 20;
+// Copies `n` bytes from `src` to `dst` (no overlap) with non-temporal stores where the CPU
+// has them (x86-64: SSE2), then fences them; a plain memcpy elsewhere.
+void stream_copy(void* dst, const void* src, size_t n);
+
 // DA-33: whether process `pid` is ending: gone, a zombie, its main thread exiting
 // (PF_EXITING) or with SIGKILL pending (what kill() and a fatal signal leave at once, before
 // its memory goes away). One pread of its /proc/<pid>/stat, kept open per pid.

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -284,6 +285,23 @@ TEST(Window, CopiesGoThroughTheWindowAndTheEdgesThroughCmaAndFailOnceTheOwnerEnd
   EXPECT_FALSE((*w)->owner_alive());
   EXPECT_EQ(cma::copy(op, 2 * kPage, 4 * kPage, &through), ESRCH)
       << "a copy through the window of an ended owner fails, as CMA's does";
+}
+
+TEST(Cma, StreamCopyCopiesEveryByteAtEveryAlignmentAndTouchesNothingElse) {  // DA-36
+  std::vector<std::byte> src(4096 + 256), dst(4096 + 256);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 131 + 7) & 0xff);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{63}, size_t{64},
+                   size_t{65}, size_t{1000}, size_t{4096}}) {
+    for (size_t so = 0; so < 64; so += 7) {
+      for (size_t d_off = 0; d_off < 64; d_off += 5) {
+        std::fill(dst.begin(), dst.end(), std::byte{0xEE});
+        cma::stream_copy(dst.data() + d_off, src.data() + so, n);
+        ASSERT_EQ(std::memcmp(dst.data() + d_off, src.data() + so, n), 0) << n << " " << so;
+        for (size_t i = 0; i < d_off; ++i) ASSERT_EQ(dst[i], std::byte{0xEE}) << "before";
+        for (size_t i = d_off + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], std::byte{0xEE});
+      }
+    }
+  }
 }
 
 TEST(Cma, AProcessHitBySigkillIsEndingBeforeItIsReapedAndAfter) {  // DA-33

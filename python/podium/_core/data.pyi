@@ -79,5 +79,10 @@ def registration_count() -> int:
 def buffer_count() -> int:
     """Buffers this process owns now."""
 
+def wait_given_back() -> None:
+    """
+    Waits until the pages of every buffer of this process that ended are private again (DA-32: the give-back runs on a thread of its own; benchmarks wait for it so that it does not share the CPU with what they time next).
+    """
+
 def stats() -> dict:
     """The engine's counters."""

@@ -16,6 +16,12 @@ class Notifier:
 class CoreFuture:
     def ready(self) -> bool: ...
 
+    @property
+    def drives_loop(self) -> bool:
+        """
+        Whether wait() drives the proc's loop (False: the future is completed off the loop, DA-35).
+        """
+
     def wait(self, timeout_s: float | None) -> bool: ...
 
     def replies(self) -> list: ...

@@ -74,6 +74,9 @@ class _Owner(pa.Actor):
     @pa.endpoint
     def free(self, n: int) -> None:
         self.mem.pop(n, None)
+        # The dropped buffer's pages go back to private on a thread of their own (DA-32):
+        # what is timed next does not share the CPU with that.
+        _data.wait_given_back()
 
     @pa.endpoint
     def ping(self) -> None:
@@ -130,7 +133,17 @@ def _bandwidth(owner: Any, sizes: List[int], reps: int) -> List[Dict[str, Any]]:
     return rows
 
 
+_WARM_S = 0.2  # round trips made, and not counted, before the timed ones
+
+
 def _rtts(owner: Any, samples: int) -> List[float]:
+    """``samples`` call_one round trips to ``owner``, after _WARM_S of untimed ones: a CPU that
+    was idle wakes slowly at first (a VM's haltpoll cpuidle governor shrinks its polling
+    window while idle and grows it back over tens of ms), and a round trip under bulk, which
+    keeps the CPUs busy, would otherwise be compared with cold ones."""
+    warm_until = time.monotonic() + _WARM_S
+    while time.monotonic() < warm_until:
+        owner.ping.call_one().get(timeout=_TIMEOUT_S)
     return [_time(lambda: owner.ping.call_one().get(timeout=_TIMEOUT_S))
             for _ in range(samples)]
 
