@@ -211,6 +211,20 @@ TEST(WarmBlocks, TheBlockOfAReleasedPartServesTheNextPullOfItsSizeAndIsFilledAne
   EXPECT_TRUE(eventually([&] { return internal::warm_counts().kept == 0; }, 10s));
 }
 
+TEST(WarmBlocks, ATakeSaysWhetherItsBlockIsAKeptOne) {  // CH-27
+  if (internal::warm_limit() < 2 * internal::kWarmMinBytes) GTEST_SKIP() << "no warm blocks here";
+  size_t len = internal::kWarmMinBytes + 4096 * 3;  // a size no other test keeps
+  bool warm = true;
+  void* p = internal::take_warm(len, 4096, &warm);
+  ASSERT_NE(p, nullptr);
+  EXPECT_FALSE(warm) << "a new block";
+  internal::give_warm(p, len);
+  void* q = internal::take_warm(len, 4096, &warm);
+  EXPECT_EQ(q, p);
+  EXPECT_TRUE(warm) << "the kept block";
+  internal::give_warm(q, len);
+}
+
 TEST(ChannelLendLifetime, AnUnackedLentPartGoesWithItsConnection) {  // CH-26
   TempDir dir;
   Blocking rx_fn;

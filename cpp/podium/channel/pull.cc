@@ -181,7 +181,8 @@ void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent,
     void* p = nullptr;
     // Large parts on huge-page boundaries, so that the copy faults in 2 MiB at a time.
     size_t align = l.len >= kHugePage ? kHugePage : alignof(std::max_align_t);
-    if (l.len > size_t(PTRDIFF_MAX) || (p = take_warm(size_t(l.len), align)) == nullptr) {
+    bool warm = false;
+    if (l.len > size_t(PTRDIFF_MAX) || (p = take_warm(size_t(l.len), align, &warm)) == nullptr) {
       g_failed.fetch_add(1, std::memory_order_relaxed);
       job->out.clear();
       auto fail = std::move(job->done);
@@ -189,7 +190,8 @@ void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent,
       fail(ENOMEM, {});
       return;
     }
-    if (l.len >= kHugePage) (void)::madvise(p, size_t(l.len), MADV_HUGEPAGE);
+    // A fresh block asks for huge pages; a warm one has them already.
+    if (l.len >= kHugePage && !warm) (void)::madvise(p, size_t(l.len), MADV_HUGEPAGE);
     std::shared_ptr<void> owner(p, GiveBack{size_t(l.len)});
     job->dst.push_back(static_cast<std::byte*>(p));
     job->out.push_back(Buffer::received(std::move(owner), static_cast<std::byte*>(p), l.len));

@@ -68,9 +68,10 @@ size_t warm_limit() {
   return limit;
 }
 
-void* take_warm(size_t len, size_t align) {
+void* take_warm(size_t len, size_t align, bool* warm) {
   std::vector<void*> old;
   void* p = nullptr;
+  if (warm != nullptr) *warm = false;
   if (len >= kWarmMinBytes) {
     auto& c = cache();
     std::lock_guard lock(c.mu);
@@ -84,7 +85,10 @@ void* take_warm(size_t len, size_t align) {
     }
   }
   free_all(old);
-  if (p != nullptr) return p;
+  if (p != nullptr) {
+    if (warm != nullptr) *warm = true;
+    return p;
+  }
   if (::posix_memalign(&p, align, len) != 0) return nullptr;
   return p;
 }

@@ -26,8 +26,9 @@ inline constexpr size_t kWarmMinBytes = size_t{4} << 20;
 inline constexpr std::chrono::seconds kWarmIdle{2};
 
 // A block of `len` bytes aligned to `align`: a warm one when one of that size is kept, else a
-// new one (nullptr when there is no memory). Free it with give_warm(p, len).
-void* take_warm(size_t len, size_t align);
+// new one (nullptr when there is no memory); `*warm`, when given, says which. Free it with
+// give_warm(p, len).
+void* take_warm(size_t len, size_t align, bool* warm = nullptr);
 // Keeps `p` (from take_warm, `len` bytes) for a later take, or frees it (CH-27).
 void give_warm(void* p, size_t len);
 // Frees the kept blocks older than kWarmIdle.
