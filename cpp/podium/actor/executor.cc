@@ -406,6 +406,10 @@ bool Executor::drive(const std::function<bool()>& done,
     run_one_polling(im.io, g_driver_poll_ns.load(std::memory_order_relaxed), std::min<std::chrono::steady_clock::duration>(
                                deadline - now, std::chrono::seconds(1)));
   }
+  // AC-21: what the handler that completed the wait left queued (the work of messages read
+  // before the reply, in the same batch) runs before the caller goes on.
+  for (int i = 0; i < kDrainAfterDone && !im.io.stopped() && im.io.poll_one() > 0; ++i) {
+  }
   tls_executor = outer_executor;
   tls_runner = outer_runner;
   std::function<void()> wake;

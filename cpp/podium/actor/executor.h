@@ -18,6 +18,10 @@
 //        idle spell, one idle tick (at most 32 ms), however many handlers are long-running or
 //        blocked (up to max_runners). A runner about to block hands off at once.
 //   AC-3 stop() returns only after every runner and the watchdog have exited.
+//   AC-21 A caller that drives the loop (drive()) returns only after it also ran the handlers
+//        ready when its wait completed (at most kDrainAfterDone): the work that messages read
+//        before its reply queued (a supervision event's delivery to the system actor) has
+//        taken effect when it goes on, as if the loop's runner had read them and woken it.
 #pragma once
 
 #include <atomic>
@@ -32,6 +36,9 @@ class io_context;
 }
 
 namespace podium::actor {
+
+// AC-21: the most handlers a driving caller runs after its wait completed.
+inline constexpr int kDrainAfterDone = 16;
 
 class Executor {
  public:

@@ -199,6 +199,34 @@ TEST(Executor, AWaiterIsWokenWhenTheLoopFreesUpWithoutADriver) {
   ex.stop();
 }
 
+TEST(Executor, ADriverRunsWhatTheHandlerThatEndedItsWaitQueuedFirst) {  // AC-21
+  asio::io_context io;
+  Executor ex(io);
+  ex.start();
+  int driven = 0;
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<bool> queued_ran{false};
+    std::atomic<std::thread::id> ran_on{};
+    Signal reply;
+    // A read batch: an earlier message queues its work, then the reply completes the wait.
+    asio::steady_timer timer(io, 10ms);  // lands after the primary stepped aside
+    timer.async_wait([&](const std::error_code&) {
+      ran_on = std::this_thread::get_id();
+      asio::post(io, [&] { queued_ran = true; });
+      reply.set();
+    });
+    ASSERT_TRUE(ex.drive([&] { return reply.is_set(); }, std::chrono::steady_clock::now() + 5s));
+    if (ran_on.load() == std::this_thread::get_id()) {
+      ++driven;
+      EXPECT_TRUE(queued_ran.load()) << "round " << round;
+    }
+    // Whoever ran it, nothing of this round is left for the next one.
+    ASSERT_TRUE(channel::testing::eventually([&] { return queued_ran.load(); }, 5s));
+  }
+  EXPECT_GE(driven, 10) << "the driver ran the batches";
+  ex.stop();
+}
+
 TEST(Executor, AfterHandBackThePrimaryRunsTheLoop) {
   asio::io_context io;
   Executor ex(io);
