@@ -12,6 +12,13 @@ from importlib.metadata import PackageNotFoundError, version as _dist_version
 # when its library loads with podium._core, below; procs inherit it. An explicit UCX_LOG_FILE
 # wins.
 _os.environ.setdefault("UCX_LOG_FILE", "stderr")
+# UCX installs its own handlers for SIGSEGV, SIGBUS, SIGILL and SIGFPE when its library loads
+# (UCX_HANDLE_ERRORS=bt): they print a C backtrace with no Python frame, and they replaced
+# Python's faulthandler in every process that imported podium (`python -X faulthandler` lost
+# its traceback). podium's procs enable faulthandler themselves (proc.py), which names the
+# endpoint that crashed; the controller keeps whatever its program chose. An explicit
+# UCX_HANDLE_ERRORS wins.
+_os.environ.setdefault("UCX_HANDLE_ERRORS", "none")
 
 # libstdc++ joins the global symbol scope before podium._core loads it as the dependency of an
 # extension (which Python opens RTLD_LOCAL). Without this, a C++ library imported afterwards

@@ -8,6 +8,7 @@ where conftest's hook records what reaches this controller instead of exiting.""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -182,10 +183,38 @@ def test_an_unsupervised_fault_fails_calls_and_ends_the_controller(tmp_path, fau
     assert f"pid {pid}) " in report and cause.replace(str(pid1), str(pid)) in report
     if fault in ("init", "broadcast", "base_exception"):  # the remote traceback
         assert "Traceback of where the remote call failed" in report
+    if fault == "sigsegv":  # the proc's own report: every thread's Python stack (proc.py)
+        assert "Fatal Python error: Segmentation fault" in r.stderr, r.stderr
+        assert re.search(r"sigsegv.py\", line \d+ in segfault\n", r.stderr), r.stderr  # the endpoint
+        assert "Caught signal 11" not in r.stderr, r.stderr  # UCX's handler is not installed
     if fault == "sigkill":
         latency = float(r.stdout.split("LATENCY_MS ")[1].split()[0])
         print(f"\n[ measured ] SIGKILL -> SupervisionError: {latency:.1f} ms")
         assert latency < 5000  # the target is < 1 s; timings on a shared machine vary
+
+
+def test_importing_podium_keeps_the_programs_own_fault_handler(tmp_path):
+    """UCX's library loads with podium._core and would take SIGSEGV for a C backtrace; podium
+    turns that off (UCX_HANDLE_ERRORS=none), so `python -X faulthandler` still names the
+    Python line that crashed."""
+    script = tmp_path / "crash.py"
+    script.write_text(textwrap.dedent("""
+        import ctypes
+        import podium.actor
+        from podium.rdma import is_rdma_available
+        is_rdma_available()
+
+        def crash_here():
+            ctypes.string_at(0)
+
+        crash_here()
+        """))
+    r = subprocess.run([sys.executable, "-X", "faulthandler", str(script)], capture_output=True,
+                       text=True, timeout=CHILD_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stderr)
+    assert "Fatal Python error: Segmentation fault" in r.stderr, r.stderr
+    assert "line 8 in crash_here" in r.stderr, r.stderr
+    assert "Caught signal 11" not in r.stderr, r.stderr
 
 
 def test_the_default_hook_prints_the_report_and_exits_with_status_1(tmp_path):

@@ -9,6 +9,7 @@ objects, flushed output). A C++ watchdog ends the process if that takes longer t
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 
@@ -24,6 +25,10 @@ def main() -> int:
     # Output reaches the controller's terminal line by line, each line in one write(2) and,
     # when an actor wrote it, prefixed with the actor's name and rank (see output.py).
     output.install()
+    # A fatal signal (a segfault in an extension, an abort) writes every thread's Python stack
+    # to fd 2, which reaches the controller's terminal and the proc's log file, then ends the
+    # proc by the same signal: its exit status, and so the cause callers see, is unchanged.
+    faulthandler.enable(all_threads=True)
     # serve_proc() reads PODIUM_BOOT, PODIUM_SPAWN, PODIUM_LINEAGE and PODIUM_DEATH_WATCH from
     # the C environment and unsets them (BT-1, BT-3, BT-5, DW-1); os.environ, read at start,
     # must not keep them either, or a program an actor starts with a copy of it
