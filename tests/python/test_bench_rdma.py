@@ -42,6 +42,14 @@ def test_bench_rdma_json_report():  # DA-8
         assert u["samples"] >= 1 and _number(u["rtt_median_us"]) and _number(u["ratio"]), u
         assert all(_number(u[k]) for k in ("idle_rtt_median_us", "idle_rtt_p90_us",
                                            "rtt_p90_us")), u
+    one = report["rtt_one_cpu"]  # item 6's floor: a controller and its proc on one CPU
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert one["cpus"] == len(os.sched_getaffinity(0)), one
+        assert all(_number(one[k]) and one[k] > 0
+                   for k in ("idle_rtt_median_us", "rtt_median_us", "rtt_p90_us", "ratio")), one
+        assert report["targets"]["rtt_one_cpu_ratio"] == one["ratio"]
+    else:
+        assert one is None and report["targets"]["rtt_one_cpu_ratio"] is None
     torch_here = importlib.util.find_spec("torch") is not None
     if torch_here:
         assert report["tensor_args_skipped"] is None
@@ -57,7 +65,8 @@ def test_bench_rdma_json_report():  # DA-8
         assert report["rtt_other_link_under_tensor_arg"] is None
     targets = report["targets"]
     assert set(targets) == {"min_read_vs_memcpy_1mib_up", "min_write_vs_memcpy_1mib_up",
-                            "largest_tensor_endpoint_vs_rdma", "max_rtt_under_bulk_ratio"}
+                            "largest_tensor_endpoint_vs_rdma", "max_rtt_under_bulk_ratio",
+                            "rtt_one_cpu_ratio"}
     assert targets["min_read_vs_memcpy_1mib_up"] == report["sizes"][-1]["read_vs_memcpy"]
     assert report["create_drop_cycles"] == 200
     assert report["registrations_after"] == report["registrations_before"]

@@ -12,6 +12,10 @@ An actor on a spawned proc (the owner) and the controller:
 - control under bulk (issue 19 item 6): the ``call_one`` round trip while another thread of
   the controller reads, then writes, a ``--bulk-mib`` buffer of the same owner over and over,
   next to the idle round trip measured just before, and their ratio;
+- one CPU: the idle round trip of a controller started on one CPU to a proc of its own (which
+  inherits that CPU), next to this controller's idle one just before: what the round trip
+  can get from the CPU that a copy in flight leaves it on a machine with two (item 6's floor
+  there);
 - tensors: a 1-D uint8 torch tensor of 1 MiB, then x4 up to ``--tensor-max-mib``, as the
   argument of a plain endpoint call (out-of-band frame parts, docs/python.md), next to the
   same bytes written into a tensor of the owner through ``RDMABuffer.write_from`` (best of
@@ -31,7 +35,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -146,6 +152,43 @@ def _rtts(owner: Any, samples: int) -> List[float]:
         owner.ping.call_one().get(timeout=_TIMEOUT_S)
     return [_time(lambda: owner.ping.call_one().get(timeout=_TIMEOUT_S))
             for _ in range(samples)]
+
+
+_ONE_CPU_CHILD = """
+import json, sys
+import podium.actor as pa
+from podium._src import bench_rdma as b
+pm = pa.this_host().spawn_procs(per_host={"procs": 1})
+try:
+    owner = pm.spawn("rdma_bench_one_cpu", b._Owner).slice(procs=0)
+    print(json.dumps([t * 1e6 for t in b._rtts(owner, int(sys.argv[1]))]))
+finally:
+    pm.stop().get(timeout=b._TIMEOUT_S)
+"""
+
+
+def _rtt_one_cpu(owner: Any, samples: int) -> Optional[Dict[str, Any]]:
+    """The floor of item 6 on a machine with two CPUs: while a copy takes one of them, the
+    round trip's threads (the controller's and the owner's) share the other. Measured as the
+    same idle round trip in a controller of its own started on one CPU (its procs inherit
+    it, and the runtime sizes its polling from the start), next to this one's idle round trip
+    measured just before. None where this process may run on one CPU only."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    idle = _rtts(owner, samples)
+    r = subprocess.run([sys.executable, "-c", _ONE_CPU_CHILD, str(samples)],
+                       capture_output=True, text=True, timeout=_TIMEOUT_S,
+                       stdin=subprocess.DEVNULL,
+                       preexec_fn=lambda: os.sched_setaffinity(0, [cpus[0]]))
+    if r.returncode != 0:
+        raise RuntimeError(f"the one-CPU controller failed ({r.returncode}): {r.stderr[-2000:]}")
+    pinned = [t / 1e6 for t in json.loads(r.stdout.strip().splitlines()[-1])]
+    ratio = _us(pinned) / _us(idle)
+    _say(f"call_one RTT idle {_us(idle):.1f} us here, {_us(pinned):.1f} us in a controller "
+         f"and proc on one CPU: x{ratio:.2f}")
+    return {"cpus": len(cpus), "idle_rtt_median_us": _us(idle), "rtt_median_us": _us(pinned),
+            "rtt_p90_us": _p90_us(pinned), "ratio": ratio}
 
 
 def _rtt_under_bulk(owner: Any, n: int, write: bool, samples: int) -> Dict[str, Any]:
@@ -289,6 +332,7 @@ def run(max_mib: int, reps: int, cycles: int, bulk_mib: int, tensor_max_mib: int
         small.drop().get(timeout=_TIMEOUT_S)
         under = [_rtt_under_bulk(owner, bulk_mib * _MIB, write, samples)
                  for write in (False, True)]
+        one_cpu = _rtt_one_cpu(owner, samples)
         torch = _torch()
         tensors = (_tensor_args(owner, _sizes(_MIB, tensor_max_mib * _MIB), reps)
                    if torch is not None else [])
@@ -313,6 +357,7 @@ def run(max_mib: int, reps: int, cycles: int, bulk_mib: int, tensor_max_mib: int
             "read_4k_median_us": _us(lat),
             "call_one_rtt_median_us": _us(rtt),
             "rtt_under_bulk": under,
+            "rtt_one_cpu": one_cpu,
             "tensor_args": tensors,
             "tensor_args_skipped": None if torch is not None else "torch is not installed",
             "rtt_other_link_under_tensor_arg": other_link,
@@ -328,6 +373,8 @@ def run(max_mib: int, reps: int, cycles: int, bulk_mib: int, tensor_max_mib: int
                 "largest_tensor_endpoint_vs_rdma": (tensors[-1]["endpoint_vs_rdma"]
                                                     if tensors else None),
                 "max_rtt_under_bulk_ratio": max(u["ratio"] for u in under),
+                # Beside it, what the round trip gets from one CPU, with no copy at all.
+                "rtt_one_cpu_ratio": one_cpu["ratio"] if one_cpu else None,
             },
         }
     finally:
@@ -378,6 +425,11 @@ def main(argv: List[str]) -> int:
         print(f"call_one RTT median {u['idle_rtt_median_us']:.1f} us idle, "
               f"{u['rtt_median_us'] or float('nan'):.1f} us while {u['bulk_bytes']} B "
               f"{u['kind']}s run: x{u['ratio']:.2f}")
+    c = result["rtt_one_cpu"]
+    if c:
+        print(f"call_one RTT median {c['idle_rtt_median_us']:.1f} us idle, "
+              f"{c['rtt_median_us']:.1f} us with a controller and its proc on one of the "
+              f"{c['cpus']} CPUs: x{c['ratio']:.2f} (item 6's floor where a copy takes a CPU)")
     for row in result["tensor_args"]:
         print(f"tensor {row['bytes']:>11} B  endpoint arg {row['endpoint_arg_ms']:8.2f} ms  "
               f"RDMABuffer {row['rdma_write_ms']:8.2f} ms  x{row['endpoint_vs_rdma']:.2f}")
