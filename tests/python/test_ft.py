@@ -206,6 +206,8 @@ def test_bench_ft_json_report():
         assert k["faults"] >= 1 and k["not_rejoined"] == 0, k
         for field in ("to_next_step_s", "to_rejoin_s", "steps_lost"):
             assert all(_number(k[field][s]) for s in ("n", "median", "max")), (kind, field)
+    assert rep["proc_exit_s"]["n"] == 3 and _number(rep["proc_exit_steps"]), rep["proc_exit_s"]
+    assert 0 < rep["proc_exit_s"]["min"] <= rep["proc_exit_s"]["max"] < 10
     assert set(rep["targets"]) >= {"survivors_lose_at_most_1_step", "rejoin_within_10_s",
                                    "worst_steps_lost", "worst_rejoin_s"}
 

@@ -8,13 +8,18 @@ the fault to (a) the survivors' next completed step (the commit of the step the 
 extra time of that step over the median step); throughput (steps/s) with faults against the
 same run without; and the time a full restart of all groups takes (stop every group, spawn
 them all again, reload the last state from the controller's copy over the data plane), in the
-same run, as the reference. Progress goes to stderr; --json prints one JSON object.
+same run, as the reference; and what a fault costs the machine by itself: the time a group's
+proc killed with SIGKILL on an idle machine takes to exit (the kernel tearing its memory
+down), in steps. Progress goes to stderr; --json prints one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import select
+import signal
 import statistics
 import sys
 import time
@@ -34,6 +39,34 @@ def _stats(values: List[float]) -> Optional[Dict[str, float]]:
             "min": min(values)}
 
 
+def _exit_costs(trainer: ft.Trainer, n: int) -> List[float]:
+    """What a fault costs the machine by itself: a group like the run's (spawned the same way,
+    one step computed) is killed with SIGKILL while everything else is idle, and the time to
+    its exit (its pidfd readable: the kernel has torn its memory down) is taken. On a machine
+    with few cores that CPU time is taken from the survivors' step."""
+    out = []
+    for i in range(n):
+        g = trainer._spawn(trainer.R + i, 0)  # a slot the run never uses
+        try:
+            g.ranks[0].compute.call_one(0).get(timeout=trainer.wait_s)
+            time.sleep(0.1)  # the step's replies are out; the machine is quiet
+            fd = os.pidfd_open(g.pid)
+            try:
+                t0 = time.monotonic()
+                os.kill(g.pid, signal.SIGKILL)
+                if not select.select([fd], [], [], 10.0)[0]:
+                    raise RuntimeError(f"proc {g.pid} did not exit within 10 s of SIGKILL")
+                out.append(time.monotonic() - t0)
+            finally:
+                os.close(fd)
+        finally:
+            try:
+                g.procs.stop().get(timeout=10)
+            except Exception:
+                pass  # it is gone: the stop has nothing left to do
+    return out
+
+
 def _one_run(groups: int, procs: int, steps: int, inject: Optional[str],
              step_timeout_s: float, restart: bool) -> Dict[str, Any]:
     trainer = ft.Trainer(groups=groups, procs=procs, inject=inject,
@@ -48,12 +81,14 @@ def _one_run(groups: int, procs: int, steps: int, inject: Optional[str],
         if inject:
             trainer.wait_rejoined(60.0)  # a fault near the end: its rejoin still counts
         full_restart = trainer.full_restart() if restart else None
+        exits = _exit_costs(trainer, 3) if inject else []
     finally:
         trainer.stop()
     times = [b.t - a.t for a, b in zip(trainer.steps, trainer.steps[1:])]
     return {"trainer": trainer, "start_s": started, "wall_s": wall, "steps_per_s": steps / wall,
             "step_s_median": statistics.median(times) if times else wall,
             "final_loss": trainer.steps[-1].loss, "full_restart_s": full_restart,
+            "exit_s": exits,
             "slot_steps_lost": sum(groups - len(s.quorum) for s in trainer.steps)}
 
 
@@ -93,6 +128,11 @@ def run(groups: int, procs: int, steps: int, every: int, kinds: List[str],
         "throughput_ratio": faulty["steps_per_s"] / clean["steps_per_s"],
         "per_kind": per_kind,
         "full_restart_s": faulty["full_restart_s"],
+        # The machine's own cost of a fault: a group's proc torn down by the kernel after
+        # SIGKILL on an idle machine, and that time in steps of the run without faults.
+        "proc_exit_s": _stats(faulty["exit_s"]),
+        "proc_exit_steps": (statistics.median(faulty["exit_s"]) / step_s
+                            if faulty["exit_s"] else None),
         "full_restart_steps": faulty["full_restart_s"] / step_s,
         "targets": {
             "survivors_lose_at_most_1_step": worst_lost <= 1.0,
@@ -139,6 +179,11 @@ def main(argv: List[str]) -> int:
               + (f"{j['median']:.2f} s (max {j['max']:.2f})" if j else "never"))
     print(f"full restart of all groups (reference): {r['full_restart_s']:.2f} s "
           f"({r['full_restart_steps']:.0f} steps)")
+    e = r["proc_exit_s"]
+    if e:
+        print(f"a group's proc killed on an idle machine takes {e['median'] * 1e3:.1f} ms to "
+              f"exit (max {e['max'] * 1e3:.1f}): {r['proc_exit_steps']:.2f} steps of CPU "
+              f"taken from the survivors on a machine this small")
     return 0
 
 
