@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -513,6 +514,51 @@ def test_stop_is_not_a_failure(new_procs, faults):
     pm.stop().get(timeout=T)
     time.sleep(0.3)
     assert faults() == []
+
+
+class Hog(Actor):
+    @endpoint
+    def fill(self, n: int) -> int:
+        self.mem = bytearray(n)
+        for i in range(0, n, 4096):  # every page resident: its teardown takes a while
+            self.mem[i] = 1
+        return os.getpid()
+
+
+def _thread_nices_until_gone(pid: int) -> set:
+    """The nice values the threads of `pid` show, polled until it has exited (bounded)."""
+    fd = os.pidfd_open(pid)
+    seen = set()
+    deadline = time.monotonic() + T
+    try:
+        while not select.select([fd], [], [], 0)[0] and time.monotonic() < deadline:
+            try:
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                        seen.add(int(f.read().rsplit(")", 1)[1].split()[16]))  # field 19
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+            time.sleep(0.0005)
+    finally:
+        os.close(fd)
+    return seen
+
+
+def test_a_proc_that_dies_unasked_is_torn_down_at_nice_19_and_a_stopped_one_is_not(
+        new_procs, faults):
+    """DW-3: the kernel frees a dying proc's memory at the priority of its last thread; the
+    runtime lowers a death nobody asked for, so the live procs keep the CPU, and leaves a
+    stopped proc as it is (its stop waits for it)."""
+    pm = new_procs(gpus=2)
+    hogs = pm.spawn("hogs", Hog)
+    pids = [hogs.slice(gpus=r).fill.call_one(1 << 30).get(timeout=T) for r in range(2)]
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    os.kill(pids[1], signal.SIGKILL)
+    assert 19 in _thread_nices_until_gone(pids[1])
+    assert [(f.mesh_name, f.rank, f.signal) for f in faults.wait(1)] == [("hogs", 1, "SIGKILL")]
+    stopping = pm.stop()
+    assert _thread_nices_until_gone(pids[0]) == {ours}
+    stopping.get(timeout=T)
 
 
 def test_stop_of_a_hung_actor_kills_its_proc_and_says_so(new_procs, faults, capfd, monkeypatch):

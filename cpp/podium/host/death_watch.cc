@@ -1,7 +1,9 @@
 #include "podium/host/death_watch.h"
 
+#include <dirent.h>
 #include <linux/futex.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -88,6 +90,20 @@ int exit_status_of(pid_t pid, pid_t tid) {
 }
 
 }  // namespace
+
+// DW-3: every thread of `pid` still listed goes to nice 19. The thread that drops the last
+// reference to the memory tears it down (exit_mmap) at its own priority.
+void DeathWatch::lower_dying(pid_t pid) {
+  std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;  // reaped already: nothing left to tear down
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    // ESRCH for a thread gone meanwhile; a process of ours may always be lowered.
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(std::atoi(e->d_name)), kDyingNice);
+  }
+  ::closedir(d);
+}
 
 Result<std::unique_ptr<DeathWatch>> DeathWatch::create() {
   // futex_waitv (Linux 5.16): EINVAL for an empty vector where it exists.

@@ -24,6 +24,13 @@
 //        futex_waitv) gets no call, and its reap is the only notice.
 //   DW-2 A slot is reused only after release(): a released slot's word is cleared, so an
 //        old child's mark never reaches a new one's OnDying.
+//   DW-3 lower_dying(pid) sets every thread `pid` still has to nice kDyingNice (19). The
+//        kernel tears a dying process's memory down on its thread that exits last, at that
+//        thread's priority (4 to 7 ms of CPU for a proc forked from a torch zygote,
+//        docs/host.md); lowered, that CPU goes to the live procs on a busy machine. The
+//        runtime lowers a proc whose death nobody asked for, once OnDying told it the exit
+//        has begun (Runtime::Impl::on_dying; PODIUM_DYING_NICE=0 turns it off): a proc being
+//        stopped keeps its priority, so that a stop waiting for its reap is not slowed.
 #pragma once
 
 #include <sys/types.h>
@@ -50,6 +57,7 @@ class DeathWatch {
   static constexpr const char* kEnv = "PODIUM_DEATH_WATCH";
   static constexpr int kChildFd = 4;  // the memfd's number in a child
   static constexpr size_t kSlots = 127;  // futex_waitv takes 128 words: these and a control
+  static constexpr int kDyingNice = 19;  // DW-3
 
   // The memfd and the watcher thread; an error where the kernel lacks memfd or futex_waitv.
   [[nodiscard]] static Result<std::unique_ptr<DeathWatch>> create();
@@ -69,6 +77,8 @@ class DeathWatch {
   void release(size_t slot);
   // Joins the watcher; no OnDying runs after it returns. Idempotent.
   void stop();
+  // DW-3: every thread of `pid` to nice kDyingNice (those gone meanwhile are skipped).
+  static void lower_dying(pid_t pid);
 
  private:
   struct Watched {

@@ -4,12 +4,16 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -155,6 +159,43 @@ TEST_F(DeathWatchTest, AReleasedSlotIsReusedClean) {  // DW-2
   ASSERT_TRUE(s);
   EXPECT_EQ(s->code, 6);
   EXPECT_EQ(s->pid, pid);
+}
+
+// The nice value (field 19) of every thread of `pid`.
+std::vector<int> thread_nices(pid_t pid) {
+  std::vector<int> out;
+  std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::ifstream f(e.path() / "stat");
+    std::string line;
+    std::getline(f, line);
+    std::istringstream rest(line.substr(line.rfind(')') + 2));  // from field 3, the state
+    std::string field;
+    for (int i = 3; i <= 19 && rest >> field; ++i) {
+    }
+    out.push_back(std::stoi(field));
+  }
+  return out;
+}
+
+TEST_F(DeathWatchTest, LoweringADyingChildLowersEveryThreadItHas) {  // DW-3
+  auto slot = dw_->reserve();
+  ASSERT_TRUE(slot);
+  pid_t pid = start_child(*dw_, *slot, "wait");  // two threads: its own and the watch's
+  ASSERT_GT(pid, 0);
+  std::vector<int> before = thread_nices(pid);
+  ASSERT_GE(before.size(), 2u);
+  int ours = ::getpriority(PRIO_PROCESS, 0);  // what a forked child starts with
+  ASSERT_LT(ours, DeathWatch::kDyingNice);
+  for (int n : before) EXPECT_EQ(n, ours);
+  DeathWatch::lower_dying(pid);
+  std::vector<int> after = thread_nices(pid);
+  EXPECT_EQ(after.size(), before.size());
+  for (int n : after) EXPECT_EQ(n, DeathWatch::kDyingNice);
+  ::kill(pid, SIGKILL);
+  reap(pid);
+  DeathWatch::lower_dying(pid);  // reaped: nothing to lower, and no harm
+  dw_->release(*slot);
 }
 
 TEST(DeathWatchAttach, WithoutTheVariableNothingHappensAndABadSlotIsRefused) {  // DW-1

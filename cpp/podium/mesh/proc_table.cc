@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "podium/actor/message.h"
+#include "podium/host/death_watch.h"
 #include "podium/mesh/bootstrap.h"
 #include "podium/mesh/grace_timer.h"
 #include "podium/mesh/host_protocol.h"
@@ -131,8 +134,13 @@ void Runtime::Impl::on_exit(const std::string& key, const host::ExitStatus& stat
 
 // DW-1: the exit of the proc `key` has begun (its memory is still being torn down): its end,
 // with the status the reap will give, 10 to 30 ms sooner for a proc with torch loaded. A proc
-// being stopped, released or shut down is left to its reap, as before.
+// being stopped, released or shut down is left to its reap, as before. DW-3: a death nobody
+// asked for is torn down at nice 19 from here on, so that the live procs keep the CPU.
 void Runtime::Impl::on_dying(const std::string& key, const host::ExitStatus& status) {
+  static const bool lower = [] {
+    const char* v = std::getenv("PODIUM_DYING_NICE");
+    return v == nullptr || std::string(v) != "0";
+  }();
   {
     std::lock_guard lock(mu);
     if (shut_down || released.contains(key)) return;
@@ -144,6 +152,7 @@ void Runtime::Impl::on_dying(const std::string& key, const host::ExitStatus& sta
     }
     if (!ended_early.insert(key).second) return;
   }
+  if (lower) host::DeathWatch::lower_dying(static_cast<pid_t>(status.pid));
   proc_ended(key, status.pid, status.signaled ? status.code : 0, status.signaled ? -1 : status.code,
              status.to_string(), exit_cause(status));
 }
