@@ -141,6 +141,7 @@ void Runtime::Impl::on_dying(const std::string& key, const host::ExitStatus& sta
     const char* v = std::getenv("PODIUM_DYING_NICE");
     return v == nullptr || std::string(v) != "0";
   }();
+  bool reaped = false;
   {
     std::lock_guard lock(mu);
     if (shut_down || released.contains(key)) return;
@@ -151,8 +152,10 @@ void Runtime::Impl::on_dying(const std::string& key, const host::ExitStatus& sta
       if (mesh->stopping) return;
     }
     if (!ended_early.insert(key).second) return;
+    // Not once reaped: the pid may name another process by then.
+    reaped = dead.contains(key);
   }
-  if (lower) host::DeathWatch::lower_dying(static_cast<pid_t>(status.pid));
+  if (lower && !reaped) host::DeathWatch::lower_dying(static_cast<pid_t>(status.pid));
   proc_ended(key, status.pid, status.signaled ? status.code : 0, status.signaled ? -1 : status.code,
              status.to_string(), exit_cause(status));
 }
