@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -87,7 +88,9 @@ def _child(cfg: dict) -> dict:
                        text=True, timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL)
     lines = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
     assert r.returncode == 0 and lines, r.stdout[-3000:] + r.stderr[-6000:]
-    return json.loads(lines[0][len("RESULT "):])
+    out = json.loads(lines[0][len("RESULT "):])
+    out["stderr"] = r.stderr
+    return out
 
 
 def _smooth(values, window=9):
@@ -132,6 +135,14 @@ def test_every_fault_kind_is_survived_and_the_loss_tracks_the_fault_free_run():
     kinds = [f[2] for f in out["faults"]]
     assert kinds[:3] == ["sigkill", "segfault", "exit"], out["faults"]
     _check_run(out, 3)
+    # Each drop is logged with its cause, and the segfaulting proc printed where it was.
+    drops = [l.split(" dropped: ", 1)[1] for l in out["stderr"].splitlines() if " dropped: " in l]
+    for cause in ("was killed by signal SIGKILL (9)", "was killed by signal SIGSEGV (11)",
+                  "exited with status 3"):
+        assert any(d.startswith("SupervisionError: its proc (pid ") and d.endswith(cause)
+                   for d in drops), drops
+    assert "Fatal Python error: Segmentation fault" in out["stderr"]
+    assert re.search(r"ft\.py\", line \d+ in inject_fault\n", out["stderr"]), out["stderr"][-4000:]
     assert all(g >= 1 for slot, g in out["generation"].items()
                if int(slot) in {f[1] for f in out["faults"]}), out["generation"]
     faulty = _smooth([s[2] for s in out["steps"]])

@@ -490,7 +490,10 @@ class Trainer:
                 failed = next((f for f in futs if f.done() and f.exception(0) is not None), None)
                 if failed is not None:
                     e = failed.exception(0)
-                    self._drop(g, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                    # The cause first ("its proc (pid N) was killed by signal SIGKILL (9)"):
+                    # the message before it names the call and the actor, which the log has.
+                    cause = getattr(e, "cause", None) or str(e)
+                    self._drop(g, f"{type(e).__name__}: {cause.splitlines()[0][:200]}")
                 elif all_done:
                     grads[slot] = futs[0].get(0)
                 else:
