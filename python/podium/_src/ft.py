@@ -537,7 +537,8 @@ class Trainer:
             try:
                 fut.get(timeout=max(self.step_timeout_s, 1.0))
             except Exception as e:
-                self._drop(g, f"commit failed: {type(e).__name__}: {str(e)[:200]}")
+                cause = getattr(e, "cause", None) or str(e)
+                self._drop(g, f"commit failed: {type(e).__name__}: {cause[:200]}")
         now = time.monotonic()
         rec = StepRecord(step, quorum, sum(grads[s][1] for s in quorum) / len(quorum), now,
                          self.P)
