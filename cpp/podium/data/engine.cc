@@ -20,9 +20,6 @@ Engine::Engine(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() { stop(); }
 
 
-// The partial pages at a window's ends are at most this long each (the kernel's page size here).
-static const uint64_t kPageBytes = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-
 // DA-31: what a same-host operation costs the caller to copy (shared pages at memcpy speed,
 // CMA about 4 times slower, except the partial pages at a window's ends: one system call).
 static uint64_t caller_cost(const Op& o) {
@@ -32,7 +29,7 @@ static uint64_t caller_cost(const Op& o) {
   uint64_t b = std::max(lo, w.begin), e = std::min(hi, w.end);
   if (b >= e) return 4 * uint64_t{o.size};
   uint64_t edges = (b - lo) + (hi - e);
-  return (e - b) + (edges <= 2 * kPageBytes ? 0 : 4 * edges);
+  return (e - b) + (edges <= 2 * uint64_t{shm::page_size()} ? 0 : 4 * edges);
 }
 
 actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds timeout,

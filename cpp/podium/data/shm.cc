@@ -26,14 +26,15 @@
 #include "podium/data/errc.h"
 
 namespace podium::data::shm {
-namespace {
-
-constexpr char kName[] = "podium-rdma";
 
 size_t page_size() {
   static const size_t p = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   return p;
 }
+
+namespace {
+
+constexpr char kName[] = "podium-rdma";
 
 Error sys_error(std::string_view what, int err) {
   return make_error(DataErrc::kUnavailable, std::string(what) + ": " + std::strerror(err));

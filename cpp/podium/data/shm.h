@@ -89,6 +89,8 @@ class SharedPages {
 // PODIUM_RDMA_SHM: unset (or "auto"): on, except in a process that maps a GPU or RDMA device
 // (DA-29); "1": on even there (for a process whose buffers no driver pins); "0": off.
 enum class Mode { kAuto, kOn, kOff };
+// The kernel's page size: what sharing moves, and the most a window's partial end page holds.
+size_t page_size();
 Mode mode();
 // Whether sharing is on (mode() is not kOff) and the smallest run it moves.
 bool enabled();

@@ -320,6 +320,14 @@ def parse_inject(spec: Optional[str]) -> Tuple[int, List[str]]:
     return every, kinds
 
 
+def _cause(e: BaseException) -> str:
+    """What a drop's log line says of `e`: a SupervisionError's cause ("its proc (pid N) was
+    killed by signal SIGKILL (9)"), not its message, which names the call and the actor first
+    and would be cut before the cause; its first line, at most 200 characters."""
+    text = getattr(e, "cause", None) or str(e) or repr(e)
+    return (text.splitlines() or [repr(e)])[0][:200]
+
+
 def local_groups(procs: int) -> Callable[[int, int], Any]:
     """Each group's proc mesh on this host."""
     return lambda slot, generation: this_host().spawn_procs(per_host={"gpus": procs})
@@ -490,10 +498,7 @@ class Trainer:
                 failed = next((f for f in futs if f.done() and f.exception(0) is not None), None)
                 if failed is not None:
                     e = failed.exception(0)
-                    # The cause first ("its proc (pid N) was killed by signal SIGKILL (9)"):
-                    # the message before it names the call and the actor, which the log has.
-                    cause = getattr(e, "cause", None) or str(e)
-                    self._drop(g, f"{type(e).__name__}: {cause.splitlines()[0][:200]}")
+                    self._drop(g, f"{type(e).__name__}: {_cause(e)}")
                 elif all_done:
                     grads[slot] = futs[0].get(0)
                 else:
@@ -537,8 +542,7 @@ class Trainer:
             try:
                 fut.get(timeout=max(self.step_timeout_s, 1.0))
             except Exception as e:
-                cause = getattr(e, "cause", None) or str(e)
-                self._drop(g, f"commit failed: {type(e).__name__}: {cause[:200]}")
+                self._drop(g, f"commit failed: {type(e).__name__}: {_cause(e)}")
         now = time.monotonic()
         rec = StepRecord(step, quorum, sum(grads[s][1] for s in quorum) / len(quorum), now,
                          self.P)
