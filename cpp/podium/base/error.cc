@@ -1,5 +1,8 @@
 #include "podium/base/error.h"
 
+#include <sys/resource.h>
+
+#include <cerrno>
 #include <cstring>
 
 namespace podium {
@@ -28,10 +31,22 @@ std::string Error::to_string() const {
   return out;
 }
 
+std::string errno_text(int err) {
+  std::string text = std::strerror(err);
+  rlimit nofile = {};
+  if (err != EMFILE || ::getrlimit(RLIMIT_NOFILE, &nofile) != 0) return text;
+  auto limit = [](rlim_t v) {
+    return v == RLIM_INFINITY ? std::string("unlimited") : std::to_string(v);
+  };
+  return text + " (this process reached its RLIMIT_NOFILE of " + limit(nofile.rlim_cur) +
+         " descriptors, hard limit " + limit(nofile.rlim_max) +
+         ": raise the hard limit, e.g. `ulimit -Hn` as root or LimitNOFILE= of a systemd unit)";
+}
+
 Error errno_error(std::string_view what, int err) {
   std::string msg(what);
   msg += ": ";
-  msg += std::strerror(err);
+  msg += errno_text(err);
   return make_error(BaseErrc::kIo, std::move(msg));
 }
 

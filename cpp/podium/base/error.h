@@ -61,7 +61,11 @@ template <class E>
   return Error{subsystem_of(code), static_cast<uint16_t>(code), std::move(message)};
 }
 
-// An Error for a failed system call: "<what>: <strerror(err)>".
+// strerror(err); for EMFILE also the limit this process reached, RLIMIT_NOFILE soft and hard,
+// and what raises it (HO-7).
+[[nodiscard]] std::string errno_text(int err);
+
+// An Error for a failed system call: "<what>: <errno_text(err)>".
 [[nodiscard]] Error errno_error(std::string_view what, int err);
 
 template <class T>

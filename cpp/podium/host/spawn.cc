@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <string>
 #include <unordered_set>
 
 #include "podium/host/error.h"
@@ -160,6 +161,15 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
   return out;
 }
 
+// errno_text(err), and for EMFILE what holds the descriptors: a spawner holds some for every
+// proc it starts (PS-4: about 6 each), so a host of thousands of procs meets the hard
+// RLIMIT_NOFILE, which only its administrator can raise (HO-7).
+std::string spawn_errno_text(int err) {
+  std::string text = errno_text(err);
+  if (err == EMFILE) text += "; each proc a podium spawner starts holds about 6 of them there";
+  return text;
+}
+
 void reap(pid_t pid) {
   siginfo_t info;
   while (waitid(P_PID, pid, &info, WEXITED) < 0 && errno == EINTR) {
@@ -171,8 +181,8 @@ void reap(pid_t pid) {
 Result<SpawnedProcess> spawn_process(const ChildSpec& spec) {
   if (auto valid = validate(spec); !valid) return std::unexpected(valid.error());
   auto sys_error = [&spec](const char* call, int err) {
-    return std::unexpected(make_error(HostErrc::kSpawnFailed,
-                                      "spawn " + spec.path + ": " + call + ": " + strerror(err)));
+    return std::unexpected(make_error(
+        HostErrc::kSpawnFailed, "spawn " + spec.path + ": " + call + ": " + spawn_errno_text(err)));
   };
 
   std::vector<std::string> args = spec.argv.empty() ? std::vector{spec.path} : spec.argv;
@@ -236,7 +246,7 @@ Result<SpawnedProcess> spawn_process(const ChildSpec& spec) {
     reap(pid);
     return std::unexpected(make_error(
         HostErrc::kExecFailed,
-        "spawn " + spec.path + ": " + failure.step + ": " + strerror(failure.err)));
+        "spawn " + spec.path + ": " + failure.step + ": " + spawn_errno_text(failure.err)));
   }
   if (n != 0) {  // cannot happen (a short pipe write); do not leave a child we cannot account for
     const int err = n < 0 ? errno : EPROTO;

@@ -13,6 +13,9 @@
 //     ChildSpec::fds targets.
 // The caller of spawn_process owns the child: it must reap it.
 //
+//   HO-7 A spawn that runs out of descriptors (EMFILE, in this process or in the child before
+//        exec) says so with this process's RLIMIT_NOFILE, soft and hard, and what raises it.
+//
 // Thread-safe (it touches no shared state), callable from any thread; but see die_with_parent.
 #pragma once
 

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -57,6 +58,31 @@ TEST(SpawnTest, MissingBinaryFailsSynchronously) {
 }
 
 // HO-6
+// HO-7: out of descriptors, the error names the limit reached and how to raise it.
+TEST(SpawnTest, RunningOutOfDescriptorsNamesTheLimit) {
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  const int probe = ::dup(0);
+  ASSERT_GE(probe, 0);
+  ::close(probe);
+  // Room for the stdout pipe, not for the stderr one.
+  rlimit low = old;
+  low.rlim_cur = rlim_t(probe + 2);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  ChildSpec spec;
+  spec.path = "/bin/true";
+  spec.capture_output = true;
+  auto r = spawn_process(spec);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  ASSERT_FALSE(r.has_value());
+  const std::string what = r.error().message;
+  EXPECT_NE(what.find("Too many open files"), std::string::npos) << what;
+  EXPECT_NE(what.find("RLIMIT_NOFILE of " + std::to_string(probe + 2) + " descriptors"),
+            std::string::npos) << what;
+  EXPECT_NE(what.find("raise the hard limit"), std::string::npos) << what;
+  EXPECT_FALSE(has_children());
+}
+
 TEST(SpawnTest, BadWorkingDirectoryFailsSynchronously) {
   ChildSpec spec{.path = "/bin/true", .cwd = "/nonexistent/dir"};
   auto proc = spawn_process(spec);
