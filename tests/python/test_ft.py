@@ -211,6 +211,9 @@ def test_bench_ft_json_report():
     for part in ("without_faults", "with_faults"):
         assert all(_number(rep[part][k]) for k in ("wall_s", "steps_per_s", "final_loss"))
     assert rep["with_faults"]["faults"] >= 3
+    o = rep["with_faults"]["ordinary_step_s"]  # the faulty run's own yardstick
+    assert o["n"] >= 60 - 1 - 2 * rep["with_faults"]["faults"], o
+    assert 0 < o["min"] <= o["median"] <= o["p90"] <= o["max"], o
     assert _number(rep["throughput_ratio"]) and _number(rep["full_restart_s"])
     for kind in ft.FAULT_KINDS:
         k = rep["per_kind"][kind]

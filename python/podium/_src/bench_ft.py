@@ -5,7 +5,9 @@ For a fixed run of R groups (default 3, one proc each) and N steps with one faul
 (the kinds in turn: SIGKILL, a segfault through ctypes, os._exit), per fault kind: the time from
 the fault to (a) the survivors' next completed step (the commit of the step the fault hit) and
 (b) the replacement group's rejoin; the progress a fault costs the survivors, in steps (the
-extra time of that step over the median step); throughput (steps/s) with faults against the
+extra time of that step over the median step of the run without faults), next to the
+spread of the faulty run's ordinary steps (neither faulted nor admitting a replacement);
+throughput (steps/s) with faults against the
 same run without; and the time a full restart of all groups takes (stop every group, spawn
 them all again, reload the last state from the controller's copy over the data plane), in the
 same run, as the reference; and what a fault costs the machine by itself: the time a group's
@@ -35,8 +37,9 @@ def _log(message: str) -> None:
 def _stats(values: List[float]) -> Optional[Dict[str, float]]:
     if not values:
         return None
+    ordered = sorted(values)
     return {"n": len(values), "median": statistics.median(values), "max": max(values),
-            "min": min(values)}
+            "min": min(values), "p90": ordered[min(len(ordered) - 1, (9 * len(ordered)) // 10)]}
 
 
 def _exit_costs(trainer: ft.Trainer, n: int) -> List[float]:
@@ -85,8 +88,14 @@ def _one_run(groups: int, procs: int, steps: int, inject: Optional[str],
     finally:
         trainer.stop()
     times = [b.t - a.t for a, b in zip(trainer.steps, trainer.steps[1:])]
+    # The run's own yardstick for a fault's cost: its steps that neither met a fault nor
+    # admitted a replacement (whose state transfer runs at the step's start).
+    unusual = {f.step for f in trainer.faults} | {r[2] for r in trainer.rejoins}
+    ordinary = [b.t - a.t for a, b in zip(trainer.steps, trainer.steps[1:])
+                if b.step not in unusual]
     return {"trainer": trainer, "start_s": started, "wall_s": wall, "steps_per_s": steps / wall,
             "step_s_median": statistics.median(times) if times else wall,
+            "ordinary_step_s": _stats(ordinary),
             "final_loss": trainer.steps[-1].loss, "full_restart_s": full_restart,
             "exit_s": exits,
             "slot_steps_lost": sum(groups - len(s.quorum) for s in trainer.steps)}
@@ -123,7 +132,8 @@ def run(groups: int, procs: int, steps: int, every: int, kinds: List[str],
         "without_faults": {k: clean[k] for k in ("start_s", "wall_s", "steps_per_s",
                                                  "step_s_median", "final_loss")},
         "with_faults": {**{k: faulty[k] for k in ("wall_s", "steps_per_s", "step_s_median",
-                                                  "final_loss", "slot_steps_lost")},
+                                                  "ordinary_step_s", "final_loss",
+                                                  "slot_steps_lost")},
                         "faults": len(faulty["trainer"].faults)},
         "throughput_ratio": faulty["steps_per_s"] / clean["steps_per_s"],
         "per_kind": per_kind,
@@ -170,6 +180,10 @@ def main(argv: List[str]) -> int:
           f"{w['step_s_median'] * 1e3:.1f} ms), final loss {w['final_loss']:.4f}")
     print(f"with {f['faults']} faults: {f['steps_per_s']:.1f} steps/s "
           f"({r['throughput_ratio']:.2f}x), final loss {f['final_loss']:.4f}")
+    o = f["ordinary_step_s"]
+    if o:
+        print(f"  its steps without a fault or a rejoin: median {o['median'] * 1e3:.1f} ms, "
+              f"p90 {o['p90'] * 1e3:.1f}, max {o['max'] * 1e3:.1f}")
     for kind, k in r["per_kind"].items():
         if not k["faults"]:
             continue
