@@ -38,6 +38,7 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
   auto fut = t->promise.future();
   std::vector<std::pair<actor::Promise<void>, Status>> ready;
   std::vector<CmaJob> mine;  // DA-31: copied below, by this thread
+  std::vector<size_t> shared;  // DA-37: ops whose chunks this thread takes with the copiers
   {
     std::lock_guard lock(impl_->mu);
     auto& m = *impl_;
@@ -90,6 +91,9 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
         m.pump(t, i);
       } else if (o.op.size == 0) {
         m.op_done(t, i);
+      } else if (caller_copies && m.config.copiers > 1 && o.op.size >= 2 * kMinCmaChunk) {
+        shared.push_back(i);  // DA-37: offered to the copiers, and copied here as well
+        m.cma_ops.emplace_back(t, i);
       } else if (caller_copies) {  // DA-31: the whole operation, as one job, taken here
         mine.push_back(CmaJob{t, i, 0, o.op.size});
         o.next = o.op.size;
@@ -100,12 +104,13 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
         m.cma_ops.emplace_back(t, i);
       }
     }
-    if (!mine.empty()) ++m.stats.caller_copied;
+    if (!mine.empty() || !shared.empty()) ++m.stats.caller_copied;
     if (!m.cma_ops.empty()) m.cma_cv.notify_all();  // DA-11
     m.maybe_retire(t);
     ready.swap(m.fire);
   }
   impl_->fire_all(ready);
+  if (!shared.empty()) impl_->wake();  // the progress thread copies chunks too (DA-11)
   for (auto& job : mine) {  // DA-31: outside the lock, as the copiers copy
     int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len, &job.window);
     std::lock_guard lock(impl_->mu);
@@ -113,7 +118,23 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
     ready.swap(impl_->fire);
   }
   impl_->fire_all(ready);
-  if (mine.empty()) impl_->wake();
+  for (size_t i : shared) {  // DA-37: chunk by chunk, until the copiers have taken the rest
+    for (;;) {
+      CmaJob job;
+      {
+        std::lock_guard lock(impl_->mu);
+        if (!impl_->take_cma_chunk_of(t, i, job)) break;
+      }
+      int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len, &job.window);
+      {
+        std::lock_guard lock(impl_->mu);
+        impl_->finish_cma_job(job, err);
+        ready.swap(impl_->fire);
+      }
+      impl_->fire_all(ready);
+    }
+  }
+  if (mine.empty() && shared.empty()) impl_->wake();
   return fut;
 }
 

@@ -67,6 +67,11 @@
 //        kCallerCopyBytes) is copied by the calling thread inside submit(): no thread hop, and
 //        the future is ready when submit() returns. This is the one copy made outside the data
 //        threads (DA-11); it lasts at most about as long as a memcpy of kCallerCopyBytes.
+//   DA-37 Where the engine has more than one copier (DA-11), a DA-31 operation of at least
+//        2 * kMinCmaChunk bytes is not copied whole by its caller: it is cut into chunks as
+//        the copiers' are, offered to them, and the caller takes chunks of it too until none
+//        is left, so one small transfer runs on the caller and the copiers at once; its future
+//        is ready when the last chunk, the caller's or a copier's, is done.
 //   DA-33 The first chunk of every same-host copy (DA-10) first asks the kernel whether the
 //        peer is ending (cma::ending: gone, a zombie, exiting, or SIGKILL pending) and fails as a copy
 //        from a dead peer (ESRCH) when it is: a process that kill() or a fatal signal hit

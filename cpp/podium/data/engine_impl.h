@@ -425,6 +425,18 @@ struct Engine::Impl {
     return false;
   }
 
+  // DA-37: the next chunk of op i of t, for the caller that shares its copy with the copiers.
+  bool take_cma_chunk_of(const std::shared_ptr<Transfer>& t, size_t i, CmaJob& job) {
+    auto& o = t->ops[i];
+    if (t->settled || o.next >= o.op.size) return false;
+    job = CmaJob{t, i, o.next, std::min(cma_chunk(o.op.size), o.op.size - o.next)};
+    o.next += job.len;
+    ++o.inflight;
+    ++t->outstanding;
+    ++stats.chunks;
+    return true;
+  }
+
   void finish_cma_job(CmaJob& job, int err) {
     auto& t = job.t;
     auto& o = t->ops[job.op];

@@ -292,6 +292,55 @@ TEST_P(EngineTransfer, CmaChunksAreSharedByTheCopiers) {  // DA-11
   (*e1)->stop();
 }
 
+TEST_P(EngineTransfer, ACallerCopyIsSharedWithTheCopiers) {  // DA-37, DA-31
+  if (!cma_) GTEST_SKIP() << "only same-host CMA operations are copied by their caller";
+  EngineConfig two;
+  two.copiers = 2;
+  auto e2 = Engine::make(two);
+  ASSERT_TRUE(e2) << e2.error().message;
+  engine_->stop();
+  engine_ = std::move(*e2);
+  // 1 MiB: two chunks of 512 KiB, the caller takes them with the copiers (not one whole job).
+  std::vector<uint8_t> into(1 << 20, 0);
+  auto before = engine_->stats();
+  auto r = engine_->submit({get_op(into)}, 30s, /*caller_copies=*/true).get(60s);
+  ASSERT_TRUE(r) << r.error().message;
+  auto after = engine_->stats();
+  EXPECT_EQ(after.caller_copied - before.caller_copied, 1u);
+  EXPECT_EQ(after.chunks - before.chunks, 2u);
+  for (size_t i = 0; i < into.size(); ++i) ASSERT_EQ(into[i], pattern(i, 7)) << "byte " << i;
+  // Below 2 * kMinCmaChunk the caller copies it whole (DA-31): one job.
+  std::vector<uint8_t> small(kMinCmaChunk, 0);
+  before = engine_->stats();
+  ASSERT_TRUE(engine_->submit({get_op(small)}, 30s, true).get(60s));
+  after = engine_->stats();
+  EXPECT_EQ(after.chunks - before.chunks, 1u);
+  EXPECT_EQ(small[777], pattern(777, 7));
+  // Many at once from two callers: every byte arrives, every future completes.
+  std::vector<std::vector<uint8_t>> dst(8, std::vector<uint8_t>((1 << 20) + 4096, 0));
+  std::vector<actor::Future<void>> futs;
+  std::thread other([&] {
+    for (size_t k = 4; k < 8; ++k)
+      ASSERT_TRUE(engine_->submit({get_op(dst[k])}, 30s, true).get(60s));
+  });
+  for (size_t k = 0; k < 4; ++k) futs.push_back(engine_->submit({get_op(dst[k])}, 30s, true));
+  for (auto& f : futs) ASSERT_TRUE(f.get(60s));
+  other.join();
+  for (auto& d : dst)
+    for (size_t i = 0; i < d.size(); i += 1021) ASSERT_EQ(d[i], pattern(i, 7)) << "byte " << i;
+  // One copier: the caller copies it whole (DA-31).
+  EngineConfig one;
+  one.copiers = 1;
+  auto e1 = Engine::make(one);
+  ASSERT_TRUE(e1) << e1.error().message;
+  std::fill(into.begin(), into.end(), 0);
+  before = (*e1)->stats();
+  ASSERT_TRUE((*e1)->submit({get_op(into)}, 30s, true).get(60s));
+  EXPECT_EQ((*e1)->stats().chunks - before.chunks, 1u);
+  EXPECT_EQ(into[54321], pattern(54321, 7));
+  (*e1)->stop();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, EngineTransfer, ::testing::Values("", "tcp", "cma"),
                          [](const auto& info) {
                            return std::string(*info.param ? info.param : "default");
