@@ -251,6 +251,7 @@ KILL = COMMON + textwrap.dedent("""
     a, b = attach(controller_addr, workers)
     proc_a, pid_a, _ = a.where.call_one().get(timeout=T)
     big = a.make.call_one("big", 256 << 20).get(timeout=T)
+    small = a.make.call_one("small", 4096).get(timeout=T)
     sink = bytearray(big.size())
     before = _data.stats()["chunks"]
     fut = big.read_into(memoryview(sink), timeout=T)
@@ -268,6 +269,11 @@ KILL = COMMON + textwrap.dedent("""
     except SupervisionError as e:
         print("FAILED %.3f %s|%s|%s|%s|%s" % (time.monotonic() - t, e.actor_id, e.rank, e.host,
                                             e.pid, e), flush=True)
+    try:  # a small read of the dead host's buffer fails the same way
+        small.read_into(memoryview(bytearray(4096)), timeout=T).get(timeout=T)
+        print("SMALL?!", flush=True)
+    except SupervisionError as e:
+        print("SMALL_FAILED", e.actor_id, e.pid, flush=True)
     # Host B still serves.
     buf = b.make.call_one("b", 4096).get(timeout=T)
     out = bytearray(4096)
@@ -301,6 +307,7 @@ def test_an_owner_host_killed_mid_transfer_fails_the_read_naming_it(network):
     assert rank == "0" and pid == pid_a and host == os.uname().nodename, m.group(0)
     assert actor_id.startswith(proc_a) or proc_a in actor_id, (actor_id, proc_a)
     assert actor_id in message and f"pid {pid_a}" in message, message
+    assert f"SMALL_FAILED {actor_id} {pid_a}" in r.stdout, r.stdout + r.stderr
     print(f"the owner host's death failed the read after {float(took):.3f} s")
 
 
