@@ -9,6 +9,7 @@
 
 #include <thread>
 
+#include "podium/base/fd_room_for_tests.h"
 #include "podium/channel/net.h"
 #include "podium/channel/test_util.h"
 #include "podium/wire/message.h"
@@ -322,18 +323,12 @@ TEST(ChannelLimits, TheAcceptLoopSurvivesRunningOutOfDescriptors) {  // CH-14
   }
   ::close(ready[1]);
   // This process may open only a few more descriptors meanwhile.
-  rlimit old{};
-  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
-  int probe = ::dup(0);
-  ASSERT_GE(probe, 0);
-  ::close(probe);
-  rlimit low = old;
-  low.rlim_cur = rlim_t(probe + 8);
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  ScopedFdRoom room(8);
+  ASSERT_TRUE(room.ok());
   char b;
   EXPECT_EQ(::read(ready[0], &b, 1), 1);
   bool emfile = log.wait_for({"accept on", "Too many open files", "retrying"}, 5s);
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  ASSERT_TRUE(room.restore());
   EXPECT_TRUE(emfile);
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);

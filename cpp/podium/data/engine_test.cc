@@ -145,6 +145,22 @@ class EngineTransfer : public ::testing::TestWithParam<const char*> {
               cma_ ? pid_ : 0};
   }
 
+  // An engine of its own with `copiers` copiers (DA-11).
+  static std::unique_ptr<Engine> engine_with(size_t copiers) {
+    EngineConfig config;
+    config.copiers = copiers;
+    auto e = Engine::make(config);
+    EXPECT_TRUE(e) << e.error().message;
+    return e ? std::move(*e) : nullptr;
+  }
+  // Replaces this test's engine with one of `copiers` copiers.
+  void use_copiers(size_t copiers) {
+    auto e = engine_with(copiers);
+    ASSERT_TRUE(e);
+    engine_->stop();
+    engine_ = std::move(e);
+  }
+
   bool cma_ = false;  // DA-10: ops carry the child's pid
 
   pid_t pid_ = -1;
@@ -260,12 +276,7 @@ TEST_P(EngineTransfer, ADeadPeerFailsTheTransfer) {  // DA-6, DA-9
 TEST_P(EngineTransfer, CmaChunksAreSharedByTheCopiers) {  // DA-11
   if (!cma_) GTEST_SKIP() << "copiers copy CMA chunks only";
   // Two copiers: 1 MiB is cut in two, so both copy one transfer.
-  EngineConfig two;
-  two.copiers = 2;
-  auto e2 = Engine::make(two);
-  ASSERT_TRUE(e2) << e2.error().message;
-  engine_->stop();
-  engine_ = std::move(*e2);
+  ASSERT_NO_FATAL_FAILURE(use_copiers(2));
   EXPECT_EQ(engine_->stats().copiers, 2u);
   std::vector<uint8_t> into(1 << 20, 0);
   auto r = engine_->submit({get_op(into)}, 30s).get(60s);
@@ -281,25 +292,18 @@ TEST_P(EngineTransfer, CmaChunksAreSharedByTheCopiers) {  // DA-11
   for (size_t i = 0; i < small.size(); ++i) ASSERT_EQ(small[i], pattern(i, 7));
   for (size_t i = 0; i < big.size(); i += 4093) ASSERT_EQ(big[i], pattern(i, 7));
   // One copier: one chunk up to the chunk size.
-  EngineConfig one;
-  one.copiers = 1;
-  auto e1 = Engine::make(one);
-  ASSERT_TRUE(e1) << e1.error().message;
+  auto e1 = engine_with(1);
+  ASSERT_TRUE(e1);
   std::fill(into.begin(), into.end(), 0);
-  ASSERT_TRUE((*e1)->submit({get_op(into)}, 30s).get(60s));
-  EXPECT_EQ((*e1)->stats().chunks, 1u);
+  ASSERT_TRUE(e1->submit({get_op(into)}, 30s).get(60s));
+  EXPECT_EQ(e1->stats().chunks, 1u);
   EXPECT_EQ(into[12345], pattern(12345, 7));
-  (*e1)->stop();
+  e1->stop();
 }
 
 TEST_P(EngineTransfer, ACallerCopyIsSharedWithTheCopiers) {  // DA-37, DA-31
   if (!cma_) GTEST_SKIP() << "only same-host CMA operations are copied by their caller";
-  EngineConfig two;
-  two.copiers = 2;
-  auto e2 = Engine::make(two);
-  ASSERT_TRUE(e2) << e2.error().message;
-  engine_->stop();
-  engine_ = std::move(*e2);
+  ASSERT_NO_FATAL_FAILURE(use_copiers(2));
   // 1 MiB: two chunks of 512 KiB, the caller takes them with the copiers (not one whole job).
   std::vector<uint8_t> into(1 << 20, 0);
   auto before = engine_->stats();
@@ -329,16 +333,14 @@ TEST_P(EngineTransfer, ACallerCopyIsSharedWithTheCopiers) {  // DA-37, DA-31
   for (auto& d : dst)
     for (size_t i = 0; i < d.size(); i += 1021) ASSERT_EQ(d[i], pattern(i, 7)) << "byte " << i;
   // One copier: the caller copies it whole (DA-31).
-  EngineConfig one;
-  one.copiers = 1;
-  auto e1 = Engine::make(one);
-  ASSERT_TRUE(e1) << e1.error().message;
+  auto e1 = engine_with(1);
+  ASSERT_TRUE(e1);
   std::fill(into.begin(), into.end(), 0);
-  before = (*e1)->stats();
-  ASSERT_TRUE((*e1)->submit({get_op(into)}, 30s, true).get(60s));
-  EXPECT_EQ((*e1)->stats().chunks - before.chunks, 1u);
+  before = e1->stats();
+  ASSERT_TRUE(e1->submit({get_op(into)}, 30s, true).get(60s));
+  EXPECT_EQ(e1->stats().chunks - before.chunks, 1u);
   EXPECT_EQ(into[54321], pattern(54321, 7));
-  (*e1)->stop();
+  e1->stop();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, EngineTransfer, ::testing::Values("", "tcp", "cma"),

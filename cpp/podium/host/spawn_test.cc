@@ -6,7 +6,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "podium/base/fd_room_for_tests.h"
 #include "podium/host/error.h"
 #include "podium/host/exit_status.h"
 
@@ -60,24 +60,17 @@ TEST(SpawnTest, MissingBinaryFailsSynchronously) {
 // HO-6
 // HO-7: out of descriptors, the error names the limit reached and how to raise it.
 TEST(SpawnTest, RunningOutOfDescriptorsNamesTheLimit) {
-  rlimit old{};
-  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
-  const int probe = ::dup(0);
-  ASSERT_GE(probe, 0);
-  ::close(probe);
-  // Room for the stdout pipe, not for the stderr one.
-  rlimit low = old;
-  low.rlim_cur = rlim_t(probe + 2);
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  ScopedFdRoom room(2);  // room for the stdout pipe, not for the stderr one
+  ASSERT_TRUE(room.ok());
   ChildSpec spec;
   spec.path = "/bin/true";
   spec.capture_output = true;
   auto r = spawn_process(spec);
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  ASSERT_TRUE(room.restore());
   ASSERT_FALSE(r.has_value());
   const std::string what = r.error().message;
   EXPECT_NE(what.find("Too many open files"), std::string::npos) << what;
-  EXPECT_NE(what.find("RLIMIT_NOFILE of " + std::to_string(probe + 2) + " descriptors"),
+  EXPECT_NE(what.find("RLIMIT_NOFILE of " + std::to_string(room.limit()) + " descriptors"),
             std::string::npos) << what;
   EXPECT_NE(what.find("raise the hard limit"), std::string::npos) << what;
   EXPECT_FALSE(has_children());
