@@ -10,12 +10,10 @@ wait is bounded; times are printed, never asserted."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
