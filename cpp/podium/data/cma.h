@@ -26,10 +26,20 @@ inline constexpr size_t kStreamMinBytes = size_t{16} << 20;
 // has them (x86-64: SSE2), then fences them; a plain memcpy elsewhere.
 void stream_copy(void* dst, const void* src, size_t n);
 
-// DA-33: whether process `pid` is ending: gone, a zombie, its main thread exiting
-// (PF_EXITING) or with SIGKILL pending (what kill() and a fatal signal leave at once, before
-// its memory goes away). One pread of its /proc/<pid>/stat, kept open per pid.
+// DA-33: whether process `pid` is ending: gone, or its exit decided (kill() with SIGKILL and
+// a fatal signal decide it at once, before its memory goes away). One process_mrelease(2) on
+// a pidfd kept open per pid: for a process that is not ending the kernel does nothing; for one
+// that is, it frees the process's private memory (its OOM reaper's work, which only hastens an
+// end already certain). Where that call is missing or refused, one pread of its
+// /proc/<pid>/stat, kept open per pid (a zombie, its main thread exiting, or SIGKILL pending).
 bool ending(int pid);
+
+namespace detail {
+// ending()'s two forms. mrelease_probe: 1 (ending), 0 (not), -1 (the call is missing or
+// refused in this process, which then always answers -1).
+int mrelease_probe(int pid);
+bool stat_says_ending(int pid);
+}  // namespace detail
 
 // DA-11: the calling thread runs `nice` steps below its current priority (at most 19), so a
 // proc's loop and actor threads, which carry control, win the CPU from a bulk copy.

@@ -73,11 +73,11 @@
 //        is left, so one small transfer runs on the caller and the copiers at once; its future
 //        is ready when the last chunk, the caller's or a copier's, is done.
 //   DA-33 The first chunk of every same-host copy (DA-10) first asks the kernel whether the
-//        peer is ending (cma::ending: gone, a zombie, exiting, or SIGKILL pending) and fails as a copy
-//        from a dead peer (ESRCH) when it is: a process that kill() or a fatal signal hit
-//        keeps its memory for tens of µs to ms (until its main thread runs its exit), and a
-//        transfer that starts after the kill must not succeed in that window (but for the few
-//        µs in which the target has taken the signal and not yet begun its exit).
+//        peer is ending (cma::ending: gone, or its exit decided, which kill() with SIGKILL
+//        and a fatal signal decide inside the call) and fails as a copy from a dead peer
+//        (ESRCH) when it is: a process that kill() or a fatal signal hit keeps its memory for
+//        tens of µs to ms (until its main thread runs its exit), and a transfer that starts
+//        after the kill must not succeed in that window.
 //   DA-34 The progress thread polls the worker without sleeping for `spin` after its last
 //        activity (a progress that did something, a transfer in flight or just submitted):
 //        a peer's request or reply is then handled as it arrives, not after the thread's

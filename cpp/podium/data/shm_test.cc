@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -304,24 +306,66 @@ TEST(Cma, StreamCopyCopiesEveryByteAtEveryAlignmentAndTouchesNothingElse) {  // 
   }
 }
 
-TEST(Cma, AProcessHitBySigkillIsEndingBeforeItIsReapedAndAfter) {  // DA-33
+// DA-33, for each form of ending(): false for a live child (asked twice: the kept descriptor
+// answers the same), true from kill() on, before and after the child is reaped.
+void expect_ending_follows_a_kill(const std::function<bool(int)>& ending) {
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     for (;;) ::pause();
   }
-  EXPECT_FALSE(cma::ending(child));
-  EXPECT_FALSE(cma::ending(child)) << "the cached descriptor answers the same";
+  EXPECT_FALSE(ending(child));
+  EXPECT_FALSE(ending(child)) << "the kept descriptor answers the same";
   ASSERT_EQ(::kill(child, SIGKILL), 0);
   // From kill() on: SIGKILL pending, then (after a few µs in which the child takes it) its
   // exit under way, then a zombie; true before it is reaped, whichever of those it meets.
   bool seen = false;
-  for (int i = 0; i < 100000 && !seen; ++i) seen = cma::ending(child);
+  for (int i = 0; i < 100000 && !seen; ++i) seen = ending(child);
   EXPECT_TRUE(seen);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
-  EXPECT_TRUE(cma::ending(child)) << "reaped";
-  EXPECT_FALSE(cma::ending(::getpid()));
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  EXPECT_TRUE(ending(child)) << "reaped";
+  EXPECT_FALSE(ending(::getpid()));
+}
+
+TEST(Cma, AProcessHitBySigkillIsEndingBeforeItIsReapedAndAfter) {  // DA-33
+  expect_ending_follows_a_kill(cma::ending);
+}
+
+TEST(Cma, TheStatFormAnswersTheSame) {  // DA-33, where process_mrelease is refused
+  expect_ending_follows_a_kill(cma::detail::stat_says_ending);
+}
+
+TEST(Cma, TheProbeLeavesALiveProcessAlone) {  // DA-33
+  if (cma::detail::mrelease_probe(::getpid()) < 0) GTEST_SKIP() << "process_mrelease refused here";
+  // A live child's private memory, probed many times, is still there, byte for byte.
+  constexpr size_t kBytes = size_t{8} << 20;
+  std::vector<std::byte> mine(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) mine[i] = std::byte(i * 131 % 251);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    for (auto& b : mine) b = std::byte(uint8_t(b) ^ 0x5A);  // its own pages, not the parent's
+    char c = 1;
+    (void)!::write(ready[1], &c, 1);
+    for (;;) ::pause();
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(cma::detail::mrelease_probe(child), 0);
+  std::vector<std::byte> got(kBytes);
+  iovec local{got.data(), kBytes}, remote{mine.data(), kBytes};
+  EXPECT_EQ(::process_vm_readv(child, &local, 1, &remote, 1, 0), ssize_t(kBytes));
+  bool same = true;
+  for (size_t i = 0; i < kBytes && same; ++i) same = got[i] == std::byte(uint8_t(mine[i]) ^ 0x5A);
+  EXPECT_TRUE(same) << "the probe changed a live process's memory";
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
 }
 
 TEST(WindowCache, KeepsAWindowWhileUsedAndForgetsItWhenIdle) {  // DA-30

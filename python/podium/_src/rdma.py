@@ -378,20 +378,31 @@ def _write_op(dst: RDMABuffer, src: Any) -> _Op:
 
 
 def _submit(queued: List[_Op], timeout: float, one: bool) -> Future[Any]:
-    """Runs ``queued`` as one transfer. ``one``: resolve to the one operation's sum."""
+    """Runs ``queued`` as one transfer. ``one``: resolve to the one operation's sum.
+
+    One loop and no comprehension: each comprehension is a function object made per call
+    (Python 3.11), and what a small transfer allocates is what the garbage collector then
+    walks (docs/data_figures.md, "Per-transfer costs")."""
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
     if timeout < 0:
         raise ValueError(f"timeout must not be negative, got {timeout}")
-    for _w, b, _v, _n, _s in queued:
-        b._check_live()
     runtime.ensure_runtime()
     here = _NODE
-    ops = [(w, b._owner.proc, b._id, b._token, b._addr, b._rkey, b._worker, _arg(v), n,
-            b._owner.node == here, b._owner.pid, b._cuda, b._window, s)
-           for w, b, v, n, s in queued]
-    kinds = [("write" if w else "read", b) for w, b, _v, _n, _s in queued]
-    summed = [s for *_rest, s in queued] if any(s for *_r, s in queued) else None
+    ops = []
+    kinds = []
+    summed: Optional[List[bool]] = None
+    for w, b, v, n, s in queued:
+        b._check_live()
+        o = b._owner
+        ops.append((w, o.proc, b._id, b._token, b._addr, b._rkey, b._worker, _arg(v), n,
+                    o.node == here, o.pid, b._cuda, b._window, s))
+        kinds.append(("write" if w else "read", b))
+        if s and summed is None:
+            summed = []
+    if summed is not None:
+        for op in queued:
+            summed.append(op[4])
     return Future(_data.transfer(ops, float(timeout)), _decode,
                   ("transfer", kinds, summed, one))
 
