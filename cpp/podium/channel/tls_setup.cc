@@ -105,7 +105,16 @@ TlsSetup::Status TlsSetup::read_failed(bool eof, const std::string& what) {
   bool silent = std::exchange(nothing_read_, false);
   if (dialler()) {
     if (!tls_ && step_ == Step::kVerdict) {
-      // A listener that refuses writes its verdict and closes; a short read is a refusal too.
+      if (have_ == 0) {
+        // CH-28: a listener that refuses writes its verdict before it closes, and nothing
+        // makes the kernel drop it (the dialler sends nothing after its response). No byte of
+        // it: the listener ended, or closed without deciding; a broken connection, retried.
+        return fail(Failure::kPeer,
+                    "authentication: the peer at " + peer_ +
+                        " closed the connection before its verdict (" +
+                        (eof ? std::string("end of stream") : what) + "); it may have exited");
+      }
+      // A part of the verdict: a refusal cut short.
       return fail(Failure::kAuth, "the peer at " + peer_ +
                                       " closed the connection during authentication (wrong or "
                                       "missing secret?)");

@@ -36,6 +36,12 @@
 //         (kTls, kAuth), went (kPeer), the socket failed (kWrite), or this process could not
 //         run its side of CH-8 (kLocal: no random bytes, no HMAC, counted in
 //         NetStats::setup_errors). No failure is an exception, none is silent.
+//   CH-28 A plaintext dialler whose listener closes before sending any byte of its verdict
+//         fails as the connection's fault (kPeer: retried after the backoff), not as a
+//         refusal: a listener that refuses writes its verdict before it closes, and the
+//         dialler sends nothing after its response that could make the kernel drop it, so no
+//         verdict at all means the listener ended (a proc killed while it was dialled) or
+//         closed without deciding. A part of a verdict is still a refusal (kAuth).
 #pragma once
 
 #include <array>

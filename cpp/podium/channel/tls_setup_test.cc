@@ -136,6 +136,41 @@ TEST(ChannelSetup, AListenerThatGoesFailsTheDiallerAsTheConnectionsFault) {  // 
   EXPECT_NE(c.dialler->setup->why().find("connection closed by peer"), std::string::npos);
 }
 
+// The listener reads the dialler's response, then ends before its verdict: with nothing sent,
+// or with a part of a verdict.
+Status dialler_after_a_listener_that_ends(Connection& c, size_t verdict_bytes) {
+  End& d = *c.dialler;
+  End& l = *c.listener;
+  l.status = l.setup->start(l.fd);
+  d.status = d.setup->start(d.fd);
+  EXPECT_TRUE(d.step());  // the challenge, answered
+  EXPECT_EQ(d.status, Status::kWantInput);
+  std::array<char, kResponseBytes> response{};
+  EXPECT_EQ(::recv(l.fd, response.data(), response.size(), 0), ssize_t(kResponseBytes));
+  std::string part(verdict_bytes, '\x01');
+  if (!part.empty()) {
+    EXPECT_EQ(::send(l.fd, part.data(), part.size(), 0), ssize_t(part.size()));
+  }
+  ::shutdown(l.fd, SHUT_RDWR);  // as a killed process's socket closes
+  while (d.status == Status::kWantInput && d.step()) {
+  }
+  return d.status;
+}
+
+TEST(ChannelSetup, AListenerThatEndsBeforeItsVerdictIsTheConnectionsFault) {  // CH-28
+  Connection gone(false, "job", "job");
+  ASSERT_EQ(dialler_after_a_listener_that_ends(gone, 0), Status::kFailed);
+  EXPECT_EQ(gone.dialler->setup->failure(), Failure::kPeer);  // retried, not refused
+  EXPECT_NE(gone.dialler->setup->why().find("closed the connection before its verdict"),
+            std::string::npos)
+      << gone.dialler->setup->why();
+  Connection cut(false, "job", "job");
+  ASSERT_EQ(dialler_after_a_listener_that_ends(cut, 5), Status::kFailed);
+  EXPECT_EQ(cut.dialler->setup->failure(), Failure::kAuth);  // a refusal cut short
+  EXPECT_NE(cut.dialler->setup->why().find("during authentication"), std::string::npos)
+      << cut.dialler->setup->why();
+}
+
 // The test plays the other side by hand, in plaintext, and sends its last setup bytes and
 // what follows them in one write.
 std::string rest_of_socket(int fd) {
