@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -140,40 +141,50 @@ void stream_copy(void* dst, const void* src, size_t n) {
 namespace {
 
 // Descriptors kept open per pid, each naming that very process (a pidfd, an open
-// /proc/<pid>/stat): a pid reused later is never taken for it. Bounded: past 256 pids the lot is
-// closed, and each is opened again on use.
-}  // namespace
-
-namespace detail {
-
+// /proc/<pid>/stat): a pid reused later is never taken for it. Shared: a descriptor that one
+// thread is using stays open when another forgets it (the process ended) or the table is
+// emptied (past 256 pids, each opened again on use).
 class PidFds {
  public:
-  int find(int pid) {
+  struct Fd {
+    explicit Fd(int fd) : fd(fd) {}
+    Fd(const Fd&) = delete;
+    Fd& operator=(const Fd&) = delete;
+    ~Fd() { ::close(fd); }
+    const int fd;
+  };
+  using Ref = std::shared_ptr<const Fd>;
+
+  // The descriptor kept for `pid`, or the one `open` gives (kept), or null when it fails.
+  template <class Open>
+  Ref get(int pid, Open open) {
+    {
+      std::lock_guard lock(mu_);
+      auto it = fds_.find(pid);
+      if (it != fds_.end()) return it->second;
+    }
+    int fd = open();
+    if (fd < 0) return nullptr;
+    auto ref = std::make_shared<const Fd>(fd);
+    std::lock_guard lock(mu_);
+    if (fds_.size() >= 256) fds_.clear();
+    return fds_.try_emplace(pid, ref).first->second;
+  }
+  // The process of `ref` ended: its descriptor goes once its last user is done.
+  void forget(int pid, const Ref& ref) {
     std::lock_guard lock(mu_);
     auto it = fds_.find(pid);
-    return it == fds_.end() ? -1 : it->second;
-  }
-  // After a probe with `fd` (found, or opened for it): keeps it, or closes it when the process
-  // is gone.
-  void settle(int pid, int fd, bool found, bool gone) {
-    std::lock_guard lock(mu_);
-    if (gone) {
-      if (found) fds_.erase(pid);
-      ::close(fd);
-      return;
-    }
-    if (found) return;
-    if (fds_.size() >= 256) {
-      for (auto& [k, v] : fds_) ::close(v);
-      fds_.clear();
-    }
-    if (!fds_.emplace(pid, fd).second) ::close(fd);
+    if (it != fds_.end() && it->second == ref) fds_.erase(it);
   }
 
  private:
   std::mutex mu_;
-  std::unordered_map<int, int> fds_;
+  std::unordered_map<int, Ref> fds_;
 };
+
+}  // namespace
+
+namespace detail {
 
 // DA-33, first form: process_mrelease(2) on a pidfd of `pid`, kept open per pid. For a process
 // that is not ending the kernel answers EINVAL and does nothing; for one that is (a group exit:
@@ -186,29 +197,27 @@ int mrelease_probe(int pid) {
   static std::atomic<bool> refused{false};
   if (refused.load(std::memory_order_relaxed)) return -1;
   static auto* fds = new PidFds();  // lives with the process
-  int fd = fds->find(pid);
-  bool cached = fd >= 0;
-  if (!cached) {
-    fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    if (fd < 0) {
-      if (errno == ESRCH) return 1;
-      if (errno == ENOSYS || errno == EPERM) refused.store(true, std::memory_order_relaxed);
-      return -1;
-    }
+  int open_err = 0;
+  auto fd = fds->get(pid, [&] {
+    int f = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    open_err = f < 0 ? errno : 0;
+    return f;
+  });
+  if (!fd) {
+    if (open_err == ESRCH) return 1;
+    if (open_err == ENOSYS || open_err == EPERM) refused.store(true, std::memory_order_relaxed);
+    return -1;
   }
-  long r = ::syscall(kSysProcessMrelease, fd, 0);
+  long r = ::syscall(kSysProcessMrelease, fd->fd, 0);
   int err = r == 0 ? 0 : errno;
-  int answer;
+  if (err == EINVAL) return 0;
   if (r == 0 || err == EAGAIN || err == ESRCH || err == EINTR) {
-    answer = 1;
-  } else if (err == EINVAL) {
-    answer = 0;
-  } else {  // ENOSYS (before Linux 5.15), EPERM (a seccomp profile): /proc/<pid>/stat instead
-    refused.store(true, std::memory_order_relaxed);
-    answer = -1;
+    fds->forget(pid, fd);
+    return 1;
   }
-  fds->settle(pid, fd, cached, answer != 0);
-  return answer;
+  // ENOSYS (before Linux 5.15), EPERM (a seccomp profile): /proc/<pid>/stat from now on.
+  if (err == ENOSYS || err == EPERM) refused.store(true, std::memory_order_relaxed);
+  return -1;
 }
 
 // DA-33, second form: one pread of /proc/<pid>/stat, kept open per pid.
@@ -216,16 +225,14 @@ bool stat_says_ending(int pid) {
   // An open /proc/<pid>/stat names that very process: once it is reaped, reads fail (ESRCH),
   // also if the pid is reused.
   static auto* fds = new PidFds();  // lives with the process
-  int fd = fds->find(pid);
-  bool cached = fd >= 0;
-  if (!cached) {
+  auto fd = fds->get(pid, [pid] {
     char path[48];
     std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return true;
-  }
+    return ::open(path, O_RDONLY | O_CLOEXEC);
+  });
+  if (!fd) return true;
   char buf[1024];
-  ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  ssize_t n = ::pread(fd->fd, buf, sizeof buf - 1, 0);
   bool gone = n <= 0;
   bool dying = gone;
   if (!gone) {
@@ -252,7 +259,7 @@ bool stat_says_ending(int pid) {
               (pending & (1ULL << (SIGKILL - 1))) != 0;
     }
   }
-  fds->settle(pid, fd, cached, gone);
+  if (gone) fds->forget(pid, fd);
   return dying;
 }
 

@@ -391,18 +391,15 @@ def _submit(queued: List[_Op], timeout: float, one: bool) -> Future[Any]:
     here = _NODE
     ops = []
     kinds = []
-    summed: Optional[List[bool]] = None
+    any_summed = False
     for w, b, v, n, s in queued:
         b._check_live()
         o = b._owner
         ops.append((w, o.proc, b._id, b._token, b._addr, b._rkey, b._worker, _arg(v), n,
                     o.node == here, o.pid, b._cuda, b._window, s))
         kinds.append(("write" if w else "read", b))
-        if s and summed is None:
-            summed = []
-    if summed is not None:
-        for op in queued:
-            summed.append(op[4])
+        any_summed = any_summed or s
+    summed = [op[4] for op in queued] if any_summed else None  # RD-8, rare
     return Future(_data.transfer(ops, float(timeout)), _decode,
                   ("transfer", kinds, summed, one))
 
