@@ -118,6 +118,30 @@ void returner_loop() {
 
 // Whether every byte of [begin, end) lies in mappings that DA-29 lets us move, and no device
 // that may pin user pages is mapped in this process.
+// pwrite(2) of all `len` bytes at offset 0 of `fd` (0, or the errno).
+int write_all(int fd, const std::byte* from, size_t len) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = ::pwrite(fd, from + done, len - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EIO;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+// pread(2) of all `len` bytes at offset 0 of `fd` (0, or the errno).
+int read_all(int fd, std::byte* to, size_t len) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = ::pread(fd, to + done, len - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EIO;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
 bool movable(uint64_t begin, uint64_t end, bool device_guard) {
   FILE* f = std::fopen("/proc/self/maps", "re");
   if (f == nullptr) return false;
@@ -259,9 +283,12 @@ Result<std::shared_ptr<SharedPages>> share_pages(const void* addr, size_t size,
   if (::ftruncate(fd, static_cast<off_t>(len)) != 0) {
     return std::unexpected(sys_error("ftruncate of a " + std::to_string(len) + "-byte memfd", errno));
   }
-  void* tmp = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (tmp == MAP_FAILED) return std::unexpected(sys_error("mmap of a memfd", errno));
-  std::memcpy(tmp, reinterpret_cast<void*>(begin), len);
+  // The bytes go in with write(2): the kernel allocates each page of the memfd as it copies
+  // into it, where a copy through a mapping of the memfd took a page fault and a clearing of
+  // each fresh page first (half the time of a move on the 2-core VM, docs/data_figures.md).
+  if (int err = write_all(fd, reinterpret_cast<const std::byte*>(begin), len)) {
+    return std::unexpected(sys_error("write of a buffer's pages into its memfd", err));
+  }
   void* at = ::mmap(reinterpret_cast<void*>(begin), len, PROT_READ | PROT_WRITE,
                     MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0);
   if (at == MAP_FAILED) {
@@ -269,16 +296,13 @@ Result<std::shared_ptr<SharedPages>> share_pages(const void* addr, size_t size,
     // The kernel may have unmapped the old pages already: put private ones back, with the bytes.
     void* back = ::mmap(reinterpret_cast<void*>(begin), len, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    if (back == MAP_FAILED) {
+    if (back == MAP_FAILED || read_all(fd, static_cast<std::byte*>(back), len) != 0) {
       std::fprintf(stderr, "podium: lost %zu bytes of memory at %p while sharing them (%s)\n",
                    len, reinterpret_cast<void*>(begin), std::strerror(err));
       std::abort();
     }
-    std::memcpy(back, tmp, len);
-    ::munmap(tmp, len);
     return std::unexpected(sys_error("mmap over the buffer's pages", err));
   }
-  ::munmap(tmp, len);
   struct stat st{};
   (void)::fstat(fd, &st);
   sp->ref_.ino = st.st_ino;
