@@ -1,6 +1,7 @@
 """`podium bench rdma --quick`: one run prints one JSON object with, per size, read and write
 bandwidth next to memcpy's, the small-read latency next to call_one's, the call_one round trip
-while a transfer reads and while one writes next to the idle one (issue 19 item 6), tensor
+while a transfer reads and while one writes next to the idle one (issue 19 item 6), the time
+to make a buffer of each size next to a memcpy of its bytes, tensor
 arguments next to RDMABuffer writes of the same bytes, and the registrations around the
 create/drop cycles. The test checks the report's shape, and that the cycles leave no
 registration behind (DA-8), never the figures (a benchmark, not a test)."""
@@ -33,7 +34,7 @@ def test_bench_rdma_json_report():  # DA-8
     assert [row["bytes"] for row in report["sizes"]] == [4096, 16384, 65536, 262144, 1048576]
     for row in report["sizes"]:
         assert set(row) == {"bytes", "read_gbps", "write_gbps", "memcpy_gbps", "read_vs_memcpy",
-                            "write_vs_memcpy"}
+                            "write_vs_memcpy", "create_us", "owner_memcpy_us"}
         assert all(_number(v) and v > 0 for v in row.values()), row
     assert _number(report["read_4k_median_us"]) and _number(report["call_one_rtt_median_us"])
     assert [u["kind"] for u in report["rtt_under_bulk"]] == ["read", "write"]

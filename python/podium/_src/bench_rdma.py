@@ -6,8 +6,13 @@ An actor on a spawned proc (the owner) and the controller:
 
 - bandwidth: the owner makes one buffer per size (4 KiB, then x4 up to ``--max-mib``); the
   controller reads it into its own memory (``read_into``) and writes it back (``write_from``),
-  best of ``--reps``, next to a memcpy of the same size in this process (a memoryview slice
-  assignment, best of ``--reps``) and the ratio;
+  next to a memcpy of the same size in this process (a memoryview slice assignment) and the
+  ratio; each the time per call of the best of ``--reps`` timed runs, a run being as many
+  calls as take 5 ms, or one call where that is longer (``bench_measure.best_per_call``);
+- making a buffer: per size, the best of ``--reps`` ``RDMABuffer(...)`` calls in the owner
+  over memory already written, each dropped and its pages given back before the next (a
+  buffer of shared pages moves its pages when it is made: DA-29), next to a memcpy of the
+  same bytes there;
 - latency: a 4 KiB read next to an empty ``call_one`` to the same actor (medians);
 - control under bulk (issue 19 item 6): the ``call_one`` round trip while another thread of
   the controller reads, then writes, a ``--bulk-mib`` buffer of the same owner over and over,
@@ -18,8 +23,8 @@ An actor on a spawned proc (the owner) and the controller:
   there);
 - tensors: a 1-D uint8 torch tensor of 1 MiB, then x4 up to ``--tensor-max-mib``, as the
   argument of a plain endpoint call (out-of-band frame parts, docs/python.md), next to the
-  same bytes written into a tensor of the owner through ``RDMABuffer.write_from`` (best of
-  ``--reps``; skipped, with the reason, where torch is not installed);
+  same bytes written into a tensor of the owner through ``RDMABuffer.write_from`` (timed as
+  the bandwidth; skipped, with the reason, where torch is not installed);
 - another link under a tensor argument: the ``call_one`` round trip to an actor on a second
   proc while another thread calls the owner with the largest tensor over and over, next to
   the idle round trip measured just before (where torch is installed);
@@ -46,7 +51,8 @@ from typing import Any, Dict, List, Optional
 import podium.actor as pa
 from podium._core import data as _data
 from podium._src import bench_rdma_cuda
-from podium._src.bench_measure import best as _best, gbps as _gbps, sizes as _sizes, timed as _time
+from podium._src.bench_measure import (best_per_call as _per_call, gbps as _gbps, sizes as _sizes,
+                                       timed as _time)
 from podium.rdma import RDMABuffer, get_rdma_backend
 
 _TIMEOUT_S = 300.0
@@ -93,6 +99,29 @@ class _Owner(pa.Actor):
         return int(t.numel())
 
     @pa.endpoint
+    def create_cost(self, n: int, reps: int) -> List[float]:
+        """Seconds to make an ``RDMABuffer`` of ``n`` bytes of memory already written (as a
+        program's tensor is), and to memcpy the same bytes here: the best of ``reps`` each.
+        A buffer on shared pages (DA-29) moves its pages when it is made; each cycle drops
+        the buffer and waits until its pages are given back (DA-32), so the next one moves
+        them again."""
+        mem = bytearray(b"\x01") * n
+        other = bytearray(n)
+        made = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            buf = RDMABuffer(memoryview(mem))
+            made = min(made, time.perf_counter() - t0)
+            buf.drop().get(timeout=_TIMEOUT_S)
+            _data.wait_given_back()
+        copy = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            other[:] = mem
+            copy = min(copy, time.perf_counter() - t0)
+        return [made, copy]
+
+    @pa.endpoint
     def cycles(self, n: int) -> List[int]:
         mem = bytearray(4096)
         before = _data.registration_count()
@@ -120,22 +149,25 @@ def _bandwidth(owner: Any, sizes: List[int], reps: int) -> List[Dict[str, Any]]:
         local = memoryview(bytearray(n))
         other = memoryview(bytearray(n))
         buf.read_into(local).get(timeout=_TIMEOUT_S)  # warm: pages on both sides
-        r = _best(lambda: buf.read_into(local).get(timeout=_TIMEOUT_S), reps)
-        w = _best(lambda: buf.write_from(local).get(timeout=_TIMEOUT_S), reps)
+        r = _per_call(lambda: buf.read_into(local).get(timeout=_TIMEOUT_S), reps)
+        w = _per_call(lambda: buf.write_from(local).get(timeout=_TIMEOUT_S), reps)
 
         def copy() -> None:
             other[:] = local
 
         copy()
-        m = _best(copy, reps)
-        rows.append({"bytes": n, "read_gbps": _gbps(n, r), "write_gbps": _gbps(n, w),
-                     "memcpy_gbps": _gbps(n, m), "read_vs_memcpy": m / r,
-                     "write_vs_memcpy": m / w})
-        _say(f"{n:>11} B: read {_gbps(n, r):7.2f} GB/s, write {_gbps(n, w):7.2f} GB/s, "
-             f"memcpy {_gbps(n, m):7.2f} GB/s")
+        m = _per_call(copy, reps)
         buf.drop().get(timeout=_TIMEOUT_S)
         owner.free.call_one(n).get(timeout=_TIMEOUT_S)
         del local, other
+        made, owner_copy = owner.create_cost.call_one(n, reps).get(timeout=_TIMEOUT_S)
+        rows.append({"bytes": n, "read_gbps": _gbps(n, r), "write_gbps": _gbps(n, w),
+                     "memcpy_gbps": _gbps(n, m), "read_vs_memcpy": m / r,
+                     "write_vs_memcpy": m / w, "create_us": made * 1e6,
+                     "owner_memcpy_us": owner_copy * 1e6})
+        _say(f"{n:>11} B: read {_gbps(n, r):7.2f} GB/s, write {_gbps(n, w):7.2f} GB/s, "
+             f"memcpy {_gbps(n, m):7.2f} GB/s; made in {made * 1e6:.0f} us "
+             f"(memcpy {owner_copy * 1e6:.0f} us)")
     return rows
 
 
@@ -305,8 +337,8 @@ def _tensor_args(owner: Any, sizes: List[int], reps: int) -> List[Dict[str, Any]
         buf = owner.make_tensor.call_one(n).get(timeout=_TIMEOUT_S)
         buf.write_from(src).get(timeout=_TIMEOUT_S)  # warm
         owner.take.call_one(src).get(timeout=_TIMEOUT_S)
-        call = _best(lambda: owner.take.call_one(src).get(timeout=_TIMEOUT_S), reps)
-        rdma = _best(lambda: buf.write_from(src).get(timeout=_TIMEOUT_S), reps)
+        call = _per_call(lambda: owner.take.call_one(src).get(timeout=_TIMEOUT_S), reps)
+        rdma = _per_call(lambda: buf.write_from(src).get(timeout=_TIMEOUT_S), reps)
         rows.append({"bytes": n, "endpoint_arg_ms": call * 1e3, "rdma_write_ms": rdma * 1e3,
                      "endpoint_vs_rdma": call / rdma})
         _say(f"tensor {n:>11} B: endpoint arg {call * 1e3:8.2f} ms, RDMABuffer "
@@ -418,7 +450,8 @@ def main(argv: List[str]) -> int:
     for row in result["sizes"]:
         print(f"{row['bytes']:>11} B  read {row['read_gbps']:7.2f} GB/s "
               f"({row['read_vs_memcpy']:.0%} of memcpy)  write {row['write_gbps']:7.2f} GB/s "
-              f"({row['write_vs_memcpy']:.0%})  memcpy {row['memcpy_gbps']:7.2f} GB/s")
+              f"({row['write_vs_memcpy']:.0%})  memcpy {row['memcpy_gbps']:7.2f} GB/s  "
+              f"made in {row['create_us']:.0f} us (memcpy {row['owner_memcpy_us']:.0f} us)")
     print(f"4 KiB read median {result['read_4k_median_us']:.1f} us; call_one RTT median "
           f"{result['call_one_rtt_median_us']:.1f} us")
     for u in result["rtt_under_bulk"]:
