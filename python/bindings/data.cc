@@ -484,7 +484,7 @@ void bind_data(nb::module_& m) {
       "This process's UCX worker address (what readers' endpoints are made from).");
   m.def(
       "register_buffer",
-      [](nb::handle obj, const std::string& owner) {
+      [](nb::handle obj, const std::string& owner, bool share) {
         release_deferred();
         install_handlers();
         bool writable = true;
@@ -502,7 +502,7 @@ void bind_data(nb::module_& m) {
         Result<std::shared_ptr<data::Registration>> registered;
         {
           nb::gil_scoped_release unlocked;  // DA-29 may copy the region into shared pages
-          registered = engine().register_memory(data, size, keep, region.memory);
+          registered = engine().register_memory(data, size, keep, region.memory, share);
         }
         auto reg = unwrap(std::move(registered));
         std::string rkey = reg->rkey();
@@ -516,12 +516,13 @@ void bind_data(nb::module_& m) {
         return nb::make_tuple(added.id, added.token, addr, size, nb::bytes(rkey.data(), rkey.size()),
                               nb::bytes(w.data(), w.size()), writable, window);
       },
-      nb::arg("obj"), nb::arg("owner"),
+      nb::arg("obj"), nb::arg("owner"), nb::arg("share") = true,
       "Registers the C-contiguous buffer `obj` (or the CUDA region (address, size, tensor), "
       "DA-23) for `owner` (an actor id); returns (id, token, "
       "addr, size, rkey, worker_address, writable, window): window is (fd, ino, dev, begin, end) "
-      "of its shared pages (DA-29), or None. The buffer stays pinned and registered "
-      "until drop or release_owner (DA-8).");
+      "of its shared pages (DA-29), or None. share=False: its pages are not moved into shared "
+      "pages (DA-38). The buffer stays pinned and registered until drop or release_owner "
+      "(DA-8).");
   m.def(
       "drop",
       [](const std::string& owner, uint64_t id, const std::string& token, double timeout_s) {

@@ -55,6 +55,12 @@ class Owner(BaseOwner):
         self.mem[key][at] = value
 
     @endpoint
+    def make_for_one_read(self, key: str, n: int, salt: int) -> RDMABuffer:
+        self.mem[key] = pattern(n, salt)
+        self.bufs[key] = RDMABuffer._for_one_read(memoryview(self.mem[key]))
+        return self.bufs[key]
+
+    @endpoint
     def mapping(self, key: str, offset: int) -> str:
         import ctypes
         base = ctypes.addressof(ctypes.c_char.from_buffer(self.mem[key]))
@@ -134,6 +140,22 @@ def test_a_dropped_buffer_gives_its_pages_back_and_its_owner_keeps_its_bytes(spa
     assert owner.contents.call_one("b").get(timeout=T) == src
     owner.poke.call_one("b", 5, 0x42).get(timeout=T)
     assert owner.contents.call_one("b").get(timeout=T)[5] == 0x42
+
+
+def test_a_buffer_made_for_one_read_keeps_its_pages_private(spawn):  # DA-38
+    owner = spawn(Owner).slice(gpus=0)
+    once = owner.make_for_one_read.call_one("once", N, 3).get(timeout=T)
+    assert once._window is None, "a buffer made for one read is not moved into shared pages"
+    assert owner.mapping.call_one("once", N // 2).get(timeout=T).startswith("rw-p")
+    shared = owner.make.call_one("shared", N, 4).get(timeout=T)
+    assert shared._window is not None, "the same size made as a user's buffer is"
+    before = _data.stats()
+    dst = bytearray(N)
+    once.read_into(memoryview(dst)).get(timeout=T)
+    assert dst == pattern(N, 3)
+    assert _data.stats()["window_bytes"] == before["window_bytes"], "read through CMA"
+    once.drop().get(timeout=T)
+    shared.drop().get(timeout=T)
 
 
 def test_a_file_mapping_keeps_writing_to_its_file(spawn, tmp_path):  # DA-29

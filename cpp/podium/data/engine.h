@@ -72,6 +72,10 @@
 //        the copiers' are, offered to them, and the caller takes chunks of it too until none
 //        is left, so one small transfer runs on the caller and the copiers at once; its future
 //        is ready when the last chunk, the caller's or a copier's, is done.
+//   DA-38 register_memory(..., share = false) leaves the region's pages where they are: no
+//        move into shared pages (DA-29), so the region's same-host readers copy it with CMA.
+//        For a buffer made to be read once (the tensor engine's to_mesh), whose move (a copy
+//        into fresh memfd pages) would cost more than the one read gains.
 //   DA-33 The first chunk of every same-host copy (DA-10) first asks the kernel whether the
 //        peer is ending (cma::ending: gone, or its exit decided, which kill() with SIGKILL
 //        and a fatal signal decide inside the call) and fails as a copy from a dead peer
@@ -221,10 +225,12 @@ class Engine {
   static std::chrono::microseconds default_spin();
 
   // DA-2. `keep` holds the memory alive while it is registered. DA-23: `memory` says where
-  // the region lives; CUDA memory needs supports(Memory::kCuda).
+  // the region lives; CUDA memory needs supports(Memory::kCuda). DA-38: `share` false keeps
+  // the region's pages where they are (no move into shared pages, DA-29), for a buffer that
+  // will be read once: the move would cost more than it saves.
   [[nodiscard]] Result<std::shared_ptr<Registration>> register_memory(
       const void* addr, size_t size, std::shared_ptr<const void> keep,
-      Memory memory = Memory::kHost);
+      Memory memory = Memory::kHost, bool share = true);
   // DA-23: whether this process's UCX can reach `memory` (host memory: always; CUDA: a UCX
   // built with CUDA support, with its CUDA modules loaded).
   bool supports(Memory memory) const;

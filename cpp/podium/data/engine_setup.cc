@@ -150,7 +150,7 @@ bool Engine::supports(Memory memory) const {
 
 Result<std::shared_ptr<Registration>> Engine::register_memory(const void* addr, size_t size,
                                                                 std::shared_ptr<const void> keep,
-                                                                Memory memory) {
+                                                                Memory memory, bool share) {
   if (addr == nullptr || size == 0) {
     return std::unexpected(
         make_error(DataErrc::kInvalidArgument, "cannot register an empty region"));
@@ -176,7 +176,7 @@ Result<std::shared_ptr<Registration>> Engine::register_memory(const void* addr, 
   }
   // DA-29, before UCX maps the pages (a NIC's registration would hold the old ones), and
   // outside the lock (it copies the region). A failure leaves the region as it was: CMA.
-  if (memory == Memory::kHost && cma && shm::enabled()) {
+  if (share && memory == Memory::kHost && cma && shm::enabled()) {  // DA-38: unless told not to
     auto shared = shm::share_pages(addr, size, shm::min_bytes(), keep);
     if (shared) pages = std::move(*shared);
   }

@@ -231,6 +231,9 @@ class RDMABuffer:
                  "_window", "_dropped", "__weakref__")
 
     def __init__(self, data: Any) -> None:
+        self._register(data, share=True)
+
+    def _register(self, data: Any, share: bool) -> None:
         view = _local_view(data, writable=False, what="RDMABuffer")
         if view.nbytes == 0:
             raise ValueError("Cannot create RDMABuffer with size 0.")
@@ -244,9 +247,18 @@ class RDMABuffer:
         self._owner = _Owner(ins.actor_id, _mesh.this_proc_id(), rank.rank if len(rank) else 0,
                              str(rank), _hostname(), os.getpid(), _node())
         (self._id, self._token, self._addr, self._size, self._rkey, self._worker,
-         _writable, self._window) = _data.register_buffer(_arg(view), ins.actor_id)
+         _writable, self._window) = _data.register_buffer(_arg(view), ins.actor_id, share)
         self._cuda = isinstance(view, _DeviceRegion)
         self._dropped = False
+
+    @classmethod
+    def _for_one_read(cls, data: Any) -> "RDMABuffer":
+        """A buffer the runtime makes for one reader to read once (the tensor engine's
+        ``to_mesh``): its pages stay where they are (DA-38). Moving them into shared pages
+        (DA-29) costs a copy and fresh pages, more than the one read gains from them."""
+        b = cls.__new__(cls)
+        b._register(data, share=False)
+        return b
 
     @classmethod
     def _rebuild(cls, owner: tuple, ref: tuple) -> "RDMABuffer":

@@ -391,7 +391,7 @@ class TensorWorker(Actor):
                 value = v.detach()
                 if value.numel() * value.element_size() >= large and value.device.type == "cpu":
                     flat = value.contiguous().view(-1).view(torch.uint8)
-                    buf = RDMABuffer(flat)
+                    buf = RDMABuffer._for_one_read(flat)  # DA-38: read once, by dest
                     with _MAIL_CV:
                         _EXPOSED[(key, dest)] = (buf, flat)
                     msg = ("rdma", buf, self.rank, tuple(value.shape), value.dtype, flat.numel(),
