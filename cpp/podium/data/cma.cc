@@ -100,7 +100,7 @@ int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window) {
       if (o.size >= kStreamMinBytes) {
         stream_copy(to, from, e - b);  // DA-36
       } else {
-        std::memcpy(to, from, e - b);
+        cached_copy(to, from, e - b);
       }
       if (!o.window->owner_alive()) return ESRCH;  // DA-30: as CMA would have failed
       if (through_window) *through_window += e - b;
@@ -108,6 +108,37 @@ int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window) {
     }
   }
   return kernel_copy(o, offset, len);
+}
+
+void cached_copy(void* dst, const void* src, size_t n) {
+#if defined(__x86_64__) && defined(__SSE2__)
+  constexpr size_t kMinBytes = size_t{64} << 10;  // below it, memcpy's setup is what counts
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  if (n < kMinBytes || ((reinterpret_cast<uintptr_t>(d) ^ reinterpret_cast<uintptr_t>(s)) & 63) == 0) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  size_t head = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;  // to a cache line
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  n -= head;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_store_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  std::memcpy(d + i, s + i, n - i);
+#else
+  std::memcpy(dst, src, n);
+#endif
 }
 
 void stream_copy(void* dst, const void* src, size_t n) {

@@ -306,6 +306,24 @@ TEST(Cma, StreamCopyCopiesEveryByteAtEveryAlignmentAndTouchesNothingElse) {  // 
   }
 }
 
+TEST(Cma, CachedCopyCopiesEveryByteAtEveryAlignmentAndTouchesNothingElse) {  // DA-30
+  // From 64 KiB, a source and destination not aligned alike take the loop of aligned stores.
+  constexpr size_t kMax = (size_t{64} << 10) + 200;
+  std::vector<std::byte> src(kMax + 128), dst(kMax + 128);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 131 + 7) & 0xff);
+  for (size_t n : {size_t{0}, size_t{100}, size_t{64} << 10, (size_t{64} << 10) + 1, kMax}) {
+    for (size_t so = 0; so < 64; so += 13) {
+      for (size_t d_off = 0; d_off < 64; d_off += 11) {
+        std::fill(dst.begin(), dst.end(), std::byte{0xEE});
+        cma::cached_copy(dst.data() + d_off, src.data() + so, n);
+        ASSERT_EQ(std::memcmp(dst.data() + d_off, src.data() + so, n), 0) << n << " " << so;
+        for (size_t i = 0; i < d_off; ++i) ASSERT_EQ(dst[i], std::byte{0xEE}) << "before";
+        for (size_t i = d_off + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], std::byte{0xEE});
+      }
+    }
+  }
+}
+
 // DA-33, for each form of ending(): false for a live child (asked twice: the kept descriptor
 // answers the same), true from kill() on, before and after the child is reaped.
 void expect_ending_follows_a_kill(const std::function<bool(int)>& ending) {
