@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "podium/data/errc.h"
+#include "podium/data/shm_maps.h"
 
 namespace podium::data::shm {
 
@@ -142,44 +143,6 @@ int read_all(int fd, std::byte* to, size_t len) {
   return 0;
 }
 
-bool movable(uint64_t begin, uint64_t end, bool device_guard) {
-  FILE* f = std::fopen("/proc/self/maps", "re");
-  if (f == nullptr) return false;
-  char line[512];
-  uint64_t covered = begin;
-  bool ok = true;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    unsigned long long lo = 0, hi = 0, off = 0, ino = 0;
-    char perms[8] = {};
-    int path_at = 0;
-    if (std::sscanf(line, "%llx-%llx %7s %llx %*s %llu %n", &lo, &hi, perms, &off, &ino,
-                    &path_at) < 5) {
-      continue;
-    }
-    std::string_view path(line + path_at);
-    while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.remove_suffix(1);
-    if (device_guard && (path.starts_with("/dev/nvidia") || path.starts_with("/dev/infiniband"))) {
-      ok = false;  // a driver may pin user pages: never move any
-      break;
-    }
-    if (!ok || covered >= end || hi <= covered) continue;
-    if (lo > covered) {
-      ok = false;  // a hole
-      continue;
-    }
-    bool anon = std::string_view(perms) == "rw-p" && ino == 0 &&
-                (path.empty() || path == "[heap]" || path.starts_with("[anon:"));
-    // Ours: shared pages no live buffer holds, or pages given back (DA-32: private over a
-    // punched memfd), which malloc hands out again.
-    bool ours = (std::string_view(perms) == "rw-s" || std::string_view(perms) == "rw-p") &&
-                path.starts_with("/memfd:podium-rdma");
-    ok = anon || ours;
-    covered = hi;
-  }
-  std::fclose(f);
-  return ok && covered >= end;
-}
-
 }  // namespace
 
 SharedPages::~SharedPages() {
@@ -274,7 +237,7 @@ Result<std::shared_ptr<SharedPages>> share_pages(const void* addr, size_t size,
   for (auto i = l.by_begin.begin(); i != l.by_begin.end();) {
     i = i->second.expired() ? l.by_begin.erase(i) : std::next(i);
   }
-  if (!movable(begin, end, mode() != Mode::kOn)) return nullptr;
+  if (!detail::movable(begin, end, mode() != Mode::kOn)) return nullptr;
   size_t len = end - begin;
   int fd = ::memfd_create(kName, MFD_CLOEXEC);
   if (fd < 0) return std::unexpected(sys_error("memfd_create", errno));

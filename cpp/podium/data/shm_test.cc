@@ -22,6 +22,7 @@
 
 #include "podium/data/cma.h"
 #include "podium/data/engine.h"
+#include "podium/data/shm_maps.h"
 #include "podium/data/test_pipe.h"
 
 namespace podium::data {
@@ -118,6 +119,47 @@ TEST(SharedPages, FilesReadOnlyMemoryAndSmallRunsAreLeftAsTheyAre) {  // DA-29
   ::munmap(mem, kRegion);
 }
 
+TEST(SharedPages, TheKernelsQueryAndItsTextDecideAlike) {  // DA-29
+  auto b = [](const void* p) { return reinterpret_cast<uint64_t>(p); };
+  if (!shm::detail::movable_by_query(b(&kPage), b(&kPage) + kPage, false)) {
+    GTEST_SKIP() << "this kernel has no PROCMAP_QUERY (Linux 6.11): the text form decides alone";
+  }
+  std::byte* mem = anon(8 * kPage, 1);
+  ASSERT_NE(mem, nullptr);
+  char path[] = "/tmp/podium-maps-test-XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::unlink(path);
+  ASSERT_EQ(::ftruncate(fd, kPage), 0);
+  void* file = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(file, MAP_FAILED);
+  ::close(fd);
+  ASSERT_EQ(::mprotect(mem + 6 * kPage, kPage, PROT_READ), 0);  // a read-only page inside
+  ASSERT_EQ(::munmap(mem + 7 * kPage, kPage), 0);               // and a hole after it
+  struct Case {
+    const char* what;
+    uint64_t begin, end;
+    bool movable;
+  } cases[] = {
+      {"private anonymous memory", b(mem), b(mem + 6 * kPage), true},
+      {"one page of it", b(mem + kPage), b(mem + 2 * kPage), true},
+      {"up to a read-only page", b(mem), b(mem + 7 * kPage), false},
+      {"into a hole", b(mem + 7 * kPage), b(mem + 8 * kPage), false},
+      {"a file mapping", b(file), b(file) + kPage, false},
+  };
+  for (const auto& c : cases) {
+    for (bool guard : {false, true}) {
+      auto by_query = shm::detail::movable_by_query(c.begin, c.end, guard);
+      EXPECT_EQ(shm::detail::movable_by_text(c.begin, c.end, guard), c.movable) << c.what;
+      if (guard && !by_query) continue;  // /dev/shm on /dev's filesystem: the text decides
+      ASSERT_TRUE(by_query.has_value()) << c.what;
+      EXPECT_EQ(*by_query, c.movable) << c.what << (guard ? ", guarded" : "");
+    }
+  }
+  ::munmap(file, kPage);
+  ::munmap(mem, 7 * kPage);
+}
+
 TEST(SharedPages, NothingMovesInAProcessThatMapsAnRdmaDeviceUnlessForced) {  // DA-29
   // A driver's device node, as an RDMA library maps it; a file of that name stands for it (root).
   bool made_dir = ::mkdir("/dev/infiniband", 0755) == 0;
@@ -130,6 +172,11 @@ TEST(SharedPages, NothingMovesInAProcessThatMapsAnRdmaDeviceUnlessForced) {  // 
   ASSERT_NE(dev, MAP_FAILED);
   std::byte* mem = anon(kRegion, 8);
   ::unsetenv("PODIUM_RDMA_SHM");
+  uint64_t page_in = (reinterpret_cast<uint64_t>(mem) + kPage - 1) & ~uint64_t{kPage - 1};
+  EXPECT_FALSE(shm::detail::movable_by_text(page_in, page_in + kPage, true));
+  if (auto q = shm::detail::movable_by_query(page_in, page_in + kPage, true)) {
+    EXPECT_FALSE(*q);
+  }
   auto guarded = shm::share_pages(mem, kRegion, kPage, nullptr);
   ::setenv("PODIUM_RDMA_SHM", "1", 1);
   auto forced = shm::share_pages(mem, kRegion, kPage, nullptr);
