@@ -34,7 +34,8 @@ def test_bench_rdma_json_report():  # DA-8
     assert [row["bytes"] for row in report["sizes"]] == [4096, 16384, 65536, 262144, 1048576]
     for row in report["sizes"]:
         assert set(row) == {"bytes", "read_gbps", "write_gbps", "memcpy_gbps", "read_vs_memcpy",
-                            "write_vs_memcpy", "create_us", "owner_memcpy_us"}
+                            "write_vs_memcpy", "create_us", "owner_memcpy_us",
+                            "one_read_shared_us", "one_read_private_us"}
         assert all(_number(v) and v > 0 for v in row.values()), row
     assert _number(report["read_4k_median_us"]) and _number(report["call_one_rtt_median_us"])
     assert [u["kind"] for u in report["rtt_under_bulk"]] == ["read", "write"]

@@ -12,7 +12,9 @@ An actor on a spawned proc (the owner) and the controller:
 - making a buffer: per size, the best of ``--reps`` ``RDMABuffer(...)`` calls in the owner
   over memory already written, each dropped and its pages given back before the next (a
   buffer of shared pages moves its pages when it is made: DA-29), next to a memcpy of the
-  same bytes there;
+  same bytes there; and the time for the owner to make a buffer and this controller to read
+  it once, a user's buffer (shared pages) next to one made for one read (private pages, as
+  ``to_mesh`` makes them: DA-38);
 - latency: a 4 KiB read next to an empty ``call_one`` to the same actor (medians);
 - control under bulk (issue 19 item 6): the ``call_one`` round trip while another thread of
   the controller reads, then writes, a ``--bulk-mib`` buffer of the same owner over and over,
@@ -82,6 +84,18 @@ class _Owner(pa.Actor):
         assert torch is not None
         self.mem[n] = torch.zeros(n, dtype=torch.uint8)
         return RDMABuffer(self.mem[n])
+
+    @pa.endpoint
+    def fill(self, n: int) -> None:
+        self.mem[n] = bytearray(b"\x02") * n
+
+    @pa.endpoint
+    def make_for_one_read(self, n: int, share: bool) -> RDMABuffer:
+        """A buffer over the ``n`` bytes ``fill`` wrote: a user's (its pages moved into shared
+        pages, DA-29) or one made for one read, as the tensor engine's ``to_mesh`` makes them
+        (pages left private, DA-38)."""
+        view = memoryview(self.mem[n])
+        return RDMABuffer(view) if share else RDMABuffer._for_one_read(view)
 
     @pa.endpoint
     def free(self, n: int) -> None:
@@ -161,14 +175,42 @@ def _bandwidth(owner: Any, sizes: List[int], reps: int) -> List[Dict[str, Any]]:
         owner.free.call_one(n).get(timeout=_TIMEOUT_S)
         del local, other
         made, owner_copy = owner.create_cost.call_one(n, reps).get(timeout=_TIMEOUT_S)
+        once = {share: _one_read(owner, n, share, reps) for share in (True, False)}
         rows.append({"bytes": n, "read_gbps": _gbps(n, r), "write_gbps": _gbps(n, w),
                      "memcpy_gbps": _gbps(n, m), "read_vs_memcpy": m / r,
                      "write_vs_memcpy": m / w, "create_us": made * 1e6,
-                     "owner_memcpy_us": owner_copy * 1e6})
+                     "owner_memcpy_us": owner_copy * 1e6,
+                     "one_read_shared_us": once[True] * 1e6,
+                     "one_read_private_us": once[False] * 1e6})
         _say(f"{n:>11} B: read {_gbps(n, r):7.2f} GB/s, write {_gbps(n, w):7.2f} GB/s, "
              f"memcpy {_gbps(n, m):7.2f} GB/s; made in {made * 1e6:.0f} us "
-             f"(memcpy {owner_copy * 1e6:.0f} us)")
+             f"(memcpy {owner_copy * 1e6:.0f} us); made and read once "
+             f"{once[True] * 1e6:.0f} us shared, {once[False] * 1e6:.0f} us private")
     return rows
+
+
+def _one_read(owner: Any, n: int, share: bool, reps: int) -> float:
+    """Seconds for the owner to make a buffer over ``n`` bytes it wrote before (untimed) and
+    this controller to read it once (the call that makes it, and the read, checked), the
+    best of ``reps``; dropped and
+    its pages given back, untimed, after each. The read asks for no lease (one read has no
+    use for it), so the drop need not wait for one to end (DA-27)."""
+    local = memoryview(bytearray(n))
+    best = float("inf")
+    lease = _data.lease_config()
+    _data.set_lease(0, lease[1])
+    try:
+        for _ in range(reps):
+            owner.fill.call_one(n).get(timeout=_TIMEOUT_S)
+            t0 = time.perf_counter()
+            buf = owner.make_for_one_read.call_one(n, share).get(timeout=_TIMEOUT_S)
+            buf.read_into(local).get(timeout=_TIMEOUT_S)
+            best = min(best, time.perf_counter() - t0)
+            buf.drop().get(timeout=_TIMEOUT_S)
+            owner.free.call_one(n).get(timeout=_TIMEOUT_S)
+    finally:
+        _data.set_lease(*lease)
+    return best
 
 
 _WARM_S = 0.2  # round trips made, and not counted, before the timed ones
@@ -451,7 +493,9 @@ def main(argv: List[str]) -> int:
         print(f"{row['bytes']:>11} B  read {row['read_gbps']:7.2f} GB/s "
               f"({row['read_vs_memcpy']:.0%} of memcpy)  write {row['write_gbps']:7.2f} GB/s "
               f"({row['write_vs_memcpy']:.0%})  memcpy {row['memcpy_gbps']:7.2f} GB/s  "
-              f"made in {row['create_us']:.0f} us (memcpy {row['owner_memcpy_us']:.0f} us)")
+              f"made in {row['create_us']:.0f} us (memcpy {row['owner_memcpy_us']:.0f} us), "
+              f"made and read once {row['one_read_shared_us']:.0f} us shared, "
+              f"{row['one_read_private_us']:.0f} us private")
     print(f"4 KiB read median {result['read_4k_median_us']:.1f} us; call_one RTT median "
           f"{result['call_one_rtt_median_us']:.1f} us")
     for u in result["rtt_under_bulk"]:
