@@ -110,16 +110,15 @@ int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window) {
   return kernel_copy(o, offset, len);
 }
 
-void cached_copy(void* dst, const void* src, size_t n) {
 #if defined(__x86_64__) && defined(__SSE2__)
-  constexpr size_t kMinBytes = size_t{64} << 10;  // below it, memcpy's setup is what counts
-  auto* d = static_cast<char*>(dst);
-  const auto* s = static_cast<const char*>(src);
-  if (n < kMinBytes || ((reinterpret_cast<uintptr_t>(d) ^ reinterpret_cast<uintptr_t>(s)) & 63) == 0) {
-    std::memcpy(dst, src, n);
-    return;
-  }
-  size_t head = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;  // to a cache line
+namespace {
+
+// Copies `n` bytes in 64-byte lines stored to 64-byte-aligned destination addresses, the
+// source loaded unaligned: with non-temporal stores (kStream, fenced after) or through the
+// cache. What is before the first aligned line and after the last goes with memcpy.
+template <bool kStream>
+void line_copy(char* d, const char* s, size_t n) {
+  size_t head = std::min(n, (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63);
   std::memcpy(d, s, head);
   d += head;
   s += head;
@@ -130,40 +129,41 @@ void cached_copy(void* dst, const void* src, size_t n) {
     __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
     __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
     __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_store_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+    auto* to = reinterpret_cast<__m128i*>(d + i);
+    if constexpr (kStream) {
+      _mm_stream_si128(to, a);
+      _mm_stream_si128(to + 1, b);
+      _mm_stream_si128(to + 2, c);
+      _mm_stream_si128(to + 3, e);
+    } else {
+      _mm_store_si128(to, a);
+      _mm_store_si128(to + 1, b);
+      _mm_store_si128(to + 2, c);
+      _mm_store_si128(to + 3, e);
+    }
   }
+  if constexpr (kStream) _mm_sfence();  // weakly ordered: visible before the copy is done
   std::memcpy(d + i, s + i, n - i);
-#else
-  std::memcpy(dst, src, n);
+}
+
+}  // namespace
 #endif
+
+void cached_copy(void* dst, const void* src, size_t n) {
+#if defined(__x86_64__) && defined(__SSE2__)
+  constexpr size_t kMinBytes = size_t{64} << 10;  // below it, memcpy's setup is what counts
+  auto apart = (reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src)) & 63;
+  if (n >= kMinBytes && apart != 0) {
+    line_copy<false>(static_cast<char*>(dst), static_cast<const char*>(src), n);
+    return;
+  }
+#endif
+  std::memcpy(dst, src, n);
 }
 
 void stream_copy(void* dst, const void* src, size_t n) {
 #if defined(__x86_64__) && defined(__SSE2__)
-  auto* d = static_cast<char*>(dst);
-  const auto* s = static_cast<const char*>(src);
-  size_t head = (16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15;  // to a 16-byte store
-  if (head > n) head = n;
-  std::memcpy(d, s, head);
-  d += head;
-  s += head;
-  n -= head;
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
-  _mm_sfence();  // the streamed stores are weakly ordered: visible before the copy is done
-  std::memcpy(d + i, s + i, n - i);
+  line_copy<true>(static_cast<char*>(dst), static_cast<const char*>(src), n);
 #else
   std::memcpy(dst, src, n);
 #endif

@@ -117,13 +117,13 @@ void returner_loop() {
   }
 }
 
-// Whether every byte of [begin, end) lies in mappings that DA-29 lets us move, and no device
-// that may pin user pages is mapped in this process.
-// pwrite(2) of all `len` bytes at offset 0 of `fd` (0, or the errno).
-int write_all(int fd, const std::byte* from, size_t len) {
+// Runs `io(done)` (a pread or pwrite of what is left, at offset `done`) until `len` bytes
+// went through: 0, or the errno.
+template <class Io>
+int whole(size_t len, Io io) {
   size_t done = 0;
   while (done < len) {
-    ssize_t n = ::pwrite(fd, from + done, len - done, static_cast<off_t>(done));
+    ssize_t n = io(done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return n < 0 ? errno : EIO;
     done += static_cast<size_t>(n);
@@ -131,16 +131,18 @@ int write_all(int fd, const std::byte* from, size_t len) {
   return 0;
 }
 
+// pwrite(2) of all `len` bytes at offset 0 of `fd` (0, or the errno).
+int write_all(int fd, const std::byte* from, size_t len) {
+  return whole(len, [&](size_t done) {
+    return ::pwrite(fd, from + done, len - done, static_cast<off_t>(done));
+  });
+}
+
 // pread(2) of all `len` bytes at offset 0 of `fd` (0, or the errno).
 int read_all(int fd, std::byte* to, size_t len) {
-  size_t done = 0;
-  while (done < len) {
-    ssize_t n = ::pread(fd, to + done, len - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n < 0 ? errno : EIO;
-    done += static_cast<size_t>(n);
-  }
-  return 0;
+  return whole(len, [&](size_t done) {
+    return ::pread(fd, to + done, len - done, static_cast<off_t>(done));
+  });
 }
 
 }  // namespace

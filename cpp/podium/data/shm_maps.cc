@@ -12,6 +12,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "podium/base/unique_fd.h"
+
 namespace podium::data::shm::detail {
 
 namespace {
@@ -52,13 +54,6 @@ bool may_move(bool rw, bool shared, uint64_t ino, std::string_view path) {
 bool device_path(std::string_view path) {
   return path.starts_with("/dev/nvidia") || path.starts_with("/dev/infiniband");
 }
-
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 }  // namespace
 
@@ -105,8 +100,8 @@ std::optional<bool> movable_by_query(uint64_t begin, uint64_t end, bool device_g
                        (::stat("/dev/shm", &shm) == 0 && shm.st_dev == dev.st_dev))) {
     return std::nullopt;
   }
-  Fd maps{::open("/proc/self/maps", O_RDONLY | O_CLOEXEC)};
-  if (maps.fd < 0) return std::nullopt;
+  UniqueFd maps(::open("/proc/self/maps", O_RDONLY | O_CLOEXEC));
+  if (!maps) return std::nullopt;
   char name[512];
   auto query = [&](uint64_t addr, uint64_t flags, bool named, ProcmapQuery& q) {
     std::memset(&q, 0, sizeof q);
@@ -117,7 +112,7 @@ std::optional<bool> movable_by_query(uint64_t begin, uint64_t end, bool device_g
       q.vma_name_addr = reinterpret_cast<uint64_t>(name);
       q.vma_name_size = sizeof name;
     }
-    return ::ioctl(maps.fd, kProcmapQuery, &q) == 0 ? 0 : errno;
+    return ::ioctl(maps.get(), kProcmapQuery, &q) == 0 ? 0 : errno;
   };
   ProcmapQuery q;
   uint64_t covered = begin;

@@ -42,6 +42,19 @@ std::byte* anon(size_t n, uint8_t salt) {
   return b;
 }
 
+// A shared mapping of `n` bytes of a temporary file, unlinked at once (MAP_FAILED if not).
+void* file_mapping(size_t n) {
+  char path[] = "/tmp/podium-shm-test-XXXXXX";
+  int fd = ::mkstemp(path);
+  if (fd < 0) return MAP_FAILED;
+  ::unlink(path);
+  void* p = ::ftruncate(fd, static_cast<off_t>(n)) == 0
+                ? ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                : MAP_FAILED;
+  ::close(fd);  // the mapping keeps the file
+  return p;
+}
+
 // The permissions and path of the mapping that holds `addr` in /proc/self/maps.
 std::string mapping_of(const void* addr) {
   std::ifstream maps("/proc/self/maps");
@@ -94,12 +107,7 @@ TEST(SharedPages, AMoveKeepsEveryByteAndEveryAddressAndLeavesTheEdges) {  // DA-
 }
 
 TEST(SharedPages, FilesReadOnlyMemoryAndSmallRunsAreLeftAsTheyAre) {  // DA-29
-  char path[] = "/tmp/podium-shm-test-XXXXXX";
-  int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ::unlink(path);
-  ASSERT_EQ(::ftruncate(fd, kRegion), 0);
-  void* file = ::mmap(nullptr, kRegion, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* file = file_mapping(kRegion);
   ASSERT_NE(file, MAP_FAILED);
   auto f = shm::share_pages(file, kRegion, kPage, nullptr);
   ASSERT_TRUE(f);
@@ -115,7 +123,6 @@ TEST(SharedPages, FilesReadOnlyMemoryAndSmallRunsAreLeftAsTheyAre) {  // DA-29
   EXPECT_FALSE(*small);
   EXPECT_EQ(mapping_of(mem), "rw-p");
   ::munmap(file, kRegion);
-  ::close(fd);
   ::munmap(mem, kRegion);
 }
 
@@ -126,14 +133,8 @@ TEST(SharedPages, TheKernelsQueryAndItsTextDecideAlike) {  // DA-29
   }
   std::byte* mem = anon(8 * kPage, 1);
   ASSERT_NE(mem, nullptr);
-  char path[] = "/tmp/podium-maps-test-XXXXXX";
-  int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ::unlink(path);
-  ASSERT_EQ(::ftruncate(fd, kPage), 0);
-  void* file = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* file = file_mapping(kPage);
   ASSERT_NE(file, MAP_FAILED);
-  ::close(fd);
   ASSERT_EQ(::mprotect(mem + 6 * kPage, kPage, PROT_READ), 0);  // a read-only page inside
   ASSERT_EQ(::munmap(mem + 7 * kPage, kPage), 0);               // and a hole after it
   struct Case {

@@ -16,7 +16,7 @@
 
 #include "podium/host/exit_status.h"
 #include "podium/host/spawn.h"
-#include "podium/host/unique_fd.h"
+#include "podium/base/unique_fd.h"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3

@@ -48,7 +48,7 @@
 #include <string_view>
 
 #include "podium/base/error.h"
-#include "podium/host/unique_fd.h"
+#include "podium/base/unique_fd.h"
 
 namespace podium::host {
 

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "podium/base/error.h"
-#include "podium/host/unique_fd.h"
+#include "podium/base/unique_fd.h"
 
 namespace podium::host {
 

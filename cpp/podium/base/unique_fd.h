@@ -5,7 +5,7 @@
 
 #include <utility>
 
-namespace podium::host {
+namespace podium {
 
 class UniqueFd {
  public:
@@ -30,4 +30,4 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-}  // namespace podium::host
+}  // namespace podium
