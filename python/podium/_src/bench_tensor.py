@@ -210,7 +210,15 @@ def main(argv: List[str]) -> int:
 
     steps, warmup = pick(a.steps, 3, 30), pick(a.warmup, 1, 5)
     if a.rank_main:
-        return _rank_main(steps, warmup, a.out)
+        rc = _rank_main(steps, warmup, a.out)
+        # Out without the interpreter's teardown: after destroy_process_group, torch's exit
+        # path sometimes destroys a thread object still joinable ("terminate called without
+        # an active exception", SIGABRT), 2 runs in 25 on the loaded 2-core VM, after both
+        # ranks had passed the last barrier and written their results. torchrun then fails
+        # the whole baseline for a crash past its end.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
     result = run(procs=pick(a.procs, 2, 4), steps=steps, warmup=warmup,
                  ops=pick(a.ops, 500, 20000))
     if a.json:
