@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 240
 
 CHILD = textwrap.dedent("""
-    import json, sys, time
+    import json, os, signal, sys, time
     import torch
     from podium._src import ft
 
@@ -39,8 +39,25 @@ CHILD = textwrap.dedent("""
                 and all(f.t_rejoin is not None for f in tr.faults))
 
     tr = ft.Trainer(groups=R, procs=P, inject=cfg["inject"], log=log)
+    extra = {}
     try:
         tr.start()
+        if cfg.get("lose_donor"):
+            # Group 1's proc is killed; once its replacement is ready, the group whose stage it
+            # is to read in the next step is killed too, before that step.
+            tr.run(3, progress_every=0)
+            os.kill(tr.live[1].pid, signal.SIGKILL)
+            tr.run_step()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                with tr._lock:
+                    if tr._ready or tr._ready_cv.wait(0.05):
+                        break
+            assert tr._ready, "no replacement within 60 s"
+            donor = next(g for g in tr.live.values() if g.staged == tr.step)
+            extra = {"donor": donor.slot, "lost_step": tr.step}
+            os.kill(donor.pid, signal.SIGKILL)
+            tr.run_step()
         while tr.step < cfg["max_steps"] and not settled(tr):
             if len(tr.faults) >= cfg["faults"]:
                 tr.every = 0  # the faults asked for are in: no more
@@ -68,6 +85,7 @@ CHILD = textwrap.dedent("""
         "state_floats": first.numel(),
         "vs_reference": float((first - ref).abs().max()),
         "digests": digests,
+        **extra,
     }
     if cfg["clean"]:
         clean = ft.Trainer(groups=R, procs=P, log=log)
@@ -162,6 +180,23 @@ def test_groups_of_two_procs_recover_from_a_killed_proc():
     assert all(len(v) == 2 for v in out["applied"].values())
 
 
+# FT-3, FT-4: the group a replacement is to read its state from dies just before the step the
+# replacement joins: that step is committed by the one group left, the replacement does not
+# join with a state it could not check, and every slot comes back with the survivor's state.
+def test_a_donor_lost_as_a_replacement_joins():
+    out = _child({"groups": 3, "procs": 1, "inject": None, "faults": 0, "lose_donor": True,
+                  "max_steps": 400, "extra_steps": 5, "clean": False})
+    _check_run(out, 3)
+    lost = out["lost_step"]
+    assert out["steps"][lost][1] == [s for s in (0, 1, 2) if s not in (1, out["donor"])], \
+        out["steps"][lost - 1:lost + 2]
+    assert all(step > lost for slot, _, step in out["rejoins"] if slot == out["donor"]), out
+    assert all(step >= lost for slot, _, step in out["rejoins"] if slot == 1), out
+    drops = [l for l in out["stderr"].splitlines() if " dropped: " in l]
+    assert any(f"step {lost}: group {out['donor']} " in l and "SIGKILL" in l for l in drops), \
+        drops
+
+
 # FT-5: a batch is a function of (seed, step, slot, rank) alone.
 def test_data_depends_only_on_seed_step_slot_and_rank():
     a, b = ft.batch(0, 7, 1, 0), ft.batch(0, 7, 1, 0)
@@ -212,16 +247,24 @@ def test_bench_ft_json_report():
     o = rep["with_faults"]["ordinary_step_s"]  # the faulty run's own yardstick
     assert o["n"] >= 60 - 1 - 2 * rep["with_faults"]["faults"], o
     assert 0 < o["min"] <= o["median"] <= o["p90"] <= o["max"], o
+    j = rep["with_faults"]["joining_step_s"]  # the steps replacements joined (FT-4)
+    assert j["n"] >= 1 and 0 < j["min"] <= j["max"], j
     assert _number(rep["throughput_ratio"]) and _number(rep["full_restart_s"])
     for kind in ft.FAULT_KINDS:
         k = rep["per_kind"][kind]
         assert k["faults"] >= 1 and k["not_rejoined"] == 0, k
         for field in ("to_next_step_s", "to_rejoin_s", "steps_lost"):
             assert all(_number(k[field][s]) for s in ("n", "median", "max")), (kind, field)
+        # None where the kind's faults rejoined only after the run's last step.
+        through = k["steps_lost_through_rejoin"]
+        assert through is None or all(_number(through[s]) for s in ("n", "median", "max"))
+    assert any(rep["per_kind"][kind]["steps_lost_through_rejoin"] for kind in ft.FAULT_KINDS)
     assert rep["proc_exit_s"]["n"] == 3 and _number(rep["proc_exit_steps"]), rep["proc_exit_s"]
     assert 0 < rep["proc_exit_s"]["min"] <= rep["proc_exit_s"]["max"] < 10
     assert set(rep["targets"]) >= {"survivors_lose_at_most_1_step", "rejoin_within_10_s",
-                                   "worst_steps_lost", "worst_rejoin_s"}
+                                   "worst_steps_lost", "worst_rejoin_s",
+                                   "worst_steps_lost_through_rejoin"}
+    assert _number(rep["targets"]["worst_steps_lost_through_rejoin"])
 
 
 NETNS_CHILD = textwrap.dedent("""

@@ -6,8 +6,10 @@ For a fixed run of R groups (default 3, one proc each) and N steps with one faul
 the fault to (a) the survivors' next completed step (the commit of the step the fault hit) and
 (b) the replacement group's rejoin; the progress a fault costs the survivors, in steps (the
 extra time of that step over the median step of the run without faults), next to the
-spread of the faulty run's ordinary steps (neither faulted nor admitting a replacement);
-throughput (steps/s) with faults against the
+spread of the faulty run's ordinary steps (neither faulted nor admitting a replacement); the
+progress lost from the fault through the commit of the step its replacement joined (the
+replacement's spawn and its read of a donor's state included), and the steps replacements
+joined; throughput (steps/s) with faults against the
 same run without; and the time a full restart of all groups takes (stop every group, spawn
 them all again, reload the last state from the controller's copy over the data plane), in the
 same run, as the reference; and what a fault costs the machine by itself: the time a group's
@@ -93,12 +95,33 @@ def _one_run(groups: int, procs: int, steps: int, inject: Optional[str],
     unusual = {f.step for f in trainer.faults} | {r[2] for r in trainer.rejoins}
     ordinary = [b.t - a.t for a, b in zip(trainer.steps, trainer.steps[1:])
                 if b.step not in unusual]
+    joins = {r[2] for r in trainer.rejoins}
+    joining = [b.t - a.t for a, b in zip(trainer.steps, trainer.steps[1:]) if b.step in joins]
     return {"trainer": trainer, "start_s": started, "wall_s": wall, "steps_per_s": steps / wall,
             "step_s_median": statistics.median(times) if times else wall,
             "ordinary_step_s": _stats(ordinary),
+            "joining_step_s": _stats(joining),
             "final_loss": trainer.steps[-1].loss, "full_restart_s": full_restart,
             "exit_s": exits,
             "slot_steps_lost": sum(groups - len(s.quorum) for s in trainer.steps)}
+
+
+def _through_rejoin(trainer: Any, step_s: float) -> Dict[int, float]:
+    """Per fault (by id) whose slot rejoined: the survivors' progress lost from the fault to
+    the commit of the step its replacement joined, in steps of ``step_s``: that time less
+    the steps committed in it at ``step_s`` each. What the fault's step alone does not show:
+    the replacement's spawn (CPU taken from the survivors on a small machine) and the step
+    it joins (the live groups wait for its read of a donor's state)."""
+    out: Dict[int, float] = {}
+    by_step = {s.step: s for s in trainer.steps}
+    for f in trainer.faults:
+        joined = [r for r in trainer.rejoins if r[0] == f.slot and r[2] > f.step]
+        if not joined or min(r[2] for r in joined) not in by_step:
+            continue
+        at = min(r[2] for r in joined)
+        took = by_step[at].t - f.t_fault
+        out[id(f)] = max(0.0, took - (at - f.step + 1) * step_s) / step_s
+    return out
 
 
 def run(groups: int, procs: int, steps: int, every: int, kinds: List[str],
@@ -110,6 +133,7 @@ def run(groups: int, procs: int, steps: int, every: int, kinds: List[str],
     faulty = _one_run(groups, procs, steps, inject, step_timeout_s, restart=True)
     step_s = clean["step_s_median"]
     per_kind: Dict[str, Any] = {}
+    through = _through_rejoin(faulty["trainer"], step_s)
     for kind in kinds:
         fs = [f for f in faulty["trainer"].faults if f.kind == kind]
         nxt = [f.t_next_step - f.t_fault for f in fs if f.t_next_step is not None]
@@ -119,6 +143,7 @@ def run(groups: int, procs: int, steps: int, every: int, kinds: List[str],
             "to_next_step_s": _stats(nxt),
             "to_rejoin_s": _stats(rej),
             "steps_lost": _stats([max(0.0, t - step_s) / step_s for t in nxt]),
+            "steps_lost_through_rejoin": _stats([through[id(f)] for f in fs if id(f) in through]),
             "not_rejoined": len(fs) - len(rej),
         }
     all_next = [f.t_next_step - f.t_fault for f in faulty["trainer"].faults if f.t_next_step]
@@ -132,7 +157,8 @@ def run(groups: int, procs: int, steps: int, every: int, kinds: List[str],
         "without_faults": {k: clean[k] for k in ("start_s", "wall_s", "steps_per_s",
                                                  "step_s_median", "final_loss")},
         "with_faults": {**{k: faulty[k] for k in ("wall_s", "steps_per_s", "step_s_median",
-                                                  "ordinary_step_s", "final_loss",
+                                                  "ordinary_step_s", "joining_step_s",
+                                                  "final_loss",
                                                   "slot_steps_lost")},
                         "faults": len(faulty["trainer"].faults)},
         "throughput_ratio": faulty["steps_per_s"] / clean["steps_per_s"],
@@ -147,6 +173,7 @@ def run(groups: int, procs: int, steps: int, every: int, kinds: List[str],
         "targets": {
             "survivors_lose_at_most_1_step": worst_lost <= 1.0,
             "worst_steps_lost": worst_lost,
+            "worst_steps_lost_through_rejoin": max(through.values(), default=None),
             "rejoin_within_10_s": bool(all_rej) and max(all_rej) <= 10.0,
             "worst_rejoin_s": max(all_rej, default=None),
         },
@@ -184,13 +211,20 @@ def main(argv: List[str]) -> int:
     if o:
         print(f"  its steps without a fault or a rejoin: median {o['median'] * 1e3:.1f} ms, "
               f"p90 {o['p90'] * 1e3:.1f}, max {o['max'] * 1e3:.1f}")
+    o = f["joining_step_s"]
+    if o:
+        print(f"  the steps a replacement joined: median {o['median'] * 1e3:.1f} ms, "
+              f"max {o['max'] * 1e3:.1f}")
     for kind, k in r["per_kind"].items():
         if not k["faults"]:
             continue
         n, j, lost = k["to_next_step_s"], k["to_rejoin_s"], k["steps_lost"]
+        th = k["steps_lost_through_rejoin"]
         print(f"  {kind:8s} x{k['faults']}: survivors' next step after {n['median']:.3f} s "
               f"(max {n['max']:.3f}), {lost['max']:.1f} steps lost at most; rejoin after "
-              + (f"{j['median']:.2f} s (max {j['max']:.2f})" if j else "never"))
+              + (f"{j['median']:.2f} s (max {j['max']:.2f})" if j else "never")
+              + (f"; through the rejoin {th['median']:.1f} steps lost (max {th['max']:.1f})"
+                 if th else ""))
     print(f"full restart of all groups (reference): {r['full_restart_s']:.2f} s "
           f"({r['full_restart_steps']:.0f} steps)")
     e = r["proc_exit_s"]

@@ -18,9 +18,12 @@ step boundary. ``examples/ft/train.py`` is the command line; ``podium bench ft``
   FT-3 A group that fails during a step (a SupervisionError, a CollectiveError, or no answer
     within step_timeout_s) is dropped from that step's quorum, never waited for again, its
     procs stopped, and a replacement for its slot spawned on a background thread.
-  FT-4 A replacement joins the quorum only at a step boundary, after it has read the weights
-    and the optimizer state of a live group over the data plane and its state digest equals
-    the donor's: every member of a quorum holds identical weights and optimizer state.
+  FT-4 A replacement joins the quorum at the start of a step k, with the weights and the
+    optimizer state of step k of a live group: it reads them over the data plane from that
+    group's stage (copied there by its commit of k-1; commits stage while a slot is missing)
+    while the live groups compute k, computes k from them, and counts in k's quorum only if
+    the digest of what it read equals the digest of the donor's stage. Every member of a
+    quorum holds identical weights and optimizer state.
   FT-5 Data is a function of (seed, step, slot, proc rank) alone, so a run with faults sees the
     fault-free run's batches, less those of the groups missing from a step.
 """
@@ -44,7 +47,7 @@ from torch import nn
 import podium.actor
 from podium._core import mesh as _mesh
 from podium.actor import Actor, current_rank, endpoint, this_host
-from podium.rdma import RDMABuffer
+from podium.rdma import RDMABuffer, get_rdma_backend
 from podium.tensor._collectives import Communicator
 
 FAULT_KINDS = ("sigkill", "segfault", "exit")
@@ -57,6 +60,9 @@ LR = 3e-3
 # importing this module builds one Adam (which imports ~800 modules, 3 s here): a replacement
 # then starts in tens of milliseconds instead of seconds (docs/fault_tolerance.md).
 ZYGOTE_PRELOAD = ("torch", "podium._src.ft")
+# A replacement reads each live group's state once while it starts (FTWorker.ready) when the
+# state is at most this large: a read of 4 MiB costs about what a link's first use does.
+PRE_READ_BYTES = 4 << 20
 
 
 def _warm_optimizer() -> None:
@@ -193,16 +199,55 @@ class FTWorker(Actor):
         self.step = 0
         self.applied: List[int] = []
         self._share: Optional[Tuple[torch.Tensor, RDMABuffer]] = None
+        # Shares replaced and their drops in flight: a drop resolves once the leases its
+        # readers hold have ended (up to PODIUM_RDMA_LEASE_MS, docs/data.md "Leases"), and
+        # the tensor stays alive until then.
+        self._retired: List[Tuple[torch.Tensor, RDMABuffer, Any]] = []
         self._flat_grad = None
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """A process's first calls cost more than its later ones: the data plane starts on
+        first use (a UCX context and worker, about 10 ms on 2 CPUs), torch's first backward
+        and optimizer step, a first registration. A replacement makes them here, while it is
+        spawned off the survivors' path, not in the step it joins, which every live group
+        waits for (on 2 CPUs they took 10 to 20 ms of that step). On a scratch model: this
+        group's own state is untouched."""
+        get_rdma_backend()
+        model = make_model(self.seed)
+        opt = make_optimizer(model)
+        apply(model, opt, gradient(model, *batch(self.seed, 0, self.slot, self.rank))[0])
+        flat, layout = flat_state(model, opt)
+        load_flat_state(model, opt, flat, layout)
+        digest_of(flat, 0)
+        # FT-4: the state a replacement reads, kept at this group's current step by the
+        # commits made while a slot is missing (commit(stage=True)); registered once, here.
+        self._layout = layout
+        self._stage = torch.zeros_like(flat)
+        self._stage_buf = RDMABuffer(self._stage.view(torch.uint8))
+        self._staged: Optional[int] = None  # the step whose state _stage holds
 
     @endpoint
-    def ready(self) -> int:
-        return os.getpid()
+    def ready(self, donors: Sequence[RDMABuffer] = ()) -> Tuple[int, RDMABuffer]:
+        """Its pid and its stage. ``donors``, the live groups' stages, are each read once
+        here, so that the links to their procs are made before the step this group joins
+        (1 to 3 ms of that step on 2 CPUs), where a state is small enough for a read to cost
+        less than that (at most PRE_READ_BYTES). A donor that ended meanwhile is skipped:
+        this read is only a warm-up, and the read of the step it joins is checked (FT-4)."""
+        scratch = torch.empty_like(self._stage)
+        for buf in donors if scratch.numel() * 4 <= PRE_READ_BYTES else ():
+            try:
+                buf.read_into(scratch.view(torch.uint8), timeout=5).get(timeout=5)
+            except Exception:
+                continue
+        return os.getpid(), self._stage_buf
 
     @endpoint
-    def compute(self, step: int, fault: Optional[str] = None
-                ) -> Optional[Tuple[torch.Tensor, float]]:
-        """The group's gradient of ``step`` (rank 0 returns it, the others None)."""
+    def compute(self, step: int, fault: Optional[str] = None, digest: bool = False
+                ) -> Optional[tuple]:
+        """The group's gradient of ``step`` and its loss (rank 0 returns them, the others
+        None); with ``digest``, the digest of its stage as well (None unless the stage holds
+        this step's state): a replacement's read of it is checked against that (FT-4)."""
         if step != self.step:
             raise RuntimeError(f"group {self.slot}.{self.generation} rank {self.rank} is at step "
                                f"{self.step}, asked to compute step {step}")
@@ -215,11 +260,16 @@ class FTWorker(Actor):
             comm.reduce(both, members=tuple(range(self.procs)), reduction="avg",
                         scatter=False, inplace=True)
             g, loss = both[:-1], float(both[-1])
-        return (g, loss) if self.rank == 0 else None
+        if self.rank != 0:
+            return None
+        if digest:
+            return g, loss, digest_of(self._stage, step) if self._staged == step else None
+        return g, loss
 
     @endpoint
-    def commit(self, step: int, mean_grad: torch.Tensor) -> int:
-        """Applies step ``step``'s update once (FT-1); a repeated commit is refused."""
+    def commit(self, step: int, mean_grad: torch.Tensor, stage: bool = False) -> int:
+        """Applies step ``step``'s update once (FT-1); a repeated commit is refused. With
+        ``stage``, rank 0 then copies the new state into its stage (FT-4)."""
         if step != self.step:
             raise RuntimeError(f"group {self.slot}.{self.generation} rank {self.rank} is at step "
                                f"{self.step}: refusing to apply step {step} (applied: "
@@ -227,24 +277,30 @@ class FTWorker(Actor):
         apply(self.model, self.opt, mean_grad)
         self.applied.append(step)
         self.step += 1
+        if stage and self.rank == 0:
+            self._stage.copy_(flat_state(self.model, self.opt)[0])
+            self._staged = self.step
         return self.step
 
     @endpoint
     def share_state(self) -> Tuple[RDMABuffer, list, int, str]:
         """Weights and optimizer state in a registered buffer, for a replacement to read."""
         flat, layout = flat_state(self.model, self.opt)
+        self._retired = [r for r in self._retired if not r[2].done()]
         if self._share is not None:
-            self._share[1].drop().get(timeout=30)
+            old, buf = self._share
+            self._retired.append((old, buf, buf.drop()))
         self._share = (flat, RDMABuffer(flat.view(torch.uint8)))
         return self._share[1], layout, self.step, digest_of(flat, self.step)
 
     @endpoint
-    def load_state(self, buf: RDMABuffer, layout: list, step: int) -> str:
-        """Reads a donor's state over the data plane and takes it as its own (FT-4)."""
+    def load_state(self, buf: RDMABuffer, layout: Optional[list], step: int) -> str:
+        """Reads a donor's state (of ``step``; laid out as ``layout``, or as every group's
+        after a step when None) over the data plane and takes it as its own (FT-4)."""
         n = buf.size() // 4
         flat = torch.empty(n, dtype=torch.float32)
         buf.read_into(flat.view(torch.uint8), timeout=60).get(timeout=60)
-        load_flat_state(self.model, self.opt, flat, layout)
+        load_flat_state(self.model, self.opt, flat, self._layout if layout is None else layout)
         self.step = step
         return self.digest_now()
 
@@ -296,6 +352,8 @@ class Group:
     actors: Any
     pid: int = 0
     ranks: List[Any] = field(default_factory=list)  # the actor of each proc, by rank
+    stage: Any = None  # rank 0's stage (an RDMABuffer), what a replacement reads (FT-4)
+    staged: Optional[int] = None  # the step whose state its stage holds, if current
 
 
 def parse_inject(spec: Optional[str]) -> Tuple[int, List[str]]:
@@ -323,9 +381,14 @@ def parse_inject(spec: Optional[str]) -> Tuple[int, List[str]]:
 def _cause(e: BaseException) -> str:
     """What a drop's log line says of `e`: a SupervisionError's cause ("its proc (pid N) was
     killed by signal SIGKILL (9)"), not its message, which names the call and the actor first
-    and would be cut before the cause; its first line, at most 200 characters."""
+    and would be cut before the cause; its first line, at most 200 characters; for an
+    ActorError, followed by what the remote call raised, said the same way."""
     text = getattr(e, "cause", None) or str(e) or repr(e)
-    return (text.splitlines() or [repr(e)])[0][:200]
+    first = (text.splitlines() or [repr(e)])[0][:200]
+    inner = getattr(e, "exception", None)  # an ActorError's: what the remote call raised
+    if isinstance(inner, BaseException) and inner is not e:
+        first += f": {type(inner).__name__}: {_cause(inner)}"
+    return first
 
 
 def local_groups(procs: int) -> Callable[[int, int], Any]:
@@ -372,9 +435,10 @@ class Trainer:
         procs = self.spawn_procs(slot, generation)
         actors = procs.spawn(f"ft_{slot}_{generation}", FTWorker, slot, generation, self.P,
                              self.seed)
-        pids = actors.ready.call().get(timeout=self.wait_s)
-        return Group(slot, generation, procs, actors, list(pids.values())[0],
-                     [actors.slice(gpus=r) for r in range(self.P)])
+        donors = [g.stage for g in list(self.live.values()) if g.stage is not None]
+        pid, stage = list(actors.ready.call(donors).get(timeout=self.wait_s).values())[0]
+        return Group(slot, generation, procs, actors, pid,
+                     [actors.slice(gpus=r) for r in range(self.P)], stage)
 
     def start(self) -> None:
         out: Dict[int, Group] = {}
@@ -430,38 +494,61 @@ class Trainer:
             t.start()
             self._threads.append(t)
 
-    def _admit(self) -> None:
-        """FT-4: at a step boundary, replacements take a live group's state and join."""
+    def _take_ready(self) -> List[Group]:
         with self._lock:
             ready, self._ready = self._ready, []
+        return ready
+
+    def _put_back(self, groups: List[Group]) -> None:
+        with self._lock:
+            self._ready[:0] = groups
+
+    def _shared_state(self) -> Optional[tuple]:
+        """A live group's state, shared for replacements to read: (donor, buf, layout, step,
+        digest), the live groups asked in turn; None when none could share."""
+        for donor in list(self.live.values()):
+            try:
+                return (donor,) + tuple(donor.ranks[0].share_state.call_one().get(
+                    timeout=self.wait_s))
+            except Exception as e:
+                self.log(f"step {self.step}: group {donor.slot} could not share its state: "
+                         f"{type(e).__name__}: {_cause(e)}")
+        return None
+
+    def _joined(self, new: Group, got: Any, donor: Group, want: str) -> None:
+        """FT-4: ``new`` read ``donor``'s state (its digests ``got``) and is live from now."""
+        digests = set(got.values())
+        if digests != {want}:
+            raise RuntimeError(f"replacement {new.slot}.{new.generation} read state "
+                               f"{digests} from group {donor.slot}, which has {want}")
+        now = time.monotonic()
+        self.live[new.slot] = new
+        self.rejoins.append((new.slot, new.generation, self.step, now))
+        for f in self.faults:
+            if f.slot == new.slot and f.t_rejoin is None:
+                f.t_rejoin = now
+        self.log(f"step {self.step}: group {new.slot} (generation {new.generation}, pid "
+                 f"{new.pid}) rejoined with the state of step {self.step}")
+
+    def _admit(self) -> None:
+        """FT-4 between steps (wait_rejoined): replacements read a live group's state and
+        join. Within a run, run_step admits them while the live groups compute."""
+        ready = self._take_ready()
+        state = self._shared_state() if ready else None
         for new in ready:
-            joined = False
-            for donor in list(self.live.values()):
-                try:
-                    buf, layout, step, want = donor.ranks[0].share_state.call_one(
-                    ).get(timeout=self.wait_s)
-                    got = new.actors.load_state.call(buf, layout, step).get(timeout=self.wait_s)
-                    digests = set(got.values())
-                except Exception as e:
-                    self.log(f"state transfer {donor.slot} -> {new.slot} failed: {e}")
-                    continue
-                if digests != {want}:
-                    raise RuntimeError(f"replacement {new.slot}.{new.generation} read state "
-                                       f"{digests} from group {donor.slot}, which has {want}")
-                joined = True
-                break
-            if not joined:
+            if state is None:
                 self._drop(new, "could not fetch a live group's state")
                 self._start_jobs()
                 continue
-            now = time.monotonic()
-            self.live[new.slot] = new
-            self.rejoins.append((new.slot, new.generation, self.step, now))
-            for f in self.faults:
-                if f.slot == new.slot and f.t_rejoin is None:
-                    f.t_rejoin = now
-            self.log(f"step {self.step}: group {new.slot} (generation {new.generation}, pid "
-                     f"{new.pid}) rejoined with the state of step {self.step}")
+            donor, buf, layout, step, want = state
+            try:
+                got = new.actors.load_state.call(buf, layout, step).get(timeout=self.wait_s)
+            except Exception as e:
+                self._drop(new, f"could not read group {donor.slot}'s state: "
+                                f"{type(e).__name__}: {_cause(e)}")
+                self._start_jobs()
+                continue
+            self._joined(new, got, donor, want)
 
     # steps
 
@@ -481,8 +568,9 @@ class Trainer:
 
     def _gather(self, pending: Dict[int, Tuple[Group, List[Any]]], deadline: float
                 ) -> Dict[int, Tuple[torch.Tensor, float]]:
-        """Each group's gradient, as its procs answer; a group with a failed proc, or not done
-        by ``deadline``, is dropped (FT-3)."""
+        """Each group's gradient (its last call: rank 0's compute), as its calls answer; a
+        group with a failed call, or not done by ``deadline``, is dropped (FT-3). A joining
+        group's calls start with its state's read, so that a failed read is the cause named."""
         grads: Dict[int, Tuple[torch.Tensor, float]] = {}
         # Woken by the calls' completions (an eventfd the C++ futures write), not by a poll.
         notifier = _mesh.Notifier()
@@ -500,7 +588,7 @@ class Trainer:
                     e = failed.exception(0)
                     self._drop(g, f"{type(e).__name__}: {_cause(e)}")
                 elif all_done:
-                    grads[slot] = futs[0].get(0)
+                    grads[slot] = futs[-1].get(0)
                 else:
                     continue
                 del pending[slot]
@@ -516,10 +604,17 @@ class Trainer:
         return grads
 
     def run_step(self) -> StepRecord:
-        self._admit()
         step = self.step
         if not self.live:
             raise RuntimeError(f"step {step}: no live group left (every group failed)")
+        # FT-4: replacements ready now join this step, reading the stage of a live group that
+        # holds this step's state (staged by its last commit) while the live groups compute:
+        # the step waits for that read, not for a round trip to the donor before it starts.
+        joining = self._take_ready()
+        donor = next((g for g in self.live.values() if g.staged == step), None)
+        if joining and donor is None:  # no stage holds this step yet: the next step's will
+            self._put_back(joining)
+            joining = []
         fault = self._fault_for(step)
         pending: Dict[int, Tuple[Group, List[Any]]] = {}
         for slot, g in sorted(self.live.items()):
@@ -528,19 +623,38 @@ class Trainer:
                 self.faults.append(FaultRecord(step, slot, kind, time.monotonic()))
                 self.log(f"step {step}: injecting {kind} into group {slot} (pid {g.pid})")
             # One call per proc: a proc's death fails its own call at once, while the group's
-            # other procs may still wait in their all-reduce (FT-3).
-            pending[slot] = (g, [r.compute.call_one(step, kind) for r in g.ranks])
+            # other procs may still wait in their all-reduce (FT-3). Rank 0's call is last: its
+            # answer is the gradient.
+            ask = bool(joining) and g is donor
+            pending[slot] = (g, [r.compute.call_one(step, kind, ask) for r in reversed(g.ranks)])
+        loads: Dict[int, Tuple[Group, Any]] = {}
+        for new in joining:
+            load = new.actors.load_state.call(donor.stage, None, step)
+            loads[new.slot] = (new, load)
+            pending[new.slot] = (new, [load] + [r.compute.call_one(step)
+                                                for r in reversed(new.ranks)])
         grads = self._gather(pending, time.monotonic() + self.step_timeout_s)
+        want = grads[donor.slot][2] if loads and donor.slot in grads else None
+        for slot, (new, load) in loads.items():
+            if slot not in grads:  # its read or its compute failed: dropped by _gather
+                continue
+            if want is None:  # the donor's state cannot be checked: a later step's will
+                del grads[slot]
+                self._put_back([new])
+                continue
+            self._joined(new, load.get(0), donor, want)
         if not grads:
             self._start_jobs()  # stops what is left of them
             raise RuntimeError(f"step {step}: no group returned its gradient")
         quorum = sorted(grads)
         mean = torch.stack([grads[s][0] for s in quorum]).sum(0) / len(quorum)  # FT-2
-        commits = {s: (self.live[s], self.live[s].actors.commit.call(step, mean))
+        stage = len(self.live) < self.R  # a replacement may join the next step (FT-4)
+        commits = {s: (self.live[s], self.live[s].actors.commit.call(step, mean, stage))
                    for s in quorum}
         for slot, (g, fut) in commits.items():
             try:
                 fut.get(timeout=max(self.step_timeout_s, 1.0))
+                g.staged = step + 1 if stage else None
             except Exception as e:
                 self._drop(g, f"commit failed: {type(e).__name__}: {_cause(e)}")
         now = time.monotonic()
