@@ -57,19 +57,13 @@ OUT_FEATURES = 8
 BATCH_PER_PROC = 32
 LR = 3e-3
 # Procs of a replacement group fork from podium's zygote with these modules imported, and
-# importing this module builds one Adam (which imports ~800 modules, 3 s here): a replacement
-# then starts in tens of milliseconds instead of seconds (docs/fault_tolerance.md).
+# importing this module runs one step of the model (_warm): a replacement then starts in tens
+# of milliseconds instead of seconds (docs/fault_tolerance.md).
 ZYGOTE_PRELOAD = ("torch", "podium._src.ft")
 # A replacement reads each live group's state once while it starts (FTWorker.ready) when the
 # state is at most this large: a read of 4 MiB costs about what a link's first use does.
 PRE_READ_BYTES = 4 << 20
 
-
-def _warm_optimizer() -> None:
-    torch.optim.Adam(nn.Linear(1, 1).parameters(), lr=LR)
-
-
-_warm_optimizer()
 
 
 # --- model, data, optimizer (the same in every group and in the reference) -------------------
@@ -114,6 +108,26 @@ def apply(model: nn.Module, opt: torch.optim.Optimizer, flat_grad: torch.Tensor)
         p.grad = flat_grad[off:off + n].view_as(p).clone()
         off += n
     opt.step()
+
+
+def _warm() -> None:
+    """One step of a scratch model, at import: the first Adam imports some 800 modules (3 s
+    here), and a process's first backward and optimizer step cost several times a later one
+    (a forked proc's first step of the model: 6 ms without this, 3 ms with). Imported in the
+    zygote (ZYGOTE_PRELOAD), this is done once for every proc forked from it. On one thread: a pool of intra-op threads started before a fork leaves
+    the forked procs waiting on threads they do not have at their first parallel op."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = nn.Linear(1, 1)
+        opt = make_optimizer(model)
+        F.mse_loss(model(torch.zeros(1, 1)), torch.zeros(1, 1)).backward()
+        opt.step()
+    finally:
+        torch.set_num_threads(threads)
+
+
+_warm()
 
 
 def flat_state(model: nn.Module, opt: torch.optim.Optimizer) -> Tuple[torch.Tensor, list]:
