@@ -249,6 +249,19 @@ struct Plan {
   uint64_t lease_ms = 0;  // asked for with each check; 0: none
   std::vector<bool> summed;  // per operation (DA-41)
   bool any_summed = false;
+  // DA-42: the (owner, id) this transfer holds, each once per hold taken; released when the
+  // engine is done with the operations (release_holds), or with the plan.
+  std::mutex held_mu;
+  std::vector<std::pair<std::string, uint64_t>> held;
+  ~Plan() { release_holds(); }
+  void release_holds() {
+    std::vector<std::pair<std::string, uint64_t>> mine;
+    {
+      std::lock_guard lock(held_mu);
+      mine.swap(held);
+    }
+    for (const auto& [owner, id] : mine) leases().release(owner, id);
+  }
 };
 
 // The engine completed every operation: sums the summed reads (DA-41), then finishes.
@@ -302,34 +315,54 @@ void run_checked(const std::shared_ptr<Plan>& p) {
   auto sent = Clock::now();  // DA-26: a lease runs from when its check was sent
   for (size_t g = 0; g < p->owners.size(); ++g) {
     ask_owner(p->owners[g], p->checks[g], [p, gate, g, sent](const Status& st, uint64_t granted) {
-      bool run = false;
+      // The leases granted, and this transfer's holds on them (DA-42), come before it counts
+      // as checked: the engine never starts before every owner's are in place.
+      Status why = st;
+      if (why && p->lease_ms > 0) {
+        for (size_t i : p->members[g]) {
+          const auto& k = p->keys[i];
+          leases().grant(k.owner, k.id, k.write, k.token, sent,
+                         std::chrono::milliseconds(std::min(granted, p->lease_ms)));
+          if (granted == 0) continue;
+          // DA-42: the owner counts this transfer under the lease it granted; a drop since
+          // then revoked that lease, and the transfer must not run.
+          if (!leases().hold_granted(k.owner, k.id, Clock::now())) {
+            why = std::unexpected(make_error(
+                data::DataErrc::kDropped, "buffer " + std::to_string(k.id) + " of " + k.owner +
+                                              " was dropped while this transfer was checked"));
+            break;
+          }
+          std::lock_guard lock(p->held_mu);
+          p->held.emplace_back(k.owner, k.id);
+        }
+      }
+      bool run = false, failed_before = false;
       {
         std::lock_guard lock(gate->mu);
-        if (gate->failed) return;
-        if (!st) {
+        failed_before = gate->failed;
+        if (failed_before || !why) {
           gate->failed = true;
         } else {
           run = --gate->left == 0;
         }
       }
-      if (!st) {
-        p->out->finish(std::unexpected(owner_error(*p, g, st.error())));
+      if (failed_before || !why) {
+        if (!failed_before) p->out->finish(std::unexpected(owner_error(*p, g, why.error())));
+        p->release_holds();  // DA-42: it never runs
         return;
       }
-      if (p->lease_ms > 0) {
-        for (size_t i : p->members[g]) {
-          const auto& k = p->keys[i];
-          leases().grant(k.owner, k.id, k.write, k.token, sent,
-                         std::chrono::milliseconds(std::min(granted, p->lease_ms)));
-        }
-      }
+      if (!run) return;  // the last owner's answer starts it
       // DA-5: a transfer whose caller was told it timed out never starts.
-      if (!run || p->out->finished.load()) return;
+      if (p->out->finished.load()) {
+        p->release_holds();
+        return;
+      }
       // From here the engine keeps the deadline, and its timeout also cancels what is in
       // flight (DA-5): the check's timer would only race it.
       p->out->disarm();
       auto left = std::max(Clock::duration::zero(), p->deadline - Clock::now());
       p->eng->submit(std::vector<data::Op>(p->ops), left).on_ready([p](const Result<void>& r) {
+        p->release_holds();  // DA-42: the engine is done with the memory
         r ? succeed(p) : p->out->finish(std::unexpected(r.error()));
       });
     });
@@ -353,6 +386,7 @@ void run_leased(const std::shared_ptr<Plan>& p, Clock::duration lease_left) {
   t_caller_submits = true;
   p->eng->submit(std::vector<data::Op>(p->ops), std::min(lease_left, user_left), true)
       .on_ready([p, clamped](const Result<void>& r) {
+        p->release_holds();  // DA-42: the engine is done with the memory
         if (r) {
           succeed(p);
           return;
@@ -368,8 +402,34 @@ void run_leased(const std::shared_ptr<Plan>& p, Clock::duration lease_left) {
   t_caller_submits = false;
 }
 
+// DA-42: the reader's "rdma_revoke" (args = [owner proc], numbers = [id]), from an owner
+// that drops a buffer this process holds a lease of: answered once no transfer of this
+// process holds that buffer.
+std::once_flag g_revoke_once;
+void install_revoke_handler() {
+  std::call_once(g_revoke_once, [] {
+    auto& proc = mesh::Runtime::get().proc();
+    proc.on_system("rdma_revoke", [&proc](const actor::SystemHeader& h, wire::Envelope&& env) {
+      std::string port(actor::reply_port_of(env));
+      if (h.args.size() != 1 || h.numbers.size() != 1) {
+        if (!port.empty()) {
+          proc.send_reply(port, 0, std::unexpected(make_error(
+                                       data::DataErrc::kInvalidArgument,
+                                       "malformed rdma_revoke from " + env.sender)));
+        }
+        return;
+      }
+      leases().revoke(h.args[0], h.numbers[0], Clock::now(), [&proc, port = std::move(port)] {
+        ++g_revocations_answered;
+        if (!port.empty()) proc.send_reply(port, 0, std::vector<Buffer>{});
+      });
+    });
+  });
+}
+
 CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   release_deferred();
+  install_revoke_handler();
   auto p = std::make_shared<Plan>();
   p->eng = &engine();
   p->timeout = seconds(timeout_s);
@@ -429,13 +489,19 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
     auto now = Clock::now();
     std::optional<Clock::duration> shortest;
     for (const auto& k : p->keys) {
-      auto left = leases().usable(k.owner, k.id, k.write, k.token, now);
+      // DA-42: a lease used is held until the engine is done, so that a revocation waits.
+      auto left = leases().hold(k.owner, k.id, k.write, k.token, now);
       if (!left) {
         shortest.reset();
         break;
       }
+      {
+        std::lock_guard lock(p->held_mu);
+        p->held.emplace_back(k.owner, k.id);
+      }
       shortest = shortest ? std::min(*shortest, *left) : *left;
     }
+    if (!shortest) p->release_holds();  // checked instead: its own grant holds
     if (shortest) {
       result.completed_off_loop();  // DA-35
       nb::gil_scoped_release unlocked;
@@ -452,6 +518,13 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
 }
 
 }  // namespace
+
+namespace dataplane {
+void ask_proc(const std::string& proc, const actor::SystemHeader& h,
+              std::function<void(const Status&, uint64_t)> done) {
+  ask_owner(proc, h, std::move(done));
+}
+}  // namespace dataplane
 
 void bind_data(nb::module_& m) {
   m.def(
@@ -585,10 +658,16 @@ void bind_data(nb::module_& m) {
         d["leased"] = g_leased.load();
         d["checked"] = g_checked.load();
         d["leases"] = leases().size();
+        d["revoked_drops"] = g_revoked_drops.load();
+        d["revocations_answered"] = g_revocations_answered.load();
+        d["revocations_unconfirmed"] = g_revocations_unconfirmed.load();
         return d;
       },
-      "Counters of leases (DA-26..DA-28): checks this process answered as an owner, drops and "
-      "releases it delayed for a lease, transfers it ran under leases and checked, leases held.");
+      "Counters of leases (DA-26..DA-28, DA-42): checks this process answered as an owner, "
+      "drops and releases it delayed for a lease, transfers it ran under leases and checked, "
+      "leases held, drops it answered once every lessee confirmed a revocation (before the "
+      "leases' end), revocations it answered as a reader, revocations it asked for that a "
+      "lessee did not confirm (its proc ended, the message failed).");
   m.def("transfer", &transfer, nb::arg("ops"), nb::arg("timeout_s"),
         "Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, "
         "worker_address, local, size, same_host, owner_pid, remote_cuda, window, checksum): "

@@ -113,7 +113,8 @@ LeaseSettings& lease_settings() {
 
 
 
-std::atomic<uint64_t> g_checks_answered{0}, g_delayed_releases{0}, g_leased{0}, g_checked{0};
+std::atomic<uint64_t> g_checks_answered{0}, g_delayed_releases{0}, g_leased{0}, g_checked{0},
+    g_revoked_drops{0}, g_revocations_answered{0}, g_revocations_unconfirmed{0};
 
 
 Error tagged(size_t op, const Error& e) {

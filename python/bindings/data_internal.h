@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "podium/actor/message.h"
 #include "podium/base/error.h"
 #include "podium/data/buffer_table.h"
 #include "podium/data/engine.h"
@@ -41,16 +42,25 @@ inline constexpr int64_t kMaxLeaseMs = 30000;  // the longest lease an owner gra
 Error tagged(size_t op, const Error& e);
 
 // Counters, for tests and the benchmark.
-extern std::atomic<uint64_t> g_checks_answered, g_delayed_releases, g_leased, g_checked;
+extern std::atomic<uint64_t> g_checks_answered, g_delayed_releases, g_leased, g_checked,
+    g_revoked_drops, g_revocations_answered, g_revocations_unconfirmed;
 
 // --- data_owner.cc -------------------------------------------------------------------------
 
 // The buffers this process owns.
 data::BufferTable& table();
 // Releases `retired` at `until` on the proc's loop (DA-27), then runs `then`; both at once
-// when that time has passed.
-void release_at(data::BufferTable::Retired retired, std::function<void()> then);
+// when that time has passed. Returns what releases them now instead (and runs `then`), once
+// whichever comes first (DA-42); empty when released at once.
+std::function<void()> release_at(data::BufferTable::Retired retired, std::function<void()> then);
 // Installs the owner's system operations "rdma_check" and "rdma_drop" (once).
 void install_handlers();
+
+// --- data.cc -------------------------------------------------------------------------------
+
+// Sends `h` to the system port of `proc` with a reply port; `done` gets the reply (and the
+// number its first part holds, 0 when none), or the error that the proc ended.
+void ask_proc(const std::string& proc, const actor::SystemHeader& h,
+              std::function<void(const Status&, uint64_t)> done);
 
 }  // namespace podium::python::dataplane

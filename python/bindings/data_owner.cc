@@ -1,10 +1,12 @@
 // The owner's side of podium._core.data: the buffers this process owns, the system
 // operations through which readers ask it to check a token ("rdma_check", DA-7, DA-27) and
-// holders drop a buffer ("rdma_drop", DA-8), and the registrations held for leases (DA-27).
+// holders drop a buffer ("rdma_drop", DA-8), the registrations held for leases (DA-27), and
+// the revocation of those leases a drop asks of their readers ("rdma_revoke", DA-42).
 // Threads: the system operations run on the root proc's loop threads and touch only the
 // BufferTable (a leaf lock) and Proc::send_reply.
 #include <asio/steady_timer.hpp>
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,52 +28,101 @@ data::BufferTable& table() {
 
 namespace {
 
-// Registrations held for leases (DA-27) until their timer fires. Like table(), this set is
-// never destroyed: a timer that never fires (the process exits) leaves them here, as live
-// buffers stay in the table, instead of releasing them while the engine shuts down.
+// Registrations held for leases (DA-27) until their timer fires or their lessees confirmed
+// a revocation (DA-42), whichever comes first. Like table(), this set is never destroyed: a
+// timer that never fires (the process exits) leaves them here, as live buffers stay in the
+// table, instead of releasing them while the engine shuts down.
+struct Pending {
+  std::shared_ptr<data::BufferTable::Retired> retired;
+  std::function<void()> then;
+};
 struct Held {
   std::mutex mu;
-  std::unordered_map<const void*, std::shared_ptr<data::BufferTable::Retired>> held;
+  uint64_t next = 1;  // keys are never reused: a late timer finds nothing
+  std::unordered_map<uint64_t, Pending> held;
 };
 Held& held() {
   static auto* h = new Held();
   return *h;
 }
+
+// Releases the registrations held under `key` and runs their `then`, once: the first of the
+// timer and an early release does it, the other finds nothing.
+void complete(uint64_t key) {
+  Pending p;
+  {
+    std::lock_guard lock(held().mu);
+    auto it = held().held.find(key);
+    if (it == held().held.end()) return;
+    p = std::move(it->second);
+    held().held.erase(it);
+  }
+  p.retired.reset();  // unregisters, outside the lock
+  if (p.then) p.then();
+}
 }  // namespace
 
-// Releases `retired` at `until` on the proc's loop (DA-27), then runs `then`; both at once
-// when that time has passed.
-void release_at(data::BufferTable::Retired retired, std::function<void()> then) {
+std::function<void()> release_at(data::BufferTable::Retired retired, std::function<void()> then) {
   if (retired.until <= Clock::now() || mesh::Runtime::current() == nullptr) {
     retired.regs.clear();
     if (then) then();
-    return;
+    return {};
   }
   ++g_delayed_releases;
   auto until = retired.until;
-  auto keep = std::make_shared<data::BufferTable::Retired>(std::move(retired));
-  const void* key = keep.get();
+  uint64_t key = 0;
   {
     std::lock_guard lock(held().mu);
-    held().held.emplace(key, std::move(keep));
+    key = held().next++;
+    held().held.emplace(
+        key, Pending{std::make_shared<data::BufferTable::Retired>(std::move(retired)),
+                     std::move(then)});
   }
   auto timer = std::make_shared<asio::steady_timer>(mesh::Runtime::get().proc().io());
   timer->expires_at(until);
-  timer->async_wait([timer, key, then = std::move(then)](std::error_code ec) {
+  timer->async_wait([timer, key](std::error_code ec) {
     if (ec) return;  // the loop stops: the registrations stay held until the process exits
-    std::shared_ptr<data::BufferTable::Retired> r;
-    {
-      std::lock_guard lock(held().mu);
-      auto it = held().held.find(key);
-      if (it != held().held.end()) {
-        r = std::move(it->second);
-        held().held.erase(it);
-      }
-    }
-    r.reset();  // unregisters, outside the lock
-    if (then) then();
+    complete(key);
   });
+  return [key] { complete(key); };
 }
+
+namespace {
+
+// DA-42: asks each of `lessees` to revoke its leases of buffer `id`; once all confirmed,
+// `release_now` releases the registrations and answers the drop. A lessee that does not
+// confirm (its proc ended, the message failed) leaves the drop to the lease's timer.
+void revoke_leases(uint64_t id, const std::vector<std::string>& lessees,
+                   std::function<void()> release_now) {
+  struct Count {
+    std::atomic<size_t> left;
+    std::atomic<bool> all_ok{true};
+  };
+  auto count = std::make_shared<Count>();
+  count->left = lessees.size();
+  std::string me = mesh::Runtime::get().proc().id().to_string();
+  for (const auto& who : lessees) {
+    ask_proc(who, actor::SystemHeader{"rdma_revoke", {me}, {id}},
+             [count, id, release_now](const Status& st, uint64_t) {
+               if (!st) {
+                 ++g_revocations_unconfirmed;
+                 count->all_ok = false;
+               }
+               if (count->left.fetch_sub(1) != 1 || !count->all_ok.load()) return;
+               ++g_revoked_drops;
+               table().revoked(id);
+               release_now();
+             });
+  }
+}
+
+// The reader's proc of a check: the proc of its reply port ("" when not known).
+std::string grantee_of(std::string_view port) {
+  auto id = actor::PortId::parse(port);
+  return id ? id->actor.proc.to_string() : std::string();
+}
+
+}  // namespace
 
 
 namespace {
@@ -107,7 +158,8 @@ void install_handlers() {
           granted_ms = std::min<uint64_t>(h.numbers[2 * n], static_cast<uint64_t>(own));
         }
         size_t failed = 0;
-        st = table().check(accesses, std::chrono::milliseconds(granted_ms), Clock::now(), &failed);
+        st = table().check(accesses, std::chrono::milliseconds(granted_ms), Clock::now(), &failed,
+                           granted_ms > 0 ? grantee_of(port) : std::string());
         if (!st) st = std::unexpected(tagged(failed, st.error()));
       }
       if (port.empty()) return;
@@ -132,10 +184,15 @@ void install_handlers() {
         if (!port.empty()) proc.send_reply(port, 0, std::unexpected(r.error()));
         return;
       }
-      // DA-27: the memory stays registered, and the drop unanswered, until the leases end.
-      release_at(std::move(*r), [&proc, port = std::move(port)] {
+      // DA-27: the memory stays registered, and the drop unanswered, until the leases end;
+      // DA-42: or until every lessee confirmed their revocation, if sooner.
+      std::vector<std::string> lessees = std::move(r->lessees);
+      auto release_now = release_at(std::move(*r), [&proc, port = std::move(port)] {
         if (!port.empty()) proc.send_reply(port, 0, std::vector<Buffer>{});
       });
+      if (release_now && !lessees.empty()) {
+        revoke_leases(h.numbers[0], lessees, std::move(release_now));
+      }
     });
   });
 }

@@ -1,6 +1,7 @@
 """Checked leases of podium.rdma (docs/data.md, "Leases"): a successful check by a buffer's
 owner grants a short lease, under which later small transfers of the same buffer and kind skip
-the check; a drop waits until the leases its owner granted ended (DA-26, DA-27, DA-28)."""
+the check; a drop waits until the leases its owner granted ended, or until their readers
+confirmed their revocation (DA-26, DA-27, DA-28, DA-42)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,14 @@ class Peer(Actor):
     @endpoint
     def set_lease(self, ms: int, max_bytes: int) -> None:
         _data.set_lease(ms, max_bytes)
+
+    @endpoint
+    def stats(self) -> dict:
+        return _data.lease_stats()
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
 
     @endpoint
     def read(self, buf: RDMABuffer) -> bytes:
@@ -190,18 +199,26 @@ def test_a_transfer_larger_than_the_bound_still_checks(owner, leases):  # DA-28
     assert _data.lease_left(big._owner.proc, big._id, False) == 0  # none was asked for
 
 
-def test_a_drop_waits_for_the_leases_it_granted(owner, spawn, procs):  # DA-27, DA-8
+def test_a_drop_revokes_the_leases_it_granted(owner, spawn, procs):  # DA-42, DA-27, DA-8
     peer = spawn(Peer).slice(gpus=1)
     peer.set_lease.call_one(LONG_MS, 4 << 20).get(timeout=T)
     buf = owner.make.call_one("dd", 4096).get(timeout=T)
     assert peer.read.call_one(buf).get(timeout=T) == b"\x02" * 4096  # the peer's lease
     _read(buf)  # and the controller's
-    delayed = owner.stats.call_one().get(timeout=T)["delayed_releases"]
+    assert _data.lease_left(buf._owner.proc, buf._id, False) > 0
+    before = owner.stats.call_one().get(timeout=T)
+    answered = _data.lease_stats()["revocations_answered"]
+    peer_answered = Peer_stats(spawn, peer)
     regs = owner.registrations.call_one().get(timeout=T)
     buf.drop().get(timeout=T)
-    # The drop was held back for the leases, and completed only once they ended: this
-    # process's lease, which ran from before the owner granted it, is over by now.
-    assert owner.stats.call_one().get(timeout=T)["delayed_releases"] == delayed + 1
+    # The drop was held back for the leases (a delayed release), and answered once both
+    # lessees, this process and the peer's, confirmed their revocation: no transfer of theirs
+    # holds the buffer any more, and their leases are gone, long before their LONG_MS end.
+    after = owner.stats.call_one().get(timeout=T)
+    assert after["delayed_releases"] == before["delayed_releases"] + 1
+    assert after["revoked_drops"] == before["revoked_drops"] + 1
+    assert _data.lease_stats()["revocations_answered"] == answered + 1
+    assert Peer_stats(spawn, peer) == peer_answered + 1
     assert _data.lease_left(buf._owner.proc, buf._id, False) == 0
     # (<=: buffers of this proc's earlier, stopped owners may end their leases meanwhile)
     assert owner.registrations.call_one().get(timeout=T) <= regs - 1
@@ -212,6 +229,42 @@ def test_a_drop_waits_for_the_leases_it_granted(owner, spawn, procs):  # DA-27, 
     with pytest.raises(ActorError, match="was dropped"):
         peer.read.call_one(buf).get(timeout=T)
     peer.set_lease.call_one(*_data.lease_config()).get(timeout=T)
+
+
+def Peer_stats(spawn, peer) -> int:
+    """Revocations the peer's process answered."""
+    return peer.stats.call_one().get(timeout=T)["revocations_answered"]
+
+
+def test_a_drop_whose_lessee_ended_waits_out_its_lease(spawn, new_procs, leases):
+    # DA-42, DA-27: a lessee that cannot confirm leaves the drop to the lease's end.
+    pm = new_procs(gpus=1)
+    o = spawn(Owner, on=pm)
+    o.set_lease.call_one(LONG_MS, 4 << 20).get(timeout=T)
+    doomed = new_procs(gpus=1)
+    peer = spawn(Peer, on=doomed)
+    peer.set_lease.call_one(LONG_MS, 4 << 20).get(timeout=T)
+    buf = o.make.call_one("gone", 4096).get(timeout=T)
+    assert peer.read.call_one(buf).get(timeout=T) == b"\x04" * 4096
+    pid = peer.pid.call_one().get(timeout=T)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + T
+    while not _ended(pid):
+        assert time.monotonic() < deadline, f"pid {pid} did not end"
+        time.sleep(0.005)
+    before = o.stats.call_one().get(timeout=T)
+    regs = o.registrations.call_one().get(timeout=T)
+    buf.drop().get(timeout=T)  # bounded: the lease ends LONG_MS after it was granted
+    after = o.stats.call_one().get(timeout=T)
+    assert after["delayed_releases"] == before["delayed_releases"] + 1
+    assert after["revoked_drops"] == before["revoked_drops"]  # not confirmed: waited out
+    # The ask to the ended lessee failed (it does not wait forever).
+    deadline = time.monotonic() + T
+    while (o.stats.call_one().get(timeout=T)["revocations_unconfirmed"]
+           == before["revocations_unconfirmed"]):
+        assert time.monotonic() < deadline, "the revocation's ask never ended"
+        time.sleep(0.02)
+    assert o.registrations.call_one().get(timeout=T) == regs - 1
 
 
 def test_an_owner_that_stops_keeps_its_memory_until_its_leases_end(spawn, new_procs, leases):

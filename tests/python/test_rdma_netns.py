@@ -59,6 +59,10 @@ COMMON = textwrap.dedent("""
             return digest(self.mem[key])
 
         @endpoint
+        def lease_stats(self):
+            return _data.lease_stats()
+
+        @endpoint
         def read(self, buf):
             out = bytearray(buf.size())
             buf.read_into(memoryview(out)).get(timeout=T)
@@ -127,6 +131,12 @@ CONTROLLER = COMMON + textwrap.dedent("""
     own = RDMABuffer(memoryview(mine))
     got, put = b.action.call_one(own, buf, 300_000).get(timeout=T)
     print("ACTION", got == a.digest.call_one("small").get(timeout=T), put == digest(mine),
+          flush=True)
+    # DA-42 across hosts: the drop of the buffer that B and the controller hold leases of is
+    # answered once both confirmed their revocation.
+    before = a.lease_stats.call_one().get(timeout=T)["revoked_drops"]
+    buf.drop().get(timeout=T)
+    print("REVOKED", a.lease_stats.call_one().get(timeout=T)["revoked_drops"] - before,
           flush=True)
 
     # A large transfer, content checked both ways.
@@ -240,6 +250,7 @@ def test_reads_writes_and_actions_between_namespace_hosts(network):
                 "B_BIG_READ", "UCX_ONLY"):
         assert f"{key} True" in text, (key, text, err)
     assert "ACTION True True" in text, text + err
+    assert "REVOKED 1" in text, text + err  # DA-42: confirmed by both lessees across hosts
     m = re.search(r"TIMED_OUT (.*)", text)
     assert m and m.group(1).startswith("TIMEOUT "), text + err
     assert "did not finish within" in m.group(1) and "check" not in m.group(1), m.group(1)

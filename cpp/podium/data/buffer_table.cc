@@ -79,7 +79,7 @@ Status BufferTable::check(uint64_t id, std::string_view token, bool write) const
 }
 
 Status BufferTable::check(std::span<const Access> accesses, LeaseClock::duration lease,
-                          LeaseClock::time_point now, size_t* failed) {
+                          LeaseClock::time_point now, size_t* failed, std::string_view grantee) {
   std::lock_guard lock(mu_);
   for (size_t i = 0; i < accesses.size(); ++i) {
     auto st = check_locked(accesses[i].id, accesses[i].token, accesses[i].write);
@@ -90,8 +90,14 @@ Status BufferTable::check(std::span<const Access> accesses, LeaseClock::duration
   }
   if (lease > LeaseClock::duration::zero()) {  // DA-27: all passed, under the same lock
     for (const auto& a : accesses) {
-      auto& until = live_.at(a.id).leased_until;
-      if (until < now + lease) until = now + lease;
+      auto& e = live_.at(a.id);
+      if (e.leased_until < now + lease) e.leased_until = now + lease;
+      if (grantee.empty()) {
+        e.anonymous_lease = true;
+        continue;
+      }
+      auto& mine = e.lessees[std::string(grantee)];  // DA-42
+      if (mine < now + lease) mine = now + lease;
     }
   }
   return {};
@@ -106,7 +112,8 @@ void BufferTable::end(uint64_t id, std::string why, LeaseClock::time_point until
   }
 }
 
-Result<BufferTable::Retired> BufferTable::drop(uint64_t id, std::string_view token) {
+Result<BufferTable::Retired> BufferTable::drop(uint64_t id, std::string_view token,
+                                               LeaseClock::time_point now) {
   std::lock_guard lock(mu_);
   auto it = live_.find(id);
   if (it == live_.end()) {
@@ -123,9 +130,21 @@ Result<BufferTable::Retired> BufferTable::drop(uint64_t id, std::string_view tok
   Retired out;
   out.regs.push_back(std::move(it->second.reg));
   out.until = it->second.leased_until;
+  // DA-42: whom to revoke; none when a lease went to a grantee not known (waited out).
+  if (!it->second.anonymous_lease) {
+    for (const auto& [who, until] : it->second.lessees) {
+      if (until > now) out.lessees.push_back(who);
+    }
+  }
   end(id, "buffer " + std::to_string(id) + " of " + it->second.owner + " was dropped", out.until);
   live_.erase(it);
   return out;  // the caller releases the registration (outside mu_), at out.until (DA-27)
+}
+
+void BufferTable::revoked(uint64_t id) {
+  std::lock_guard lock(mu_);
+  auto e = ended_.find(id);
+  if (e != ended_.end()) e->second.until = LeaseClock::time_point{};
 }
 
 BufferTable::Retired BufferTable::release_owner(std::string_view owner) {

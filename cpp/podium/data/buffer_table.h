@@ -23,7 +23,10 @@
 //        under the same lock as the check, so no drop slips between). A drop or release
 //        returns that expiry as Retired::until: the memory stays registered until then, and
 //        a second drop of an ended buffer returns the same time, so no drop completes while
-//        a lease that this table granted may still be used.
+//        a lease that this table granted may still be used. With each grant it records the
+//        grantee (the reader's proc) and its expiry; a drop hands back those whose lease is
+//        not over, for the owner to revoke (DA-42): revoked() then marks the buffer's
+//        leases over, and a later drop of it returns at once.
 #pragma once
 
 #include <cstdint>
@@ -63,15 +66,22 @@ class BufferTable {
   };
   // DA-7 for each access; when all pass and `lease` > 0, DA-27: each buffer stays registered
   // until at least `now` + `lease`. On failure, `*failed` is the index of the access refused.
+  // `grantee` (the reader's proc, when known) is recorded with the lease (DA-42).
   [[nodiscard]] Status check(std::span<const Access> accesses, LeaseClock::duration lease,
-                             LeaseClock::time_point now, size_t* failed = nullptr);
+                             LeaseClock::time_point now, size_t* failed = nullptr,
+                             std::string_view grantee = {});
   // What a drop or a release ended: registrations to keep until `until` (DA-8, DA-27).
+  // `lessees`: the grantees whose lease of it may not be over at the drop (DA-42).
   struct Retired {
     std::vector<std::shared_ptr<Registration>> regs;
     LeaseClock::time_point until{};
+    std::vector<std::string> lessees;
   };
-  // DA-8.
-  [[nodiscard]] Result<Retired> drop(uint64_t id, std::string_view token);
+  // DA-8. `now`: the drop's time, against which the lessees' leases are read.
+  [[nodiscard]] Result<Retired> drop(uint64_t id, std::string_view token,
+                                     LeaseClock::time_point now = LeaseClock::now());
+  // DA-42: every lessee of ended buffer `id` confirmed its revocation: its leases are over.
+  void revoked(uint64_t id);
   [[nodiscard]] Retired release_owner(std::string_view owner);
   size_t size() const;
 
@@ -82,6 +92,10 @@ class BufferTable {
     std::string owner;
     bool writable = false;
     LeaseClock::time_point leased_until{};  // DA-27: the latest lease expiry granted
+    // DA-42: each grantee's latest lease expiry (grants without a known grantee count in
+    // leased_until only, and so are waited out).
+    std::unordered_map<std::string, LeaseClock::time_point> lessees;
+    bool anonymous_lease = false;  // a lease was granted to a grantee not known
   };
   struct Ended {
     std::string why;

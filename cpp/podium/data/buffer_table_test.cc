@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 namespace podium::data {
@@ -110,6 +111,39 @@ TEST_F(BufferTableTest, ADropKeepsTheMemoryUntilTheLatestLeaseGranted) {  // DA-
   EXPECT_EQ(engine_->registration_count(), 1u);
   d->regs.clear();
   EXPECT_EQ(engine_->registration_count(), 0u);
+}
+
+TEST_F(BufferTableTest, ADropNamesTheLesseesWhoseLeaseIsNotOver) {  // DA-42, DA-27
+  std::vector<uint8_t> mem(4096), other(4096);
+  auto a = table_.add(reg(mem), "alice[0]", true);
+  auto b = table_.add(reg(other), "alice[0]", true);
+  ASSERT_TRUE(a && b);
+  auto t0 = LeaseClock::now();
+  using std::chrono::milliseconds;
+  BufferTable::Access read{a->id, a->token, false};
+  BufferTable::Access write{a->id, a->token, true};
+  ASSERT_TRUE(table_.check(std::span(&read, 1), milliseconds(250), t0, nullptr, "unix:/r1"));
+  ASSERT_TRUE(table_.check(std::span(&write, 1), milliseconds(250), t0, nullptr, "unix:/r1"));
+  ASSERT_TRUE(table_.check(std::span(&read, 1), milliseconds(100), t0, nullptr, "unix:/r2"));
+  ASSERT_TRUE(table_.check(std::span(&read, 1), milliseconds(0), t0, nullptr, "unix:/r3"));
+  auto d = table_.drop(a->id, a->token, t0 + milliseconds(150));
+  ASSERT_TRUE(d);
+  // r1's lease runs to t0+250; r2's ended at t0+100; r3 was granted none.
+  EXPECT_EQ(d->lessees, std::vector<std::string>{"unix:/r1"});
+  EXPECT_EQ(d->until, t0 + milliseconds(250));
+  // Once every lessee confirmed its revocation, a second drop has nothing to wait for.
+  table_.revoked(a->id);
+  auto again = table_.drop(a->id, a->token);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->until, LeaseClock::time_point{});
+  // A lease granted to a grantee not known is waited out: no lessee is named.
+  BufferTable::Access rb{b->id, b->token, false};
+  ASSERT_TRUE(table_.check(std::span(&rb, 1), milliseconds(250), t0, nullptr, "unix:/r1"));
+  ASSERT_TRUE(table_.check(std::span(&rb, 1), milliseconds(250), t0));
+  auto db = table_.drop(b->id, b->token, t0);
+  ASSERT_TRUE(db);
+  EXPECT_TRUE(db->lessees.empty());
+  EXPECT_EQ(db->until, t0 + milliseconds(250));
 }
 
 TEST_F(BufferTableTest, ALeaseIsGrantedOnlyWhenEveryAccessPasses) {  // DA-27

@@ -35,10 +35,28 @@ std::string LeaseCache::key(std::string_view owner, uint64_t id, bool write) {
   return k;
 }
 
+std::string LeaseCache::buffer_key(std::string_view owner, uint64_t id) {
+  std::string k(owner);
+  k += '\x1f';
+  k += std::to_string(id);
+  return k;
+}
+
 void LeaseCache::sweep(LeaseClock::time_point now) {
   for (auto it = leases_.begin(); it != leases_.end();) {
     it = it->second.deadline <= now ? leases_.erase(it) : std::next(it);
   }
+  for (auto it = revoked_.begin(); it != revoked_.end();) {
+    it = it->second <= now ? revoked_.erase(it) : std::next(it);
+  }
+}
+
+bool LeaseCache::revoked_locked(const std::string& bkey, LeaseClock::time_point now) {
+  auto it = revoked_.find(bkey);
+  if (it == revoked_.end()) return false;
+  if (it->second > now) return true;
+  revoked_.erase(it);
+  return false;
 }
 
 void LeaseCache::grant(std::string_view owner, uint64_t id, bool write, std::string_view token,
@@ -48,7 +66,9 @@ void LeaseCache::grant(std::string_view owner, uint64_t id, bool write, std::str
     leases_.erase(key(owner, id, write));
     return;
   }
-  if (leases_.size() >= kSweepAt) sweep(LeaseClock::now());
+  auto now = LeaseClock::now();
+  if (leases_.size() + revoked_.size() >= kSweepAt) sweep(now);
+  if (revoked_locked(buffer_key(owner, id), now)) return;  // DA-42: answered before the drop
   leases_[key(owner, id, write)] = Lease{std::string(token), sent + granted, granted};  // DA-26
 }
 
@@ -79,6 +99,62 @@ void LeaseCache::forget(std::string_view owner, uint64_t id, bool write) {
 size_t LeaseCache::size() const {
   std::lock_guard lock(mu_);
   return leases_.size();
+}
+
+std::optional<LeaseClock::duration> LeaseCache::hold(std::string_view owner, uint64_t id,
+                                                     bool write, std::string_view token,
+                                                     LeaseClock::time_point now) {
+  std::lock_guard lock(mu_);
+  auto it = leases_.find(key(owner, id, write));
+  if (it == leases_.end() || it->second.token != token) return std::nullopt;
+  auto left = it->second.deadline - now;
+  if (left < it->second.granted / 2) return std::nullopt;  // DA-26: at least half left
+  ++held_[buffer_key(owner, id)].holds;                    // DA-42
+  return left;
+}
+
+bool LeaseCache::hold_granted(std::string_view owner, uint64_t id, LeaseClock::time_point now) {
+  std::lock_guard lock(mu_);
+  auto bkey = buffer_key(owner, id);
+  if (revoked_locked(bkey, now)) return false;
+  ++held_[bkey].holds;
+  return true;
+}
+
+void LeaseCache::release(std::string_view owner, uint64_t id) {
+  std::vector<std::function<void()>> run;
+  {
+    std::lock_guard lock(mu_);
+    auto it = held_.find(buffer_key(owner, id));
+    if (it == held_.end() || it->second.holds == 0) return;
+    if (--it->second.holds > 0) return;
+    run = std::move(it->second.waiting);
+    held_.erase(it);
+  }
+  for (auto& f : run) f();
+}
+
+void LeaseCache::revoke(std::string_view owner, uint64_t id, LeaseClock::time_point now,
+                        std::function<void()> done) {
+  {
+    std::lock_guard lock(mu_);
+    leases_.erase(key(owner, id, false));
+    leases_.erase(key(owner, id, true));
+    auto bkey = buffer_key(owner, id);
+    revoked_[bkey] = now + kRevokedKept;
+    auto it = held_.find(bkey);
+    if (it != held_.end() && it->second.holds > 0) {
+      it->second.waiting.push_back(std::move(done));
+      return;
+    }
+  }
+  done();
+}
+
+size_t LeaseCache::holds(std::string_view owner, uint64_t id) const {
+  std::lock_guard lock(mu_);
+  auto it = held_.find(buffer_key(owner, id));
+  return it == held_.end() ? 0 : it->second.holds;
 }
 
 }  // namespace podium::data

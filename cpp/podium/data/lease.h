@@ -14,15 +14,23 @@
 //         synchronized clocks (clock rates are assumed equal over a lease, a few hundred ms).
 //         usable() answers only for the same token and kind, and only while at least half
 //         of the granted time is left; forget() drops a lease (a leased transfer failed).
+//   DA-42 Revocation (the owner's drop asks it): revoke() forgets both leases of (owner, id)
+//         and refuses later grants and holds of it; its `done` runs once no transfer holds
+//         (owner, id) any more. A transfer holds a buffer from the moment it may use a lease
+//         (hold(), or hold_granted() right after its check granted one) until the engine is
+//         done with it (release()), so once `done` ran no transfer of this process touches
+//         that buffer's memory under a lease.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace podium::data {
 
@@ -54,17 +62,46 @@ class LeaseCache {
   void forget(std::string_view owner, uint64_t id, bool write);
   size_t size() const;
 
+  // DA-42: usable(), and when it answers, a hold on (owner, id) taken under the same lock.
+  [[nodiscard]] std::optional<LeaseClock::duration> hold(std::string_view owner, uint64_t id,
+                                                         bool write, std::string_view token,
+                                                         LeaseClock::time_point now);
+  // DA-42: a hold on (owner, id) for a transfer its owner's check just granted a lease to;
+  // false when (owner, id) was revoked (the transfer must not run).
+  [[nodiscard]] bool hold_granted(std::string_view owner, uint64_t id,
+                                  LeaseClock::time_point now);
+  // DA-42: ends one hold; the revocations waiting for the last one run (on this thread).
+  void release(std::string_view owner, uint64_t id);
+  // DA-42: forgets (owner, id)'s leases, refuses its later grants and holds (until `now` +
+  // kRevokedKept), and runs `done` once it has no hold: here when it has none now.
+  void revoke(std::string_view owner, uint64_t id, LeaseClock::time_point now,
+              std::function<void()> done);
+  // Holds now on (owner, id) (tests).
+  size_t holds(std::string_view owner, uint64_t id) const;
+
+  // How long a revocation refuses grants: a check answered before the drop may reach the
+  // reader after its revocation; no lease outlives this (the owner grants at most 30 s).
+  static constexpr LeaseClock::duration kRevokedKept = std::chrono::seconds(31);
+
  private:
   struct Lease {
     std::string token;
     LeaseClock::time_point deadline;
     LeaseClock::duration granted{};
   };
+  struct Held {
+    size_t holds = 0;
+    std::vector<std::function<void()>> waiting;  // revocations waiting for holds == 0
+  };
   static std::string key(std::string_view owner, uint64_t id, bool write);
+  static std::string buffer_key(std::string_view owner, uint64_t id);
   void sweep(LeaseClock::time_point now);  // under mu_: drops expired leases
+  bool revoked_locked(const std::string& bkey, LeaseClock::time_point now);  // under mu_
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, Lease> leases_;  // guarded by mu_
+  std::unordered_map<std::string, Held> held_;     // guarded by mu_; by buffer_key
+  std::unordered_map<std::string, LeaseClock::time_point> revoked_;  // guarded by mu_
 };
 
 }  // namespace podium::data

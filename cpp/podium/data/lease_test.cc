@@ -1,4 +1,4 @@
-// LeaseCache tests: the reader's leases (DA-26).
+// LeaseCache tests: the reader's leases (DA-26) and their revocation (DA-42).
 #include "podium/data/lease.h"
 
 #include <gtest/gtest.h>
@@ -41,6 +41,50 @@ TEST(LeaseCache, OnlyTheSameTokenKindOwnerAndBufferMatch) {  // DA-26
   c.grant("tcp:a:1", 7, false, "tok", now, LeaseClock::duration::zero());  // no lease granted
   EXPECT_FALSE(c.usable("tcp:a:1", 7, false, "tok", now));
   EXPECT_EQ(c.size(), 0u);
+}
+
+TEST(LeaseCache, ARevocationWaitsForTheTransfersThatHoldTheBuffer) {  // DA-42
+  LeaseCache c;
+  auto now = LeaseClock::now();
+  c.grant("tcp:a:1", 7, false, "tok", now, milliseconds(250));
+  c.grant("tcp:a:1", 7, true, "tok", now, milliseconds(250));
+  ASSERT_TRUE(c.hold("tcp:a:1", 7, false, "tok", now));  // a leased read starts
+  EXPECT_FALSE(c.hold("tcp:a:1", 7, false, "other", now));  // a forged token holds nothing
+  ASSERT_TRUE(c.hold_granted("tcp:a:1", 7, now));  // a checked write, its lease just granted
+  EXPECT_EQ(c.holds("tcp:a:1", 7), 2u);
+  int done = 0;
+  c.revoke("tcp:a:1", 7, now, [&done] { ++done; });
+  EXPECT_EQ(done, 0);  // two transfers still hold it
+  // Both leases are gone; a grant answered before the drop, arriving now, is refused, and
+  // so is any new hold.
+  EXPECT_FALSE(c.usable("tcp:a:1", 7, false, "tok", now));
+  EXPECT_FALSE(c.usable("tcp:a:1", 7, true, "tok", now));
+  c.grant("tcp:a:1", 7, false, "tok", now, milliseconds(250));
+  EXPECT_FALSE(c.hold("tcp:a:1", 7, false, "tok", now));
+  EXPECT_FALSE(c.hold_granted("tcp:a:1", 7, now));
+  c.release("tcp:a:1", 7);
+  EXPECT_EQ(done, 0);
+  c.release("tcp:a:1", 7);
+  EXPECT_EQ(done, 1);  // the last hold ended: the revocation is answered, once
+  c.release("tcp:a:1", 7);
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(c.holds("tcp:a:1", 7), 0u);
+  // After kRevokedKept, (owner, id) may be leased again (ids are not reused; a clock check).
+  EXPECT_TRUE(c.hold_granted("tcp:a:1", 7, now + LeaseCache::kRevokedKept));
+}
+
+TEST(LeaseCache, ARevocationWithNoHoldIsAnsweredAtOnceAndTouchesNoOtherBuffer) {  // DA-42
+  LeaseCache c;
+  auto now = LeaseClock::now();
+  c.grant("tcp:a:1", 8, false, "tok", now, milliseconds(250));
+  c.grant("tcp:a:1", 9, false, "tok", now, milliseconds(250));
+  c.grant("tcp:b:1", 8, false, "tok", now, milliseconds(250));
+  int done = 0;
+  c.revoke("tcp:a:1", 8, now, [&done] { ++done; });
+  EXPECT_EQ(done, 1);
+  EXPECT_FALSE(c.usable("tcp:a:1", 8, false, "tok", now));
+  EXPECT_TRUE(c.usable("tcp:a:1", 9, false, "tok", now));
+  EXPECT_TRUE(c.usable("tcp:b:1", 8, false, "tok", now));
 }
 
 TEST(LeaseConfig, FromTheEnvironment) {

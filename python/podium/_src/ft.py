@@ -213,9 +213,9 @@ class FTWorker(Actor):
         self.step = 0
         self.applied: List[int] = []
         self._share: Optional[Tuple[torch.Tensor, RDMABuffer]] = None
-        # Shares replaced and their drops in flight: a drop resolves once the leases its
-        # readers hold have ended (up to PODIUM_RDMA_LEASE_MS, docs/data.md "Leases"), and
-        # the tensor stays alive until then.
+        # Shares replaced and their drops in flight: a drop resolves once its readers have
+        # confirmed the revocation of their leases, or once those ended (docs/data.md,
+        # "Leases"), and the tensor stays alive until then.
         self._retired: List[Tuple[torch.Tensor, RDMABuffer, Any]] = []
         self._flat_grad = None
         self._warm_up()
