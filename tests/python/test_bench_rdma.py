@@ -71,5 +71,9 @@ def test_bench_rdma_json_report():  # DA-8
                             "rtt_one_cpu_ratio"}
     assert targets["min_read_vs_memcpy_1mib_up"] == report["sizes"][-1]["read_vs_memcpy"]
     assert report["create_drop_cycles"] == 200
+    d = report["drop_4k"]  # DA-42: a drop after a read, next to one never read
+    assert d["drops"] == 5 and d["lease_ms"] > 0
+    assert all(d[k] > 0 for k in ("after_read_median_ms", "after_read_max_ms",
+                                  "unread_median_ms"))
     assert report["registrations_after"] == report["registrations_before"]
     assert "rdma" in r.stderr  # progress goes to stderr

@@ -391,6 +391,28 @@ def _tensor_args(owner: Any, sizes: List[int], reps: int) -> List[Dict[str, Any]
     return rows
 
 
+def _drops(owner: Any, n: int) -> Dict[str, Any]:
+    """Milliseconds a drop of a 4 KiB buffer takes, from this controller: after a read here
+    (which leased it: the drop revokes the lease, DA-42) and never read; `n` of each."""
+    dst = memoryview(bytearray(4096))
+    after_read, unread = [], []
+    for _ in range(n):
+        buf = owner.make.call_one(4096).get(timeout=_TIMEOUT_S)
+        buf.read_into(dst).get(timeout=_TIMEOUT_S)
+        after_read.append(_time(lambda: buf.drop().get(timeout=_TIMEOUT_S)))
+        buf = owner.make.call_one(4096).get(timeout=_TIMEOUT_S)
+        unread.append(_time(lambda: buf.drop().get(timeout=_TIMEOUT_S)))
+    lease_ms, _max_bytes = _data.lease_config()
+    out = {"after_read_median_ms": statistics.median(after_read) * 1e3,
+           "after_read_max_ms": max(after_read) * 1e3,
+           "unread_median_ms": statistics.median(unread) * 1e3,
+           "lease_ms": lease_ms, "drops": n}
+    _say(f"drop of a 4 KiB buffer: {out['after_read_median_ms']:.2f} ms after a read (max "
+         f"{out['after_read_max_ms']:.2f}; the lease it would wait out: {lease_ms} ms), "
+         f"{out['unread_median_ms']:.2f} ms never read")
+    return out
+
+
 def run(max_mib: int, reps: int, cycles: int, bulk_mib: int, tensor_max_mib: int,
         samples: int) -> Dict[str, Any]:
     pm = pa.this_host().spawn_procs(per_host={"procs": 1})
@@ -404,6 +426,7 @@ def run(max_mib: int, reps: int, cycles: int, bulk_mib: int, tensor_max_mib: int
                for _ in range(samples)]
         rtt = _rtts(owner, samples)
         small.drop().get(timeout=_TIMEOUT_S)
+        drops = _drops(owner, 5)
         under = [_rtt_under_bulk(owner, bulk_mib * _MIB, write, samples)
                  for write in (False, True)]
         one_cpu = _rtt_one_cpu(owner, samples)
@@ -435,6 +458,7 @@ def run(max_mib: int, reps: int, cycles: int, bulk_mib: int, tensor_max_mib: int
             "tensor_args": tensors,
             "tensor_args_skipped": None if torch is not None else "torch is not installed",
             "rtt_other_link_under_tensor_arg": other_link,
+            "drop_4k": drops,
             "create_drop_cycles": cycles,
             "registrations_before": before,
             "registrations_after": after,
@@ -517,6 +541,10 @@ def main(argv: List[str]) -> int:
               f"arguments go to the owner: x{o['ratio']:.2f}")
     if result["tensor_args_skipped"]:
         print(f"tensor arguments skipped: {result['tensor_args_skipped']}")
+    d = result["drop_4k"]
+    print(f"drop of a 4 KiB buffer: {d['after_read_median_ms']:.2f} ms after a read (max "
+          f"{d['after_read_max_ms']:.2f}; a lease lasts {d['lease_ms']} ms), "
+          f"{d['unread_median_ms']:.2f} ms never read")
     print(f"{result['create_drop_cycles']} create/drop cycles: registrations "
           f"{result['registrations_before']} -> {result['registrations_after']}")
     return 0
