@@ -612,7 +612,8 @@ void bind_data(nb::module_& m) {
       },
       nb::arg("owner"), nb::arg("id"), nb::arg("token"), nb::arg("timeout_s"),
       "Asks the proc `owner` to drop its buffer `id` (its registration is released, DA-8, once "
-      "the leases it granted ended, DA-27; the Future resolves then).");
+      "every reader it leased the buffer to confirmed a revocation, DA-42, or once those leases "
+      "ended, DA-27; the Future resolves then).");
   m.def(
       "release_owner",
       [](const std::string& owner) {

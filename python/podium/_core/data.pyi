@@ -40,7 +40,7 @@ def register_buffer(obj: object, owner: str, share: bool = True) -> tuple:
 
 def drop(owner: str, id: int, token: str, timeout_s: float) -> podium._core.mesh.CoreFuture:
     """
-    Asks the proc `owner` to drop its buffer `id` (its registration is released, DA-8, once the leases it granted ended, DA-27; the Future resolves then).
+    Asks the proc `owner` to drop its buffer `id` (its registration is released, DA-8, once every reader it leased the buffer to confirmed a revocation, DA-42, or once those leases ended, DA-27; the Future resolves then).
     """
 
 def release_owner(owner: str) -> int:
