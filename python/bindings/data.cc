@@ -202,8 +202,10 @@ void bound(const std::shared_ptr<Outcome>& out, std::chrono::nanoseconds timeout
   });
 }
 
-// A region as podium.rdma hands it over: a Python buffer (host memory), or, for CUDA memory,
-// the tuple (address, size, tensor), whose bytes no Python buffer can export (DA-23).
+// A region as podium.rdma hands it over: a Python buffer (host memory), or a tensor's as the
+// tuple (address, size, tensor, cuda): CUDA memory, whose bytes no Python buffer can export
+// (DA-23), or a CPU tensor's, without a NumPy array made per transfer. (address, size,
+// tensor) is CUDA memory.
 struct Region {
   Buffer pinned;
   data::Memory memory = data::Memory::kHost;
@@ -212,10 +214,13 @@ struct Region {
 Region region_from_python(nb::handle obj, bool writable) {
   if (nb::isinstance<nb::tuple>(obj)) {
     auto t = nb::borrow<nb::tuple>(obj);
-    if (t.size() != 3) throw nb::value_error("a device region is (address, size, owner)");
+    if (t.size() != 3 && t.size() != 4) {
+      throw nb::value_error("a tensor region is (address, size, owner[, cuda])");
+    }
+    bool cuda = t.size() == 3 || nb::cast<bool>(t[3]);
     return Region{pin_foreign_memory(t[2], nb::cast<uintptr_t>(t[0]), nb::cast<size_t>(t[1]),
                                      writable),
-                  data::Memory::kCuda};
+                  cuda ? data::Memory::kCuda : data::Memory::kHost};
   }
   return Region{pin_python_buffer(obj, writable), data::Memory::kHost};
 }
@@ -590,8 +595,8 @@ void bind_data(nb::module_& m) {
                               nb::bytes(w.data(), w.size()), writable, window);
       },
       nb::arg("obj"), nb::arg("owner"), nb::arg("share") = true,
-      "Registers the C-contiguous buffer `obj` (or the CUDA region (address, size, tensor), "
-      "DA-23) for `owner` (an actor id); returns (id, token, "
+      "Registers the C-contiguous buffer `obj` (or a tensor's region (address, size, tensor"
+      "[, cuda]), DA-23) for `owner` (an actor id); returns (id, token, "
       "addr, size, rkey, worker_address, writable, window): window is (fd, ino, dev, begin, end) "
       "of its shared pages (DA-29), or None. share=False: its pages are not moved into shared "
       "pages (DA-38). The buffer stays pinned and registered until drop or release_owner "

@@ -347,6 +347,13 @@ def test_torch_tensors():
         RDMABuffer(torch.zeros(4, 4))
     with pytest.raises(ValueError):
         RDMABuffer(torch.zeros(10)[::2])
+    # A lazily conjugated view's bytes are not its values: refused, as NumPy refuses it.
+    with pytest.raises(RuntimeError, match="conjugate"):
+        RDMABuffer(torch.zeros(4, dtype=torch.complex64).conj())
+    # A tensor that requires grad is moved as its memory (its autograd state is not touched).
+    g = torch.zeros(1000, requires_grad=True)
+    buf.read_into(g).get(timeout=T)
+    assert torch.equal(g.detach(), torch.cat([torch.ones(500), t[500:]])) and g.requires_grad
     buf.drop().get(timeout=T)
 
 

@@ -35,7 +35,7 @@ def worker_address() -> bytes:
 
 def register_buffer(obj: object, owner: str, share: bool = True) -> tuple:
     """
-    Registers the C-contiguous buffer `obj` (or the CUDA region (address, size, tensor), DA-23) for `owner` (an actor id); returns (id, token, addr, size, rkey, worker_address, writable, window): window is (fd, ino, dev, begin, end) of its shared pages (DA-29), or None. share=False: its pages are not moved into shared pages (DA-38). The buffer stays pinned and registered until drop or release_owner (DA-8).
+    Registers the C-contiguous buffer `obj` (or a tensor's region (address, size, tensor[, cuda]), DA-23) for `owner` (an actor id); returns (id, token, addr, size, rkey, worker_address, writable, window): window is (fd, ino, dev, begin, end) of its shared pages (DA-29), or None. share=False: its pages are not moved into shared pages (DA-38). The buffer stays pinned and registered until drop or release_owner (DA-8).
     """
 
 def drop(owner: str, id: int, token: str, timeout_s: float) -> podium._core.mesh.CoreFuture:
