@@ -624,12 +624,13 @@ void bind_data(nb::module_& m) {
       [](const std::string& owner) {
         auto r = table().release_owner(owner);
         size_t n = r.regs.size();
-        release_at(std::move(r), nullptr);  // DA-27
+        retire(std::move(r), nullptr);  // DA-27, DA-42
         return n;
       },
       nb::arg("owner"),
       "Ends every buffer of the actor `owner` (it stopped); returns how many. Their "
-      "registrations are released once the leases granted for them ended (DA-27).");
+      "registrations are released once every reader leased one of them confirmed a "
+      "revocation (DA-42), or once those leases ended (DA-27).");
   m.def(
       "lease_config",
       [] {
@@ -664,16 +665,17 @@ void bind_data(nb::module_& m) {
         d["leased"] = g_leased.load();
         d["checked"] = g_checked.load();
         d["leases"] = leases().size();
-        d["revoked_drops"] = g_revoked_drops.load();
+        d["released_on_revocation"] = g_released_on_revocation.load();
         d["revocations_answered"] = g_revocations_answered.load();
         d["revocations_unconfirmed"] = g_revocations_unconfirmed.load();
         return d;
       },
       "Counters of leases (DA-26..DA-28, DA-42): checks this process answered as an owner, "
       "drops and releases it delayed for a lease, transfers it ran under leases and checked, "
-      "leases held, drops it answered once every lessee confirmed a revocation (before the "
-      "leases' end), revocations it answered as a reader, revocations it asked for that a "
-      "lessee did not confirm (its proc ended, the message failed).");
+      "leases held, drops and owner stops whose buffers it released once every lessee "
+      "confirmed a revocation (before the leases' end), revocations it answered as a reader, "
+      "revocations it asked for that a lessee did not confirm (its proc ended, the message "
+      "failed).");
   m.def("transfer", &transfer, nb::arg("ops"), nb::arg("timeout_s"),
         "Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, "
         "worker_address, local, size, same_host, owner_pid, remote_cuda, window, checksum): "

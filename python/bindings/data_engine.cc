@@ -114,7 +114,7 @@ LeaseSettings& lease_settings() {
 
 
 std::atomic<uint64_t> g_checks_answered{0}, g_delayed_releases{0}, g_leased{0}, g_checked{0},
-    g_revoked_drops{0}, g_revocations_answered{0}, g_revocations_unconfirmed{0};
+    g_released_on_revocation{0}, g_revocations_answered{0}, g_revocations_unconfirmed{0};
 
 
 Error tagged(size_t op, const Error& e) {

@@ -43,7 +43,7 @@ Error tagged(size_t op, const Error& e);
 
 // Counters, for tests and the benchmark.
 extern std::atomic<uint64_t> g_checks_answered, g_delayed_releases, g_leased, g_checked,
-    g_revoked_drops, g_revocations_answered, g_revocations_unconfirmed;
+    g_released_on_revocation, g_revocations_answered, g_revocations_unconfirmed;
 
 // --- data_owner.cc -------------------------------------------------------------------------
 
@@ -53,6 +53,9 @@ data::BufferTable& table();
 // when that time has passed. Returns what releases them now instead (and runs `then`), once
 // whichever comes first (DA-42); empty when released at once.
 std::function<void()> release_at(data::BufferTable::Retired retired, std::function<void()> then);
+// What a drop or an owner's stop ended: released at the leases' end (release_at), or once
+// every lessee confirmed a revocation (DA-42), whichever is first; then `then`.
+void retire(data::BufferTable::Retired retired, std::function<void()> then);
 // Installs the owner's system operations "rdma_check" and "rdma_drop" (once).
 void install_handlers();
 

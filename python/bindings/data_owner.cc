@@ -89,32 +89,53 @@ std::function<void()> release_at(data::BufferTable::Retired retired, std::functi
 
 namespace {
 
-// DA-42: asks each of `lessees` to revoke its leases of buffer `id`; once all confirmed,
-// `release_now` releases the registrations and answers the drop. A lessee that does not
-// confirm (its proc ended, the message failed) leaves the drop to the lease's timer.
-void revoke_leases(uint64_t id, const std::vector<std::string>& lessees,
+// DA-42: asks each lessee of each buffer to revoke its leases of it; once all confirmed,
+// `release_now` releases the registrations (and answers the drop). A lessee that does not
+// confirm (its proc ended, the message failed) leaves them to the leases' timer.
+void revoke_leases(const std::vector<data::BufferTable::Lessees>& lessees,
                    std::function<void()> release_now) {
   struct Count {
-    std::atomic<size_t> left;
+    std::atomic<size_t> left{0};
     std::atomic<bool> all_ok{true};
+    std::vector<uint64_t> ids;
   };
   auto count = std::make_shared<Count>();
-  count->left = lessees.size();
+  size_t asks = 0;
+  for (const auto& l : lessees) {
+    count->ids.push_back(l.id);
+    asks += l.procs.size();
+  }
+  count->left = asks;
   std::string me = mesh::Runtime::get().proc().id().to_string();
-  for (const auto& who : lessees) {
-    ask_proc(who, actor::SystemHeader{"rdma_revoke", {me}, {id}},
-             [count, id, release_now](const Status& st, uint64_t) {
-               if (!st) {
-                 ++g_revocations_unconfirmed;
-                 count->all_ok = false;
-               }
-               if (count->left.fetch_sub(1) != 1 || !count->all_ok.load()) return;
-               ++g_revoked_drops;
-               table().revoked(id);
-               release_now();
-             });
+  for (const auto& l : lessees) {
+    for (const auto& who : l.procs) {
+      ask_proc(who, actor::SystemHeader{"rdma_revoke", {me}, {l.id}},
+               [count, release_now](const Status& st, uint64_t) {
+                 if (!st) {
+                   ++g_revocations_unconfirmed;
+                   count->all_ok = false;
+                 }
+                 if (count->left.fetch_sub(1) != 1 || !count->all_ok.load()) return;
+                 ++g_released_on_revocation;
+                 for (uint64_t id : count->ids) table().revoked(id);
+                 release_now();
+               });
+    }
   }
 }
+
+}  // namespace
+
+void retire(data::BufferTable::Retired retired, std::function<void()> then) {
+  auto lessees = std::move(retired.lessees);
+  bool anonymous = retired.anonymous;
+  auto release_now = release_at(std::move(retired), std::move(then));
+  if (release_now && !anonymous && !lessees.empty()) {
+    revoke_leases(lessees, std::move(release_now));
+  }
+}
+
+namespace {
 
 // The reader's proc of a check: the proc of its reply port ("" when not known).
 std::string grantee_of(std::string_view port) {
@@ -186,13 +207,9 @@ void install_handlers() {
       }
       // DA-27: the memory stays registered, and the drop unanswered, until the leases end;
       // DA-42: or until every lessee confirmed their revocation, if sooner.
-      std::vector<std::string> lessees = std::move(r->lessees);
-      auto release_now = release_at(std::move(*r), [&proc, port = std::move(port)] {
+      retire(std::move(*r), [&proc, port = std::move(port)] {
         if (!port.empty()) proc.send_reply(port, 0, std::vector<Buffer>{});
       });
-      if (release_now && !lessees.empty()) {
-        revoke_leases(h.numbers[0], lessees, std::move(release_now));
-      }
     });
   });
 }

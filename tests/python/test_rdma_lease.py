@@ -216,7 +216,7 @@ def test_a_drop_revokes_the_leases_it_granted(owner, spawn, procs):  # DA-42, DA
     # holds the buffer any more, and their leases are gone, long before their LONG_MS end.
     after = owner.stats.call_one().get(timeout=T)
     assert after["delayed_releases"] == before["delayed_releases"] + 1
-    assert after["revoked_drops"] == before["revoked_drops"] + 1
+    assert after["released_on_revocation"] == before["released_on_revocation"] + 1
     assert _data.lease_stats()["revocations_answered"] == answered + 1
     assert Peer_stats(spawn, peer) == peer_answered + 1
     assert _data.lease_left(buf._owner.proc, buf._id, False) == 0
@@ -257,7 +257,7 @@ def test_a_drop_whose_lessee_ended_waits_out_its_lease(spawn, new_procs, leases)
     buf.drop().get(timeout=T)  # bounded: the lease ends LONG_MS after it was granted
     after = o.stats.call_one().get(timeout=T)
     assert after["delayed_releases"] == before["delayed_releases"] + 1
-    assert after["revoked_drops"] == before["revoked_drops"]  # not confirmed: waited out
+    assert after["released_on_revocation"] == before["released_on_revocation"]  # not confirmed: waited out
     # The ask to the ended lessee failed (it does not wait forever).
     deadline = time.monotonic() + T
     while (o.stats.call_one().get(timeout=T)["revocations_unconfirmed"]
@@ -267,8 +267,8 @@ def test_a_drop_whose_lessee_ended_waits_out_its_lease(spawn, new_procs, leases)
     assert o.registrations.call_one().get(timeout=T) == regs - 1
 
 
-def test_an_owner_that_stops_keeps_its_memory_until_its_leases_end(spawn, new_procs, leases):
-    # DA-27, RD-3
+def test_an_owner_that_stops_revokes_its_leases_before_releasing(spawn, new_procs, leases):
+    # DA-27, DA-42, RD-3
     pm = new_procs(gpus=1)
     o = spawn(Owner, on=pm)
     probe = spawn(Owner, on=pm)
@@ -277,14 +277,23 @@ def test_an_owner_that_stops_keeps_its_memory_until_its_leases_end(spawn, new_pr
     buf = o.make.call_one("st", 4096).get(timeout=T)
     _read(buf)
     base = probe.registrations.call_one().get(timeout=T)
-    delayed = probe.stats.call_one().get(timeout=T)["delayed_releases"]
+    before = probe.stats.call_one().get(timeout=T)
+    answered = _data.lease_stats()["revocations_answered"]
     o.stop().get(timeout=T)
-    assert probe.stats.call_one().get(timeout=T)["delayed_releases"] == delayed + 1
+    assert probe.stats.call_one().get(timeout=T)["delayed_releases"] == \
+        before["delayed_releases"] + 1
+    # The stop asks this process, the one lessee, to revoke its lease; once it confirmed, the
+    # registration goes, long before the LONG_MS lease would have ended.
+    deadline = time.monotonic() + T
+    while probe.stats.call_one().get(timeout=T)["released_on_revocation"] == \
+            before["released_on_revocation"]:
+        assert time.monotonic() < deadline, "the lessee's revocation was not confirmed"
+        time.sleep(0.01)
+    assert _data.lease_stats()["revocations_answered"] == answered + 1
+    assert _data.lease_left(buf._owner.proc, buf._id, False) == 0
     with pytest.raises(RuntimeError, match="stopped"):
-        # Under the lease, the read may still succeed; once it ends, the owner says why.
-        while True:
-            _read(buf)
-            time.sleep(0.01)
+        # No lease left: the owner is asked, and says why.
+        _read(buf)
     # The release follows the lease's end on the owner's loop.
     deadline = time.monotonic() + T
     while probe.registrations.call_one().get(timeout=T) > base - 1:

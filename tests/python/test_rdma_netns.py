@@ -134,9 +134,9 @@ CONTROLLER = COMMON + textwrap.dedent("""
           flush=True)
     # DA-42 across hosts: the drop of the buffer that B and the controller hold leases of is
     # answered once both confirmed their revocation.
-    before = a.lease_stats.call_one().get(timeout=T)["revoked_drops"]
+    before = a.lease_stats.call_one().get(timeout=T)["released_on_revocation"]
     buf.drop().get(timeout=T)
-    print("REVOKED", a.lease_stats.call_one().get(timeout=T)["revoked_drops"] - before,
+    print("REVOKED", a.lease_stats.call_one().get(timeout=T)["released_on_revocation"] - before,
           flush=True)
 
     # A large transfer, content checked both ways.

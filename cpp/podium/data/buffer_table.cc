@@ -130,15 +130,23 @@ Result<BufferTable::Retired> BufferTable::drop(uint64_t id, std::string_view tok
   Retired out;
   out.regs.push_back(std::move(it->second.reg));
   out.until = it->second.leased_until;
-  // DA-42: whom to revoke; none when a lease went to a grantee not known (waited out).
-  if (!it->second.anonymous_lease) {
-    for (const auto& [who, until] : it->second.lessees) {
-      if (until > now) out.lessees.push_back(who);
-    }
-  }
+  add_lessees(id, it->second, now, out);
   end(id, "buffer " + std::to_string(id) + " of " + it->second.owner + " was dropped", out.until);
   live_.erase(it);
   return out;  // the caller releases the registration (outside mu_), at out.until (DA-27)
+}
+
+void BufferTable::add_lessees(uint64_t id, const Entry& e, LeaseClock::time_point now,
+                              Retired& out) {
+  if (e.anonymous_lease && e.leased_until > now) {
+    out.anonymous = true;
+    return;
+  }
+  Lessees l{id, {}};
+  for (const auto& [who, until] : e.lessees) {
+    if (until > now) l.procs.push_back(who);
+  }
+  if (!l.procs.empty()) out.lessees.push_back(std::move(l));
 }
 
 void BufferTable::revoked(uint64_t id) {
@@ -147,13 +155,15 @@ void BufferTable::revoked(uint64_t id) {
   if (e != ended_.end()) e->second.until = LeaseClock::time_point{};
 }
 
-BufferTable::Retired BufferTable::release_owner(std::string_view owner) {
+BufferTable::Retired BufferTable::release_owner(std::string_view owner,
+                                                LeaseClock::time_point now) {
   Retired out;
   std::lock_guard lock(mu_);
   for (auto it = live_.begin(); it != live_.end();) {
     if (it->second.owner == owner) {
       out.regs.push_back(std::move(it->second.reg));
       if (out.until < it->second.leased_until) out.until = it->second.leased_until;
+      add_lessees(it->first, it->second, now, out);
       end(it->first,
           "buffer " + std::to_string(it->first) + " was released: its owner " +
               std::string(owner) + " stopped",

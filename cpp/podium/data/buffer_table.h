@@ -24,9 +24,9 @@
 //        returns that expiry as Retired::until: the memory stays registered until then, and
 //        a second drop of an ended buffer returns the same time, so no drop completes while
 //        a lease that this table granted may still be used. With each grant it records the
-//        grantee (the reader's proc) and its expiry; a drop hands back those whose lease is
-//        not over, for the owner to revoke (DA-42): revoked() then marks the buffer's
-//        leases over, and a later drop of it returns at once.
+//        grantee (the reader's proc) and its expiry; a drop or a release hands back those
+//        whose lease is not over, for the owner to revoke (DA-42): revoked() then marks the
+//        buffer's leases over, and a later drop of it returns at once.
 #pragma once
 
 #include <cstdint>
@@ -71,18 +71,25 @@ class BufferTable {
                              LeaseClock::time_point now, size_t* failed = nullptr,
                              std::string_view grantee = {});
   // What a drop or a release ended: registrations to keep until `until` (DA-8, DA-27).
-  // `lessees`: the grantees whose lease of it may not be over at the drop (DA-42).
+  // `lessees`: per buffer ended, the grantees whose lease of it may not be over (DA-42);
+  // none for a buffer leased to a grantee not known, which is waited out.
+  struct Lessees {
+    uint64_t id = 0;
+    std::vector<std::string> procs;
+  };
   struct Retired {
     std::vector<std::shared_ptr<Registration>> regs;
     LeaseClock::time_point until{};
-    std::vector<std::string> lessees;
+    std::vector<Lessees> lessees;
+    bool anonymous = false;  // a lease went to a grantee not known: only `until` ends it
   };
   // DA-8. `now`: the drop's time, against which the lessees' leases are read.
   [[nodiscard]] Result<Retired> drop(uint64_t id, std::string_view token,
                                      LeaseClock::time_point now = LeaseClock::now());
   // DA-42: every lessee of ended buffer `id` confirmed its revocation: its leases are over.
   void revoked(uint64_t id);
-  [[nodiscard]] Retired release_owner(std::string_view owner);
+  [[nodiscard]] Retired release_owner(std::string_view owner,
+                                      LeaseClock::time_point now = LeaseClock::now());
   size_t size() const;
 
  private:
@@ -102,6 +109,9 @@ class BufferTable {
     LeaseClock::time_point until{};  // DA-27: registered until then
   };
   Status check_locked(uint64_t id, std::string_view token, bool write) const;  // under mu_
+  // Adds entry `id`'s unexpired lessees to `out` (DA-42); under mu_.
+  static void add_lessees(uint64_t id, const Entry& e, LeaseClock::time_point now,
+                          Retired& out);
   void end(uint64_t id, std::string why, LeaseClock::time_point until);        // under mu_
 
   mutable std::mutex mu_;

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -129,7 +130,10 @@ TEST_F(BufferTableTest, ADropNamesTheLesseesWhoseLeaseIsNotOver) {  // DA-42, DA
   auto d = table_.drop(a->id, a->token, t0 + milliseconds(150));
   ASSERT_TRUE(d);
   // r1's lease runs to t0+250; r2's ended at t0+100; r3 was granted none.
-  EXPECT_EQ(d->lessees, std::vector<std::string>{"unix:/r1"});
+  ASSERT_EQ(d->lessees.size(), 1u);
+  EXPECT_EQ(d->lessees[0].id, a->id);
+  EXPECT_EQ(d->lessees[0].procs, std::vector<std::string>{"unix:/r1"});
+  EXPECT_FALSE(d->anonymous);
   EXPECT_EQ(d->until, t0 + milliseconds(250));
   // Once every lessee confirmed its revocation, a second drop has nothing to wait for.
   table_.revoked(a->id);
@@ -143,7 +147,34 @@ TEST_F(BufferTableTest, ADropNamesTheLesseesWhoseLeaseIsNotOver) {  // DA-42, DA
   auto db = table_.drop(b->id, b->token, t0);
   ASSERT_TRUE(db);
   EXPECT_TRUE(db->lessees.empty());
+  EXPECT_TRUE(db->anonymous);
   EXPECT_EQ(db->until, t0 + milliseconds(250));
+}
+
+TEST_F(BufferTableTest, AnOwnerStopNamesTheLesseesOfEachBuffer) {  // DA-42, DA-27
+  std::vector<uint8_t> m1(4096), m2(4096), m3(4096);
+  auto a = table_.add(reg(m1), "bob[0]", true);
+  auto b = table_.add(reg(m2), "bob[0]", true);
+  auto c = table_.add(reg(m3), "carol[0]", true);
+  ASSERT_TRUE(a && b && c);
+  auto t0 = LeaseClock::now();
+  using std::chrono::milliseconds;
+  BufferTable::Access ra{a->id, a->token, false}, rb{b->id, b->token, false},
+      rc{c->id, c->token, false};
+  ASSERT_TRUE(table_.check(std::span(&ra, 1), milliseconds(250), t0, nullptr, "unix:/r1"));
+  ASSERT_TRUE(table_.check(std::span(&rb, 1), milliseconds(250), t0, nullptr, "unix:/r2"));
+  ASSERT_TRUE(table_.check(std::span(&rc, 1), milliseconds(250), t0, nullptr, "unix:/r3"));
+  auto rel = table_.release_owner("bob[0]", t0);
+  EXPECT_EQ(rel.regs.size(), 2u);
+  ASSERT_EQ(rel.lessees.size(), 2u);
+  std::vector<std::pair<uint64_t, std::string>> got;
+  for (const auto& l : rel.lessees) {
+    for (const auto& p : l.procs) got.emplace_back(l.id, p);
+  }
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::pair<uint64_t, std::string>>{{a->id, "unix:/r1"},
+                                                                 {b->id, "unix:/r2"}}));
+  EXPECT_FALSE(rel.anonymous);
 }
 
 TEST_F(BufferTableTest, ALeaseIsGrantedOnlyWhenEveryAccessPasses) {  // DA-27

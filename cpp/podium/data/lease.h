@@ -14,9 +14,9 @@
 //         synchronized clocks (clock rates are assumed equal over a lease, a few hundred ms).
 //         usable() answers only for the same token and kind, and only while at least half
 //         of the granted time is left; forget() drops a lease (a leased transfer failed).
-//   DA-42 Revocation (the owner's drop asks it): revoke() forgets both leases of (owner, id)
-//         and refuses later grants and holds of it; its `done` runs once no transfer holds
-//         (owner, id) any more. A transfer holds a buffer from the moment it may use a lease
+//   DA-42 Revocation (an owner's drop or stop asks it): revoke() forgets both leases of
+//         (owner, id) and refuses later grants and holds of it; its `done` runs once no
+//         transfer holds (owner, id) any more. A transfer holds a buffer from the moment it may use a lease
 //         (hold(), or hold_granted() right after its check granted one) until the engine is
 //         done with it (release()), so once `done` ran no transfer of this process touches
 //         that buffer's memory under a lease.

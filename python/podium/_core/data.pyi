@@ -45,7 +45,7 @@ def drop(owner: str, id: int, token: str, timeout_s: float) -> podium._core.mesh
 
 def release_owner(owner: str) -> int:
     """
-    Ends every buffer of the actor `owner` (it stopped); returns how many. Their registrations are released once the leases granted for them ended (DA-27).
+    Ends every buffer of the actor `owner` (it stopped); returns how many. Their registrations are released once every reader leased one of them confirmed a revocation (DA-42), or once those leases ended (DA-27).
     """
 
 def lease_config() -> tuple:
@@ -65,7 +65,7 @@ def lease_left(owner: str, id: int, write: bool) -> float:
 
 def lease_stats() -> dict:
     """
-    Counters of leases (DA-26..DA-28, DA-42): checks this process answered as an owner, drops and releases it delayed for a lease, transfers it ran under leases and checked, leases held, drops it answered once every lessee confirmed a revocation (before the leases' end), revocations it answered as a reader, revocations it asked for that a lessee did not confirm (its proc ended, the message failed).
+    Counters of leases (DA-26..DA-28, DA-42): checks this process answered as an owner, drops and releases it delayed for a lease, transfers it ran under leases and checked, leases held, drops and owner stops whose buffers it released once every lessee confirmed a revocation (before the leases' end), revocations it answered as a reader, revocations it asked for that a lessee did not confirm (its proc ended, the message failed).
     """
 
 def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool, object, bool]], timeout_s: float) -> podium._core.mesh.CoreFuture:
