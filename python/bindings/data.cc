@@ -323,14 +323,15 @@ void run_checked(const std::shared_ptr<Plan>& p) {
       // The leases granted, and this transfer's holds on them (DA-42), come before it counts
       // as checked: the engine never starts before every owner's are in place.
       Status why = st;
-      if (why && p->lease_ms > 0) {
+      if (why) {
         for (size_t i : p->members[g]) {
           const auto& k = p->keys[i];
-          leases().grant(k.owner, k.id, k.write, k.token, sent,
-                         std::chrono::milliseconds(std::min(granted, p->lease_ms)));
-          if (granted == 0) continue;
-          // DA-42: the owner counts this transfer under the lease it granted; a drop since
-          // then revoked that lease, and the transfer must not run.
+          if (p->lease_ms > 0) {
+            leases().grant(k.owner, k.id, k.write, k.token, sent,
+                           std::chrono::milliseconds(std::min(granted, p->lease_ms)));
+          }
+          // DA-42: the owner counts this process a lessee of the buffer while this transfer
+          // runs, leased or not; a drop since its answer revoked it, and it must not run.
           if (!leases().hold_granted(k.owner, k.id, Clock::now())) {
             why = std::unexpected(make_error(
                 data::DataErrc::kDropped, "buffer " + std::to_string(k.id) + " of " + k.owner +

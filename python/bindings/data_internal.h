@@ -37,6 +37,9 @@ struct LeaseSettings {
 };
 LeaseSettings& lease_settings();
 inline constexpr int64_t kMaxLeaseMs = 30000;  // the longest lease an owner grants
+// How long an owner presumes a checked transfer without a lease runs, for a reader that does
+// not answer a revocation (DA-42): a drop then waits that long for it.
+inline constexpr int64_t kCheckedHoldMs = 250;
 
 // `e` tagged with the index of the operation it names ("\x1f<op>\x1f...": podium.rdma reads it).
 Error tagged(size_t op, const Error& e);

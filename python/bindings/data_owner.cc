@@ -179,8 +179,11 @@ void install_handlers() {
           granted_ms = std::min<uint64_t>(h.numbers[2 * n], static_cast<uint64_t>(own));
         }
         size_t failed = 0;
+        // DA-42: the reader is a lessee even without a lease, while its checked transfer
+        // runs: a drop revokes, and the reader answers once that transfer is done. Should it
+        // not answer, the drop waits kCheckedHoldMs (or the lease) for it.
         st = table().check(accesses, std::chrono::milliseconds(granted_ms), Clock::now(), &failed,
-                           granted_ms > 0 ? grantee_of(port) : std::string());
+                           grantee_of(port), std::chrono::milliseconds(kCheckedHoldMs));
         if (!st) st = std::unexpected(tagged(failed, st.error()));
       }
       if (port.empty()) return;

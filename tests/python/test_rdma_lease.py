@@ -5,6 +5,7 @@ confirmed their revocation (DA-26, DA-27, DA-28, DA-42)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
@@ -229,6 +230,47 @@ def test_a_drop_revokes_the_leases_it_granted(owner, spawn, procs):  # DA-42, DA
     with pytest.raises(ActorError, match="was dropped"):
         peer.read.call_one(buf).get(timeout=T)
     peer.set_lease.call_one(*_data.lease_config()).get(timeout=T)
+
+
+class BigOwner(Actor):
+    @endpoint
+    def make(self, n: int) -> RDMABuffer:
+        self.mem = bytearray(os.urandom(1 << 20)) * (n >> 20)
+        return RDMABuffer(memoryview(self.mem))
+
+    @endpoint
+    def digest(self) -> str:
+        return hashlib.sha256(self.mem).hexdigest()
+
+    @endpoint
+    def checks(self) -> int:
+        return _data.lease_stats()["checks_answered"]
+
+
+def test_a_drop_waits_for_a_checked_transfer_in_flight(spawn, new_procs):  # DA-42
+    # A transfer too large for a lease is checked, then copied: its reader is a lessee until
+    # it is done, so a drop that arrives meanwhile is answered only after it, and the bytes
+    # read are the buffer's, not what its memory holds after the drop.
+    o = spawn(BigOwner, on=new_procs(gpus=1))
+    n = 256 << 20
+    buf = o.make.call_one(n).get(timeout=T)
+    want = o.digest.call_one().get(timeout=T)
+    assert n > _data.lease_config()[1]
+    dst = bytearray(n)
+    for attempt in range(5):
+        before = o.checks.call_one().get(timeout=T)
+        fut = buf.read_into(memoryview(dst), timeout=T)
+        while o.checks.call_one().get(timeout=T) == before and not fut.done():
+            pass  # each look is a call to the owner: the check is answered on its loop
+        if not fut.done():
+            break
+        fut.get(timeout=T)  # the copy beat the look: once more
+    else:
+        pytest.skip("the 256 MiB read was done before a drop could be sent, five times")
+    buf.drop().get(timeout=T)
+    assert fut.done()  # the drop was answered after the read completed
+    fut.get(timeout=0)
+    assert hashlib.sha256(dst).hexdigest() == want
 
 
 def Peer_stats(spawn, peer) -> int:

@@ -3,6 +3,8 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
+
 #include <cerrno>
 #include <vector>
 
@@ -79,7 +81,8 @@ Status BufferTable::check(uint64_t id, std::string_view token, bool write) const
 }
 
 Status BufferTable::check(std::span<const Access> accesses, LeaseClock::duration lease,
-                          LeaseClock::time_point now, size_t* failed, std::string_view grantee) {
+                          LeaseClock::time_point now, size_t* failed, std::string_view grantee,
+                          LeaseClock::duration hold) {
   std::lock_guard lock(mu_);
   for (size_t i = 0; i < accesses.size(); ++i) {
     auto st = check_locked(accesses[i].id, accesses[i].token, accesses[i].write);
@@ -88,16 +91,19 @@ Status BufferTable::check(std::span<const Access> accesses, LeaseClock::duration
       return st;
     }
   }
-  if (lease > LeaseClock::duration::zero()) {  // DA-27: all passed, under the same lock
+  // DA-27: all passed; leases granted under the same lock. DA-42: a known grantee counts as
+  // a lessee even with no lease, for `hold` (its checked transfer runs after this answer).
+  auto keep = std::max(lease, grantee.empty() ? LeaseClock::duration::zero() : hold);
+  if (keep > LeaseClock::duration::zero()) {
     for (const auto& a : accesses) {
       auto& e = live_.at(a.id);
-      if (e.leased_until < now + lease) e.leased_until = now + lease;
+      if (e.leased_until < now + keep) e.leased_until = now + keep;
       if (grantee.empty()) {
         e.anonymous_lease = true;
         continue;
       }
-      auto& mine = e.lessees[std::string(grantee)];  // DA-42
-      if (mine < now + lease) mine = now + lease;
+      auto& mine = e.lessees[std::string(grantee)];
+      if (mine < now + keep) mine = now + keep;
     }
   }
   return {};

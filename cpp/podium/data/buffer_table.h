@@ -24,7 +24,8 @@
 //        returns that expiry as Retired::until: the memory stays registered until then, and
 //        a second drop of an ended buffer returns the same time, so no drop completes while
 //        a lease that this table granted may still be used. With each grant it records the
-//        grantee (the reader's proc) and its expiry; a drop or a release hands back those
+//        grantee (the reader's proc) and its expiry, also for a check that grants no lease
+//        (its checked transfer runs after the answer); a drop or a release hands back those
 //        whose lease is not over, for the owner to revoke (DA-42): revoked() then marks the
 //        buffer's leases over, and a later drop of it returns at once.
 #pragma once
@@ -66,10 +67,13 @@ class BufferTable {
   };
   // DA-7 for each access; when all pass and `lease` > 0, DA-27: each buffer stays registered
   // until at least `now` + `lease`. On failure, `*failed` is the index of the access refused.
-  // `grantee` (the reader's proc, when known) is recorded with the lease (DA-42).
+  // `grantee` (the reader's proc, when known) is recorded as a lessee until the later of the
+  // lease and `hold`: how long the checked transfer is presumed to run should the grantee
+  // not answer a revocation (DA-42), and so how long a drop then waits (DA-27).
   [[nodiscard]] Status check(std::span<const Access> accesses, LeaseClock::duration lease,
                              LeaseClock::time_point now, size_t* failed = nullptr,
-                             std::string_view grantee = {});
+                             std::string_view grantee = {},
+                             LeaseClock::duration hold = LeaseClock::duration::zero());
   // What a drop or a release ended: registrations to keep until `until` (DA-8, DA-27).
   // `lessees`: per buffer ended, the grantees whose lease of it may not be over (DA-42);
   // none for a buffer leased to a grantee not known, which is waited out.

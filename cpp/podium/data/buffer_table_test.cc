@@ -151,6 +151,23 @@ TEST_F(BufferTableTest, ADropNamesTheLesseesWhoseLeaseIsNotOver) {  // DA-42, DA
   EXPECT_EQ(db->until, t0 + milliseconds(250));
 }
 
+TEST_F(BufferTableTest, ACheckWithoutALeaseMakesItsReaderALesseeForTheHold) {  // DA-42
+  std::vector<uint8_t> mem(4096);
+  auto a = table_.add(reg(mem), "dave[0]", true);
+  ASSERT_TRUE(a);
+  auto t0 = LeaseClock::now();
+  using std::chrono::milliseconds;
+  BufferTable::Access read{a->id, a->token, false};
+  // A large transfer: checked, no lease; its transfer runs after the answer.
+  ASSERT_TRUE(table_.check(std::span(&read, 1), milliseconds(0), t0, nullptr, "unix:/r4",
+                           milliseconds(250)));
+  auto d = table_.drop(a->id, a->token, t0 + milliseconds(10));
+  ASSERT_TRUE(d);
+  ASSERT_EQ(d->lessees.size(), 1u);
+  EXPECT_EQ(d->lessees[0].procs, std::vector<std::string>{"unix:/r4"});
+  EXPECT_EQ(d->until, t0 + milliseconds(250));  // should r4 not answer
+}
+
 TEST_F(BufferTableTest, AnOwnerStopNamesTheLesseesOfEachBuffer) {  // DA-42, DA-27
   std::vector<uint8_t> m1(4096), m2(4096), m3(4096);
   auto a = table_.add(reg(m1), "bob[0]", true);
