@@ -1,13 +1,12 @@
 // podium::data::LeaseCache (lease.h).
 #include "podium/data/lease.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace podium::data {
 
 namespace {
-
-constexpr size_t kSweepAt = 4096;  // leases kept before expired ones are swept
 
 std::optional<uint64_t> env_number(const char* name) {
   const char* v = std::getenv(name);
@@ -51,6 +50,14 @@ void LeaseCache::sweep(LeaseClock::time_point now) {
   }
 }
 
+void LeaseCache::maybe_sweep(LeaseClock::time_point now) {
+  // Amortized: after a sweep that left many (unexpired) entries, the next waits until their
+  // number has doubled, so that a burst of drops does not make every grant a full scan.
+  if (leases_.size() + revoked_.size() < sweep_at_) return;
+  sweep(now);
+  sweep_at_ = std::max(kSweepAt, 2 * (leases_.size() + revoked_.size()));
+}
+
 bool LeaseCache::revoked_locked(const std::string& bkey, LeaseClock::time_point now) {
   auto it = revoked_.find(bkey);
   if (it == revoked_.end()) return false;
@@ -67,7 +74,7 @@ void LeaseCache::grant(std::string_view owner, uint64_t id, bool write, std::str
     return;
   }
   auto now = LeaseClock::now();
-  if (leases_.size() + revoked_.size() >= kSweepAt) sweep(now);
+  maybe_sweep(now);
   if (revoked_locked(buffer_key(owner, id), now)) return;  // DA-42: answered before the drop
   leases_[key(owner, id, write)] = Lease{std::string(token), sent + granted, granted};  // DA-26
 }
@@ -140,6 +147,7 @@ void LeaseCache::revoke(std::string_view owner, uint64_t id, LeaseClock::time_po
     std::lock_guard lock(mu_);
     leases_.erase(key(owner, id, false));
     leases_.erase(key(owner, id, true));
+    maybe_sweep(now);
     auto bkey = buffer_key(owner, id);
     revoked_[bkey] = now + kRevokedKept;
     auto it = held_.find(bkey);
@@ -149,6 +157,11 @@ void LeaseCache::revoke(std::string_view owner, uint64_t id, LeaseClock::time_po
     }
   }
   done();
+}
+
+size_t LeaseCache::revocations_kept() const {
+  std::lock_guard lock(mu_);
+  return revoked_.size();
 }
 
 size_t LeaseCache::holds(std::string_view owner, uint64_t id) const {

@@ -76,8 +76,9 @@ class LeaseCache {
   // kRevokedKept), and runs `done` once it has no hold: here when it has none now.
   void revoke(std::string_view owner, uint64_t id, LeaseClock::time_point now,
               std::function<void()> done);
-  // Holds now on (owner, id) (tests).
+  // Holds now on (owner, id), and revocations remembered (tests).
   size_t holds(std::string_view owner, uint64_t id) const;
+  size_t revocations_kept() const;
 
   // How long a revocation refuses grants: a check answered before the drop may reach the
   // reader after its revocation; no lease outlives this (the owner grants at most 30 s).
@@ -95,13 +96,16 @@ class LeaseCache {
   };
   static std::string key(std::string_view owner, uint64_t id, bool write);
   static std::string buffer_key(std::string_view owner, uint64_t id);
-  void sweep(LeaseClock::time_point now);  // under mu_: drops expired leases
+  void sweep(LeaseClock::time_point now);  // under mu_: drops expired leases and revocations
+  void maybe_sweep(LeaseClock::time_point now);  // under mu_: sweep(), amortized
   bool revoked_locked(const std::string& bkey, LeaseClock::time_point now);  // under mu_
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, Lease> leases_;  // guarded by mu_
   std::unordered_map<std::string, Held> held_;     // guarded by mu_; by buffer_key
   std::unordered_map<std::string, LeaseClock::time_point> revoked_;  // guarded by mu_
+  static constexpr size_t kSweepAt = 4096;  // entries kept before expired ones are swept
+  size_t sweep_at_ = kSweepAt;  // guarded by mu_: the entries at which the next sweep runs
 };
 
 }  // namespace podium::data

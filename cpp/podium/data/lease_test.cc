@@ -87,6 +87,21 @@ TEST(LeaseCache, ARevocationWithNoHoldIsAnsweredAtOnceAndTouchesNoOtherBuffer) {
   EXPECT_TRUE(c.usable("tcp:b:1", 8, false, "tok", now));
 }
 
+TEST(LeaseCache, RevocationsAreForgottenOnceNoLeaseCanOutliveThem) {  // DA-42
+  LeaseCache c;
+  auto t0 = LeaseClock::now();
+  for (uint64_t id = 1; id <= 5000; ++id) c.revoke("tcp:a:1", id, t0, [] {});
+  EXPECT_EQ(c.revocations_kept(), 5000u);  // each still refuses a late grant
+  // Once kRevokedKept has passed, expired ones are swept, amortized: the sweep at 4096 found
+  // none expired, so the next runs at twice that, 8192. Revocations kept stay within twice
+  // those of any kRevokedKept window: thousands of drops do not grow the reader's memory.
+  auto t1 = t0 + LeaseCache::kRevokedKept + milliseconds(1);
+  for (uint64_t id = 5001; id <= 8192; ++id) c.revoke("tcp:a:1", id, t1, [] {});
+  EXPECT_EQ(c.revocations_kept(), 8192u);
+  c.revoke("tcp:a:1", 8193, t1, [] {});
+  EXPECT_EQ(c.revocations_kept(), 3193u);  // the 5000 of t0 are gone
+}
+
 TEST(LeaseConfig, FromTheEnvironment) {
   ::setenv("PODIUM_RDMA_LEASE_MS", "0", 1);
   ::setenv("PODIUM_RDMA_LEASE_MAX_BYTES", "8192", 1);
