@@ -128,11 +128,14 @@ struct Outcome {
   }
 };
 
-// Sends `h` to the system port of `owner` with a reply port; `done` gets the reply (and the
-// number its first part holds, 0 when none: the lease granted, DA-28), or the error that the
-// owner's proc ended (ME-2: at once when it is known dead already).
 using Answer = std::function<void(const Status&, uint64_t)>;
-void ask_owner(const std::string& owner, const actor::SystemHeader& h, Answer done) {
+
+}  // namespace
+
+namespace dataplane {
+// (data_internal.h) `done` gets the number the reply's first part holds: the lease an owner
+// granted (DA-28); the proc's end is known at once when it is dead already (ME-2).
+void ask_proc(const std::string& owner, const actor::SystemHeader& h, Answer done) {
   auto& rt = mesh::Runtime::get();
   if (auto dead = rt.proc_dead(owner)) {
     done(std::unexpected(*dead), 0);
@@ -179,6 +182,9 @@ void ask_owner(const std::string& owner, const actor::SystemHeader& h, Answer do
   rt.proc().send(pid.addr, std::move(env));
   rt.track(collector, {owner});
 }
+}  // namespace dataplane
+
+namespace {
 
 // Fails `out` with kTimeout after `timeout` unless it finished before.
 // `shown`: the timeout the message names (the caller's), when `timeout` is what is left of it.
@@ -319,7 +325,7 @@ void run_checked(const std::shared_ptr<Plan>& p) {
   gate->left = p->owners.size();
   auto sent = Clock::now();  // DA-26: a lease runs from when its check was sent
   for (size_t g = 0; g < p->owners.size(); ++g) {
-    ask_owner(p->owners[g], p->checks[g], [p, gate, g, sent](const Status& st, uint64_t granted) {
+    ask_proc(p->owners[g], p->checks[g], [p, gate, g, sent](const Status& st, uint64_t granted) {
       // The leases granted, and this transfer's holds on them (DA-42), come before it counts
       // as checked: the engine never starts before every owner's are in place.
       Status why = st;
@@ -525,13 +531,6 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
 
 }  // namespace
 
-namespace dataplane {
-void ask_proc(const std::string& proc, const actor::SystemHeader& h,
-              std::function<void(const Status&, uint64_t)> done) {
-  ask_owner(proc, h, std::move(done));
-}
-}  // namespace dataplane
-
 void bind_data(nb::module_& m) {
   m.def(
       "available",
@@ -612,7 +611,7 @@ void bind_data(nb::module_& m) {
         bound(out, seconds(timeout_s), "the drop of RDMA buffer " + std::to_string(id));
         leases().forget(owner, id, false);
         leases().forget(owner, id, true);
-        ask_owner(owner, actor::SystemHeader{"rdma_drop", {token}, {id}},
+        ask_proc(owner, actor::SystemHeader{"rdma_drop", {token}, {id}},
                   [out](const Status& st, uint64_t) { out->finish(st); });
         return result;
       },

@@ -26,19 +26,15 @@ LeaseConfig LeaseConfig::from_env() {
   return c;
 }
 
-std::string LeaseCache::key(std::string_view owner, uint64_t id, bool write) {
-  std::string k(owner);
-  k += '\x1f';
-  k += std::to_string(id);
-  k += write ? "w" : "r";
-  return k;
-}
-
 std::string LeaseCache::buffer_key(std::string_view owner, uint64_t id) {
   std::string k(owner);
   k += '\x1f';
   k += std::to_string(id);
   return k;
+}
+
+std::string LeaseCache::key(std::string_view owner, uint64_t id, bool write) {
+  return buffer_key(owner, id) + (write ? 'w' : 'r');
 }
 
 void LeaseCache::sweep(LeaseClock::time_point now) {
@@ -79,15 +75,22 @@ void LeaseCache::grant(std::string_view owner, uint64_t id, bool write, std::str
   leases_[key(owner, id, write)] = Lease{std::string(token), sent + granted, granted};  // DA-26
 }
 
-std::optional<LeaseClock::duration> LeaseCache::usable(std::string_view owner, uint64_t id,
-                                                       bool write, std::string_view token,
-                                                       LeaseClock::time_point now) const {
-  std::lock_guard lock(mu_);
+std::optional<LeaseClock::duration> LeaseCache::usable_locked(std::string_view owner,
+                                                              uint64_t id, bool write,
+                                                              std::string_view token,
+                                                              LeaseClock::time_point now) const {
   auto it = leases_.find(key(owner, id, write));
   if (it == leases_.end() || it->second.token != token) return std::nullopt;
   auto left = it->second.deadline - now;
   if (left < it->second.granted / 2) return std::nullopt;  // DA-26: at least half left
   return left;
+}
+
+std::optional<LeaseClock::duration> LeaseCache::usable(std::string_view owner, uint64_t id,
+                                                       bool write, std::string_view token,
+                                                       LeaseClock::time_point now) const {
+  std::lock_guard lock(mu_);
+  return usable_locked(owner, id, write, token, now);
 }
 
 LeaseClock::duration LeaseCache::left(std::string_view owner, uint64_t id, bool write,
@@ -112,11 +115,8 @@ std::optional<LeaseClock::duration> LeaseCache::hold(std::string_view owner, uin
                                                      bool write, std::string_view token,
                                                      LeaseClock::time_point now) {
   std::lock_guard lock(mu_);
-  auto it = leases_.find(key(owner, id, write));
-  if (it == leases_.end() || it->second.token != token) return std::nullopt;
-  auto left = it->second.deadline - now;
-  if (left < it->second.granted / 2) return std::nullopt;  // DA-26: at least half left
-  ++held_[buffer_key(owner, id)].holds;                    // DA-42
+  auto left = usable_locked(owner, id, write, token, now);
+  if (left) ++held_[buffer_key(owner, id)].holds;  // DA-42
   return left;
 }
 

@@ -96,6 +96,9 @@ class LeaseCache {
   };
   static std::string key(std::string_view owner, uint64_t id, bool write);
   static std::string buffer_key(std::string_view owner, uint64_t id);
+  std::optional<LeaseClock::duration> usable_locked(std::string_view owner, uint64_t id,
+                                                    bool write, std::string_view token,
+                                                    LeaseClock::time_point now) const;  // mu_
   void sweep(LeaseClock::time_point now);  // under mu_: drops expired leases and revocations
   void maybe_sweep(LeaseClock::time_point now);  // under mu_: sweep(), amortized
   bool revoked_locked(const std::string& bkey, LeaseClock::time_point now);  // under mu_
