@@ -439,6 +439,45 @@ void install_revoke_handler() {
   });
 }
 
+// DA-43: one leased same-host operation that its caller may copy whole (DA-31), copied here at
+// once: the lease held (DA-42) and the copy made as run_leased() and submit() would, without a
+// plan, an outcome, a future or the engine's transfer. False when it does not apply, or when
+// the copy failed: the caller then runs it as a transfer, which reports why.
+bool copy_leased_now(const PyOp& py, double timeout_s) {
+  const auto& [write, owner, id, token, remote_addr, rkey, worker, local, size, same_host, pid,
+               remote_cuda, window, checksum] = py;
+  if (!same_host || pid <= 0 || remote_cuda || checksum || size == 0 || !(timeout_s > 0)) {
+    return false;  // (no time at all: the engine's timeout says so)
+  }
+  int64_t lease_ms = lease_settings().ms.load();
+  if (lease_ms <= 0 || size > lease_settings().max_bytes.load()) return false;
+  if (mesh::Runtime::get().proc_dead(owner)) return false;  // RD-2: the checked path says so
+  if (!leases().hold(owner, id, write, token, Clock::now())) return false;
+  struct Held {  // DA-42: until the copy is done with the memory, or whatever throws first
+    const std::string& owner;
+    uint64_t id;
+    ~Held() { leases().release(owner, id); }
+  } held{owner, id};
+  auto [pinned, memory] = region_from_python(local, !write);
+  if (memory != data::Memory::kHost || pinned.size() < size) return false;
+  data::Op op;
+  op.kind = write ? data::Op::Kind::kPut : data::Op::Kind::kGet;
+  op.remote_addr = remote_addr;
+  op.local = const_cast<std::byte*>(pinned.data());
+  op.size = size;
+  op.same_host = true;
+  op.peer_pid = pid;
+  if (!window.is_none()) op.window = reader_window(pid, window);  // DA-30
+  std::optional<int> copied;
+  {
+    nb::gil_scoped_release unlocked;
+    copied = engine().copy_now(op);
+  }
+  if (!copied || *copied != 0) return false;
+  ++g_leased;
+  return true;
+}
+
 CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   release_deferred();
   install_revoke_handler();
@@ -532,6 +571,18 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
 }  // namespace
 
 void bind_data(nb::module_& m) {
+  m.def(
+      "copy_now",
+      [](const PyOp& op, double timeout_s) {
+        release_deferred();
+        install_revoke_handler();
+        return copy_leased_now(op, timeout_s);
+      },
+      nb::arg("op"), nb::arg("timeout_s"),
+      "DA-43: copies the one operation `op` (as transfer() takes each) at once on this thread "
+      "when it is a same-host one under a usable lease that its caller may copy whole (DA-31); "
+      "True when it did. False when that does not apply or the copy failed: transfer() it then, "
+      "which also reports the failure.");
   m.def(
       "available",
       [] {

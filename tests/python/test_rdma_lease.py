@@ -122,6 +122,35 @@ def test_a_second_read_sends_no_check(owner):  # DA-26, DA-28
     assert _data.lease_left(buf._owner.proc, buf._id, False) > 0
 
 
+def test_a_leased_transfer_is_copied_before_it_returns(owner):  # DA-43, DA-31
+    from podium.rdma import RDMAAction
+    n = 3 * 4096 + 5
+    buf = owner.make.call_one("abc", n).get(timeout=T)
+    dst = bytearray(n)
+    buf.read_into(memoryview(dst)).get(timeout=T)  # checked: the lease comes with it
+    buf.write_from(memoryview(bytearray(b"\x07" * n))).get(timeout=T)  # the write lease too
+    before, leased = _data.stats(), _data.lease_stats()["leased"]
+    dst[:] = bytes(n)
+    read = buf.read_into(memoryview(dst))
+    assert read.done() and read._core is None, "copied by read_into itself, under the lease"
+    assert read.get(timeout=T) is None and bytes(dst) == b"\x07" * n
+    action = RDMAAction().read_remote(memoryview(dst), buf)
+    assert action.submit().done()
+    wrote = buf.write_from(memoryview(bytearray(b"\x09" * n)))
+    assert wrote.done() and wrote.get(timeout=T) is None
+    assert owner.contents.call_one("abc").get(timeout=T) == b"\x09" * n
+    after = _data.stats()
+    assert after["transfers"] - before["transfers"] == 3  # each counted once
+    assert after["caller_copied"] - before["caller_copied"] == 3
+    assert _data.lease_stats()["leased"] == leased + 3
+    # What it leaves to the transfer: a summed read (its sum), and no time at all.
+    want = sum(int.from_bytes((b"\x09" * n + bytes(3))[i:i + 8], "little")
+               for i in range(0, n, 8)) % (1 << 64)
+    assert buf.read_into(memoryview(dst), checksum=True).get(timeout=T) == want
+    with pytest.raises(TimeoutError):
+        buf.read_into(memoryview(dst), timeout=0).get(timeout=T)
+
+
 def test_a_forged_token_gets_no_lease(owner):  # DA-26, DA-7
     buf = owner.make.call_one("f", 4096).get(timeout=T)
     _read(buf)  # the real token holds a lease

@@ -59,12 +59,17 @@ int kernel_copy(const Op& o, size_t offset, size_t len) {
 // Copies [offset, offset + len) of `o` between this process and its peer: 0, or an errno.
 // DA-10: what lies in the owner's shared pages with memcpy (DA-30), the rest with CMA.
 int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window) {
-  // DA-33: a peer already told to die is not copied from or to, though its memory may remain.
-  if (offset == 0 && ending(o.peer_pid)) return ESRCH;
+  uint64_t lo = o.remote_addr + offset, hi = lo + len, b = 0, e = 0;
   if (o.window) {
     const auto& w = o.window->ref();
-    uint64_t lo = o.remote_addr + offset, hi = lo + len;
-    uint64_t b = std::max(lo, w.begin), e = std::min(hi, w.end);
+    b = std::max(lo, w.begin);
+    e = std::min(hi, w.end);
+  }
+  // DA-33: a peer already told to die is not copied from or to, though its memory may remain.
+  // Through a window the first chunk asks after its copy instead, one system call for both
+  // questions (DA-30's below): a peer that is ending or gone then fails the copy as well.
+  if (offset == 0 && b >= e && ending(o.peer_pid)) return ESRCH;
+  if (o.window) {
     if (b < e) {
       // The partial pages at the ends (at most one each) in one system call (DA-30).
       iovec local[2], remote[2];
@@ -102,7 +107,8 @@ int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window) {
       } else {
         cached_copy(to, from, e - b);
       }
-      if (!o.window->owner_alive()) return ESRCH;  // DA-30: as CMA would have failed
+      // DA-30: as CMA would have failed; DA-33 for the first chunk (ending: gone, or dying).
+      if (offset == 0 ? ending(o.peer_pid) : !o.window->owner_alive()) return ESRCH;
       if (through_window) *through_window += e - b;
       return 0;
     }

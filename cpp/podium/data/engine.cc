@@ -138,6 +138,31 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
   return fut;
 }
 
+std::optional<int> Engine::copy_now(const Op& op) {
+  {
+    std::lock_guard lock(impl_->mu);
+    const auto& m = *impl_;
+    if (m.stopping || !m.cma_enabled || !op.same_host || op.peer_pid <= 0 || op.size == 0 ||
+        op.local_memory != Memory::kHost || op.remote_memory != Memory::kHost ||
+        caller_cost(op) > kCallerCopyBytes ||
+        (m.config.copiers > 1 && op.size >= 2 * kMinCmaChunk)) {  // DA-37 shares it
+      return std::nullopt;
+    }
+  }
+  uint64_t window = 0;
+  int err = cma::copy(op, 0, op.size, &window);
+  if (err == 0) {
+    std::lock_guard lock(impl_->mu);
+    auto& st = impl_->stats;
+    ++st.transfers;
+    ++st.caller_copied;
+    ++st.chunks;
+    st.bytes += op.size;
+    st.window_bytes += window;
+  }
+  return err;
+}
+
 Engine::Stats Engine::stats() const {
   std::lock_guard lock(impl_->mu);
   return impl_->stats;

@@ -72,16 +72,25 @@
 //        the copiers' are, offered to them, and the caller takes chunks of it too until none
 //        is left, so one small transfer runs on the caller and the copiers at once; its future
 //        is ready when the last chunk, the caller's or a copier's, is done.
+//   DA-43 copy_now() copies one operation that DA-31 would give its caller whole (not one
+//        DA-37 shares with the copiers) on the calling thread at once, without a transfer's
+//        bookkeeping (no future, no timer, no entry among the active transfers): the leased
+//        single-operation read or write of podium.rdma, whose fixed cost is most of a 1 MiB
+//        copy's budget. It counts as a caller-copied transfer only when the copy succeeded;
+//        a failed one counts nothing, and its caller submits the operation, whose failure
+//        submit() then reports as it would have (a copy is idempotent: the same bytes again).
 //   DA-38 register_memory(..., share = false) leaves the region's pages where they are: no
 //        move into shared pages (DA-29), so the region's same-host readers copy it with CMA.
 //        For a buffer made to be read once (the tensor engine's to_mesh), whose move (a copy
 //        into fresh memfd pages) would cost more than the one read gains.
-//   DA-33 The first chunk of every same-host copy (DA-10) first asks the kernel whether the
+//   DA-33 The first chunk of every same-host copy (DA-10) asks the kernel whether the
 //        peer is ending (cma::ending: gone, or its exit decided, which kill() with SIGKILL
 //        and a fatal signal decide inside the call) and fails as a copy from a dead peer
 //        (ESRCH) when it is: a process that kill() or a fatal signal hit keeps its memory for
 //        tens of µs to ms (until its main thread runs its exit), and a transfer that starts
-//        after the kill must not succeed in that window.
+//        after the kill must not succeed in that window. A CMA chunk asks before it copies; a
+//        chunk through the owner's shared pages (DA-30) asks after, in place of DA-30's own
+//        question (the same answer, and one system call for both).
 //   DA-34 The progress thread polls the worker without sleeping for `spin` after its last
 //        activity (a progress that did something, a transfer in flight or just submitted):
 //        a peer's request or reply is then handled as it arrives, not after the thread's
@@ -111,6 +120,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -241,6 +251,10 @@ class Engine {
   // before submit() returns.
   actor::Future<void> submit(std::vector<Op> ops, std::chrono::nanoseconds timeout,
                              bool caller_copies = false);
+  // DA-43: copies `op` here and now when submit() with caller_copies would have let this
+  // thread copy it whole; nothing when it would not (submit it instead); else 0 (done) or the
+  // copy's errno (not counted: submit it, and that reports the failure).
+  [[nodiscard]] std::optional<int> copy_now(const Op& op);
 
   struct Stats {
     uint64_t transfers = 0;    // submitted

@@ -5,6 +5,11 @@ from collections.abc import Sequence
 import podium._core.mesh
 
 
+def copy_now(op: tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool, object, bool], timeout_s: float) -> bool:
+    """
+    DA-43: copies the one operation `op` (as transfer() takes each) at once on this thread when it is a same-host one under a usable lease that its caller may copy whole (DA-31); True when it did. False when that does not apply or the copy failed: transfer() it then, which also reports the failure.
+    """
+
 def available() -> tuple:
     """
     (True, '') when this process's data plane (a UCX context and worker) runs, starting it on first use (DA-1); else (False, why). Before the podium runtime runs: whether UCX can start (a throwaway engine), since the engine is made for the proc's address (DA-21).

@@ -236,5 +236,15 @@ def resolved(value: Any = None) -> "CoroFuture[Any]":
     return f
 
 
+def done(value: Any = None) -> "Future[Any]":
+    """A plain Future already complete with ``value``: no C++ future behind it (what a transfer
+    its caller copied at once returns, DA-43)."""
+    f: Future[Any] = Future.__new__(Future)
+    f._core, f._decode, f._arg = None, _no_decode, _PENDING
+    f._lock = threading.Lock()
+    f._ok, f._value = True, value
+    return f
+
+
 def _no_decode(core: Any) -> Any:
     raise RuntimeError("a CoroFuture has no C++ future to decode")

@@ -51,7 +51,7 @@ from podium._core import data as _data
 from podium._core import mesh as _mesh
 from podium._src import errors, runtime
 from podium._src.context import context
-from podium._src.future import Future
+from podium._src.future import Future, done as _done
 
 
 class RDMAReadTransferWarning(Warning):
@@ -419,6 +419,8 @@ def _submit(queued: List[_Op], timeout: float, one: bool) -> Future[Any]:
                     o.node == here, o.pid, b._cuda, b._window, s))
         kinds.append(("write" if w else "read", b))
         any_summed = any_summed or s
+    if len(ops) == 1 and not any_summed and _data.copy_now(ops[0], float(timeout)):
+        return _done()  # DA-43: copied at once, under its lease
     summed = [op[4] for op in queued] if any_summed else None  # RD-8, rare
     return Future(_data.transfer(ops, float(timeout)), _decode,
                   ("transfer", kinds, summed, one))
