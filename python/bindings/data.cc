@@ -21,6 +21,8 @@
 //         outcome is finished; the transfer's ok reply then has one part: every operation's
 //         sum (0 for the others), 8 bytes each, little-endian. A transfer with no summed
 //         operation replies with no part, as before. A transfer that fails sums nothing.
+//         A summed read copied at once (copy_now, DA-43) is summed by that copy, as it
+//         copies (cma::copy's sum), and copy_now returns the sum.
 //
 //   DA-35 Waiting for a transfer's future (CoreFuture::wait) drives the proc's loop only when
 //         the transfer is checked and small (at most kCallerCopyBytes): then the owner's reply
@@ -45,6 +47,7 @@
 // touch only the BufferTable (a leaf lock) and Proc::send_reply. No C++ thread takes the GIL:
 // a pinned Python buffer is released later under the GIL (common.h).
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -441,25 +444,27 @@ void install_revoke_handler() {
 
 // DA-43: one leased same-host operation that its caller may copy whole (DA-31), copied here at
 // once: the lease held (DA-42) and the copy made as run_leased() and submit() would, without a
-// plan, an outcome, a future or the engine's transfer. False when it does not apply, or when
-// the copy failed: the caller then runs it as a transfer, which reports why.
-bool copy_leased_now(const PyOp& py, double timeout_s) {
+// plan, an outcome, a future or the engine's transfer; a summed read is summed right after
+// (DA-41). Its sum (0 when not summed), or nothing when it does not apply or the copy failed:
+// the caller then runs it as a transfer, which reports why.
+std::optional<uint64_t> copy_leased_now(const PyOp& py, double timeout_s) {
   const auto& [write, owner, id, token, remote_addr, rkey, worker, local, size, same_host, pid,
                remote_cuda, window, checksum] = py;
-  if (!same_host || pid <= 0 || remote_cuda || checksum || size == 0 || !(timeout_s > 0)) {
-    return false;  // (no time at all: the engine's timeout says so)
+  if (!same_host || pid <= 0 || remote_cuda || (checksum && write) || size == 0 ||
+      !(timeout_s > 0)) {
+    return std::nullopt;  // (no time at all: the engine's timeout says so)
   }
   int64_t lease_ms = lease_settings().ms.load();
-  if (lease_ms <= 0 || size > lease_settings().max_bytes.load()) return false;
-  if (mesh::Runtime::get().proc_dead(owner)) return false;  // RD-2: the checked path says so
-  if (!leases().hold(owner, id, write, token, Clock::now())) return false;
+  if (lease_ms <= 0 || size > lease_settings().max_bytes.load()) return std::nullopt;
+  if (mesh::Runtime::get().proc_dead(owner)) return std::nullopt;  // RD-2: the checked path says so
+  if (!leases().hold(owner, id, write, token, Clock::now())) return std::nullopt;
   struct Held {  // DA-42: until the copy is done with the memory, or whatever throws first
     const std::string& owner;
     uint64_t id;
     ~Held() { leases().release(owner, id); }
   } held{owner, id};
   auto [pinned, memory] = region_from_python(local, !write);
-  if (memory != data::Memory::kHost || pinned.size() < size) return false;
+  if (memory != data::Memory::kHost || pinned.size() < size) return std::nullopt;
   data::Op op;
   op.kind = write ? data::Op::Kind::kPut : data::Op::Kind::kGet;
   op.remote_addr = remote_addr;
@@ -469,13 +474,14 @@ bool copy_leased_now(const PyOp& py, double timeout_s) {
   op.peer_pid = pid;
   if (!window.is_none()) op.window = reader_window(pid, window);  // DA-30
   std::optional<int> copied;
+  uint64_t sum = 0;
   {
     nb::gil_scoped_release unlocked;
-    copied = engine().copy_now(op);
+    copied = engine().copy_now(op, checksum ? &sum : nullptr);  // DA-41: summed as copied
   }
-  if (!copied || *copied != 0) return false;
+  if (!copied || *copied != 0) return std::nullopt;
   ++g_leased;
-  return true;
+  return sum;
 }
 
 CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
@@ -581,8 +587,8 @@ void bind_data(nb::module_& m) {
       nb::arg("op"), nb::arg("timeout_s"),
       "DA-43: copies the one operation `op` (as transfer() takes each) at once on this thread "
       "when it is a same-host one under a usable lease that its caller may copy whole (DA-31); "
-      "True when it did. False when that does not apply or the copy failed: transfer() it then, "
-      "which also reports the failure.");
+      "then the sum of a summed read (DA-41), else 0. None when that does not apply or the "
+      "copy failed: transfer() it then, which also reports the failure.");
   m.def(
       "available",
       [] {

@@ -143,10 +143,14 @@ def test_a_leased_transfer_is_copied_before_it_returns(owner):  # DA-43, DA-31
     assert after["transfers"] - before["transfers"] == 3  # each counted once
     assert after["caller_copied"] - before["caller_copied"] == 3
     assert _data.lease_stats()["leased"] == leased + 3
-    # What it leaves to the transfer: a summed read (its sum), and no time at all.
+    # A summed read too, with its sum (DA-41); a list of one from an action.
     want = sum(int.from_bytes((b"\x09" * n + bytes(3))[i:i + 8], "little")
                for i in range(0, n, 8)) % (1 << 64)
-    assert buf.read_into(memoryview(dst), checksum=True).get(timeout=T) == want
+    summed = buf.read_into(memoryview(dst), checksum=True)
+    assert summed.done() and summed.get(timeout=T) == want
+    action = RDMAAction().read_remote(memoryview(dst), buf, checksum=True)
+    assert action.submit().get(timeout=T) == [want]
+    # What it leaves to the transfer: no time at all.
     with pytest.raises(TimeoutError):
         buf.read_into(memoryview(dst), timeout=0).get(timeout=T)
 

@@ -91,6 +91,32 @@ def test_a_leased_summed_read_is_summed_too(spawn):  # RD-8, DA-41 on the leased
         _data.set_lease(*saved)
 
 
+def test_a_summed_read_copied_at_once_is_summed_at_every_offset(spawn):  # DA-43, DA-40
+    # Copied by read_into itself under the lease: the shared pages' part summed as it is
+    # copied where the destination's words are 8-aligned, after the copy where not, and the
+    # partial pages at both ends summed apart; every way adds up to the same sum.
+    owner = spawn(Owner).slice(gpus=0)
+    saved = _data.lease_config()
+    _data.set_lease(20_000, 4 << 20)
+    try:
+        n = 408392 + 5
+        buf = owner.make.call_one("offsets", n, 11).get(timeout=T)
+        assert buf._window is not None, "its whole pages are shared: the window's path"
+        bytes_ = pattern(n, 11)
+        want = word_sum(bytes_)
+        backing = bytearray(n + 16)
+        for offset in range(9):
+            # A plain read first: it renews the lease if it ran low (a check, then a grant).
+            buf.read_into(memoryview(backing)[:n]).get(timeout=T)
+            backing[:] = b"\x5a" * len(backing)
+            summed = buf.read_into(memoryview(backing)[offset:offset + n], checksum=True)
+            assert summed.done(), "copied at once (DA-43)"
+            assert summed.get(timeout=T) == want, f"offset {offset}"
+            assert backing[offset:offset + n] == bytes_
+    finally:
+        _data.set_lease(*saved)
+
+
 def test_a_summed_read_from_another_proc(spawn):  # RD-8
     owner = spawn(Owner).slice(gpus=0)
     peer = spawn(Peer).slice(gpus=1)

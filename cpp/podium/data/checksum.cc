@@ -1,6 +1,7 @@
 // The word sum of summed reads (checksum.h, DA-40).
 #include "podium/data/checksum.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -50,6 +51,16 @@ uint64_t word_sum(const void* data, size_t size) {
     sum += load_le(tail);
   }
   return sum;
+}
+
+uint64_t word_sum_at(const void* data, size_t size, size_t at) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  size_t r = at % 8;
+  if (r == 0) return word_sum(p, size);
+  size_t head = std::min(size, 8 - r);  // the bytes before the region's next word
+  uint64_t w = 0;
+  for (size_t j = 0; j < head; ++j) w += static_cast<uint64_t>(p[j]) << (8 * (r + j));
+  return w + word_sum(p + head, size - head);
 }
 
 std::string encode_sums(const std::vector<uint64_t>& sums) {

@@ -25,6 +25,10 @@ namespace podium::data {
 // DA-40. Reads each byte once, 16 at a time, into 4 accumulators: near the cache's read
 // bandwidth.
 uint64_t word_sum(const void* data, size_t size);
+// DA-40: what the `size` bytes at `data`, bytes [at, at + size) of a region, bring to the
+// region's word_sum: byte j of them weighs 2^(8 * ((at + j) % 8)). So a region's sum is the
+// sum of its parts' word_sum_at, wherever they are cut; word_sum(p, n) is word_sum_at(p, n, 0).
+uint64_t word_sum_at(const void* data, size_t size, size_t at);
 
 // The little-endian encoding of `sums` (8 bytes each): how a transfer's reply carries them.
 std::string encode_sums(const std::vector<uint64_t>& sums);

@@ -56,6 +56,24 @@ TEST(WordSum, AWholeIsTheSumOfItsPartsCutAtWords) {  // DA-40: a header is subtr
   }
 }
 
+TEST(WordSum, APartsShareIsWhatItsBytesBringWhereverItIsCut) {  // DA-40
+  auto bytes = random_bytes(1000, 3);
+  uint64_t whole = word_sum(bytes.data(), bytes.size());
+  for (size_t cut : {0, 1, 3, 7, 8, 13, 500, 999, 1000}) {
+    for (size_t cut2 = cut; cut2 <= bytes.size(); cut2 += 97) {
+      EXPECT_EQ(whole, word_sum_at(bytes.data(), cut, 0) +
+                           word_sum_at(bytes.data() + cut, cut2 - cut, cut) +
+                           word_sum_at(bytes.data() + cut2, bytes.size() - cut2, cut2))
+          << cut << " " << cut2;
+    }
+  }
+  for (size_t at = 0; at < 16; ++at) {  // the byte-wise definition, shifted
+    uint64_t want = 0;
+    for (size_t j = 0; j < 100; ++j) want += static_cast<uint64_t>(bytes[j]) << (8 * ((at + j) % 8));
+    EXPECT_EQ(word_sum_at(bytes.data(), 100, at), want) << at;
+  }
+}
+
 TEST(WordSum, SumsAreEncodedLittleEndian) {
   auto s = encode_sums({0x0102030405060708ull, 0, ~uint64_t{0}});
   ASSERT_EQ(s.size(), 24u);

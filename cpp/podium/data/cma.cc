@@ -1,6 +1,7 @@
 // podium's own same-host copies (DA-10) and the data threads' share of the CPU (DA-11): see
 // cma.h and engine.h.
 #include "podium/data/cma.h"
+#include "podium/data/checksum.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -58,7 +59,7 @@ int kernel_copy(const Op& o, size_t offset, size_t len) {
 
 // Copies [offset, offset + len) of `o` between this process and its peer: 0, or an errno.
 // DA-10: what lies in the owner's shared pages with memcpy (DA-30), the rest with CMA.
-int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window) {
+int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window, uint64_t* sum) {
   uint64_t lo = o.remote_addr + offset, hi = lo + len, b = 0, e = 0;
   if (o.window) {
     const auto& w = o.window->ref();
@@ -102,18 +103,31 @@ int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window) {
       std::byte* remote_at = o.window->at(b);
       std::byte* to = o.kind == Op::Kind::kGet ? local_at : remote_at;
       const std::byte* from = o.kind == Op::Kind::kGet ? remote_at : local_at;
+      uint64_t total = 0;
+      if (sum) {  // the partial pages' part, copied above (DA-40: parts add up)
+        total = word_sum_at(o.local + offset, b - lo, offset) +
+                word_sum_at(o.local + offset + (e - lo), hi - e, offset + (e - lo));
+      }
+      size_t at = offset + (b - lo);  // where the window's part lies in the local region
       if (o.size >= kStreamMinBytes) {
         stream_copy(to, from, e - b);  // DA-36
+        if (sum) total += word_sum_at(local_at, e - b, at);
+      } else if (sum && o.kind == Op::Kind::kGet) {
+        total += cached_copy_sum(to, from, e - b, at);
       } else {
         cached_copy(to, from, e - b);
+        if (sum) total += word_sum_at(local_at, e - b, at);
       }
+      if (sum) *sum = total;
       // DA-30: as CMA would have failed; DA-33 for the first chunk (ending: gone, or dying).
       if (offset == 0 ? ending(o.peer_pid) : !o.window->owner_alive()) return ESRCH;
       if (through_window) *through_window += e - b;
       return 0;
     }
   }
-  return kernel_copy(o, offset, len);
+  int err = kernel_copy(o, offset, len);
+  if (err == 0 && sum) *sum = word_sum_at(o.local + offset, len, offset);
+  return err;
 }
 
 #if defined(__x86_64__) && defined(__SSE2__)
@@ -152,8 +166,55 @@ void line_copy(char* d, const char* s, size_t n) {
   std::memcpy(d + i, s + i, n - i);
 }
 
+// line_copy<false>, adding up the 8-byte words it copies in 64-byte lines: `d` must be
+// 8-aligned wherever a word of the region starts (the caller checks). Returns the sum of
+// those lines' words; the head and tail go with memcpy and word_sum_at.
+uint64_t line_copy_sum(char* d, const char* s, size_t n, size_t at) {
+  size_t head = std::min(n, (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63);
+  std::memcpy(d, s, head);
+  uint64_t sum = word_sum_at(d, head, at);
+  d += head;
+  s += head;
+  n -= head;
+  at += head;
+  __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    auto* to = reinterpret_cast<__m128i*>(d + i);
+    _mm_store_si128(to, a);
+    _mm_store_si128(to + 1, b);
+    _mm_store_si128(to + 2, c);
+    _mm_store_si128(to + 3, e);
+    a0 = _mm_add_epi64(a0, a);
+    a1 = _mm_add_epi64(a1, b);
+    a2 = _mm_add_epi64(a2, c);
+    a3 = _mm_add_epi64(a3, e);
+  }
+  std::memcpy(d + i, s + i, n - i);
+  sum += word_sum_at(d + i, n - i, at + i);
+  __m128i t = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
+  uint64_t lanes[2];
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(lanes), t);
+  return sum + lanes[0] + lanes[1];
+}
+
 }  // namespace
 #endif
+
+uint64_t cached_copy_sum(void* dst, const void* src, size_t n, size_t at) {
+#if defined(__x86_64__) && defined(__SSE2__)
+  constexpr size_t kMinBytes = size_t{64} << 10;  // as cached_copy's
+  if (n >= kMinBytes && (reinterpret_cast<uintptr_t>(dst) - at) % 8 == 0) {
+    return line_copy_sum(static_cast<char*>(dst), static_cast<const char*>(src), n, at);
+  }
+#endif
+  cached_copy(dst, src, n);
+  return word_sum_at(dst, n, at);
+}
 
 void cached_copy(void* dst, const void* src, size_t n) {
 #if defined(__x86_64__) && defined(__SSE2__)

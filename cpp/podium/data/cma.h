@@ -13,7 +13,11 @@ namespace podium::data::cma {
 // Copies [offset, offset + len) of `o` between this process and o.peer_pid: 0, or an errno
 // (ESRCH: the peer ended; EPERM: the kernel refuses CMA). The part inside o.window is copied
 // with memcpy (DA-30); its bytes are added to `*through_window`.
-int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window = nullptr);
+// With `sum`, also sets `*sum` to the word sum (DA-40) of the local bytes [offset, offset +
+// len) as that part of the operation's local region (word_sum_at), taken as they are copied
+// where the part inside o.window is read (cached_copy_sum), else after the copy.
+int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window = nullptr,
+         uint64_t* sum = nullptr);
 
 // Invariants:
 //   DA-36 The part of an operation of at least kStreamMinBytes that lies in the owner's shared
@@ -30,6 +34,11 @@ void stream_copy(void* dst, const void* src, size_t n);
 // unaligned loads and aligned stores: glibc's memcpy lost 6% there on the 2-core VM (a 1 MiB
 // copy from a buffer at its owner's offset, 22.4 µs against 21.1; docs/data_figures.md).
 void cached_copy(void* dst, const void* src, size_t n);
+// cached_copy, returning word_sum_at(dst, n, at) (DA-40) of the bytes copied. Where the
+// region's words fall on 8-byte boundaries (dst - at a multiple of 8) and the copy is long
+// (x86-64), the words are summed as they are loaded for the copy: no second pass. Else the
+// sum is taken after the copy, while the bytes are in the cache.
+uint64_t cached_copy_sum(void* dst, const void* src, size_t n, size_t at);
 
 // DA-33: whether process `pid` is ending: gone, or its exit decided (kill() with SIGKILL and
 // a fatal signal decide it at once, before its memory goes away). One process_mrelease(2) on

@@ -138,7 +138,7 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
   return fut;
 }
 
-std::optional<int> Engine::copy_now(const Op& op) {
+std::optional<int> Engine::copy_now(const Op& op, uint64_t* sum) {
   {
     std::lock_guard lock(impl_->mu);
     const auto& m = *impl_;
@@ -150,7 +150,7 @@ std::optional<int> Engine::copy_now(const Op& op) {
     }
   }
   uint64_t window = 0;
-  int err = cma::copy(op, 0, op.size, &window);
+  int err = cma::copy(op, 0, op.size, &window, sum);
   if (err == 0) {
     std::lock_guard lock(impl_->mu);
     auto& st = impl_->stats;

@@ -79,6 +79,7 @@
 //        copy's budget. It counts as a caller-copied transfer only when the copy succeeded;
 //        a failed one counts nothing, and its caller submits the operation, whose failure
 //        submit() then reports as it would have (a copy is idempotent: the same bytes again).
+//        Asked for a sum, it gives the word sum (DA-40) of what a get read, summed as copied.
 //   DA-38 register_memory(..., share = false) leaves the region's pages where they are: no
 //        move into shared pages (DA-29), so the region's same-host readers copy it with CMA.
 //        For a buffer made to be read once (the tensor engine's to_mesh), whose move (a copy
@@ -254,7 +255,8 @@ class Engine {
   // DA-43: copies `op` here and now when submit() with caller_copies would have let this
   // thread copy it whole; nothing when it would not (submit it instead); else 0 (done) or the
   // copy's errno (not counted: submit it, and that reports the failure).
-  [[nodiscard]] std::optional<int> copy_now(const Op& op);
+  // With `sum`, a get's word sum (DA-40) of the bytes it read is set there (cma::copy's).
+  [[nodiscard]] std::optional<int> copy_now(const Op& op, uint64_t* sum = nullptr);
 
   struct Stats {
     uint64_t transfers = 0;    // submitted

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "podium/data/checksum.h"
 #include "podium/data/cma.h"
 #include "podium/data/engine.h"
 #include "podium/data/shm_maps.h"
@@ -315,6 +316,18 @@ TEST(Window, CopiesGoThroughTheWindowAndTheEdgesThroughCmaAndFailOnceTheOwnerEnd
   for (size_t i = 0; i < into.size(); ++i) {
     ASSERT_EQ(static_cast<uint8_t>(into[i]), pattern(i + 10, 5)) << i;
   }
+  // Summed (DA-43): the edges' and the window's parts add up to the region's word sum, the
+  // region starting at every offset within a word (the window's part summed as it is copied
+  // where its words are 8-aligned).
+  for (size_t shift = 0; shift < 8; ++shift) {
+    std::vector<std::byte> summed(op.size + 8);
+    Op s = op;
+    s.local = summed.data() + shift;
+    uint64_t total = 0;
+    ASSERT_EQ(cma::copy(s, 0, s.size, nullptr, &total), 0);
+    EXPECT_EQ(std::memcmp(s.local, into.data(), into.size()), 0);
+    EXPECT_EQ(total, word_sum(into.data(), into.size())) << shift;
+  }
   // A write: the edges (one system call for both) and the pages between them land, and read
   // back the same without the window, through CMA alone.
   std::vector<std::byte> from(into.size());
@@ -367,6 +380,27 @@ TEST(Cma, CachedCopyCopiesEveryByteAtEveryAlignmentAndTouchesNothingElse) {  // 
         ASSERT_EQ(std::memcmp(dst.data() + d_off, src.data() + so, n), 0) << n << " " << so;
         for (size_t i = 0; i < d_off; ++i) ASSERT_EQ(dst[i], std::byte{0xEE}) << "before";
         for (size_t i = d_off + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], std::byte{0xEE});
+      }
+    }
+  }
+}
+
+TEST(Cma, CachedCopySumCopiesAndSumsAtEveryAlignment) {  // DA-40, DA-43
+  // From 64 KiB, where the region's words fall on 8-byte boundaries, summed as copied.
+  constexpr size_t kMax = (size_t{64} << 10) + 200;
+  std::vector<std::byte> src(kMax + 128), dst(kMax + 128);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>((i * 131 + 7) & 0xff);
+  for (size_t n : {size_t{0}, size_t{100}, size_t{64} << 10, (size_t{64} << 10) + 1, kMax}) {
+    for (size_t so = 0; so < 64; so += 13) {
+      for (size_t d_off = 0; d_off < 64; d_off += 11) {
+        for (size_t at : {size_t{0}, size_t{3}, size_t{8}, d_off}) {
+          std::fill(dst.begin(), dst.end(), std::byte{0xEE});
+          uint64_t sum = cma::cached_copy_sum(dst.data() + d_off, src.data() + so, n, at);
+          ASSERT_EQ(std::memcmp(dst.data() + d_off, src.data() + so, n), 0) << n << " " << so;
+          ASSERT_EQ(sum, word_sum_at(src.data() + so, n, at)) << n << " " << so << " " << at;
+          for (size_t i = 0; i < d_off; ++i) ASSERT_EQ(dst[i], std::byte{0xEE}) << "before";
+          for (size_t i = d_off + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], std::byte{0xEE});
+        }
       }
     }
   }

@@ -5,9 +5,9 @@ from collections.abc import Sequence
 import podium._core.mesh
 
 
-def copy_now(op: tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool, object, bool], timeout_s: float) -> bool:
+def copy_now(op: tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool, object, bool], timeout_s: float) -> int | None:
     """
-    DA-43: copies the one operation `op` (as transfer() takes each) at once on this thread when it is a same-host one under a usable lease that its caller may copy whole (DA-31); True when it did. False when that does not apply or the copy failed: transfer() it then, which also reports the failure.
+    DA-43: copies the one operation `op` (as transfer() takes each) at once on this thread when it is a same-host one under a usable lease that its caller may copy whole (DA-31); then the sum of a summed read (DA-41), else 0. None when that does not apply or the copy failed: transfer() it then, which also reports the failure.
     """
 
 def available() -> tuple:

@@ -419,8 +419,10 @@ def _submit(queued: List[_Op], timeout: float, one: bool) -> Future[Any]:
                     o.node == here, o.pid, b._cuda, b._window, s))
         kinds.append(("write" if w else "read", b))
         any_summed = any_summed or s
-    if len(ops) == 1 and not any_summed and _data.copy_now(ops[0], float(timeout)):
-        return _done()  # DA-43: copied at once, under its lease
+    if len(ops) == 1:
+        total = _data.copy_now(ops[0], float(timeout))  # DA-43: copied at once, under its lease
+        if total is not None:
+            return _done((total if one else [total]) if any_summed else None)
     summed = [op[4] for op in queued] if any_summed else None  # RD-8, rare
     return Future(_data.transfer(ops, float(timeout)), _decode,
                   ("transfer", kinds, summed, one))
