@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "podium/data/checksum.h"
 #include "podium/data/test_pipe.h"
 
 namespace podium::data {
@@ -341,6 +342,58 @@ TEST_P(EngineTransfer, ACallerCopyIsSharedWithTheCopiers) {  // DA-37, DA-31
   EXPECT_EQ(e1->stats().chunks - before.chunks, 1u);
   EXPECT_EQ(into[54321], pattern(54321, 7));
   e1->stop();
+}
+
+TEST_P(EngineTransfer, CopyNowCopiesHereOnlyWhatItsCallerMayCopyWhole) {  // DA-43, DA-31
+  std::vector<uint8_t> into(64 << 10, 0);
+  if (!cma_) {  // an operation through UCX is never copied here
+    EXPECT_FALSE(engine_->copy_now(get_op(into)));
+    return;
+  }
+  auto one = engine_with(1);
+  ASSERT_TRUE(one);
+  auto before = one->stats();
+  uint64_t sum = 0;
+  auto done = one->copy_now(get_op(into), &sum);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(*done, 0);
+  for (size_t i = 0; i < into.size(); ++i) ASSERT_EQ(into[i], pattern(i, 7)) << "byte " << i;
+  EXPECT_EQ(sum, word_sum(into.data(), into.size()));
+  auto after = one->stats();
+  EXPECT_EQ(after.transfers - before.transfers, 1u);  // counted as one caller-copied transfer
+  EXPECT_EQ(after.caller_copied - before.caller_copied, 1u);
+  EXPECT_EQ(after.bytes - before.bytes, into.size());
+  EXPECT_EQ(after.active, 0u);  // no transfer entry was made
+  // What a caller may not copy whole (DA-31: 4 times its bytes through CMA over 4 MiB), and
+  // CUDA memory, are left to submit().
+  std::vector<uint8_t> big(2 << 20, 0);
+  EXPECT_FALSE(one->copy_now(get_op(big)));
+  Op cuda = get_op(into);
+  cuda.local_memory = Memory::kCuda;
+  EXPECT_FALSE(one->copy_now(cuda));
+  EXPECT_EQ(one->stats().transfers, after.transfers);
+  // With two copiers, an operation DA-37 shares with them is left to submit() too.
+  auto two = engine_with(2);
+  ASSERT_TRUE(two);
+  std::vector<uint8_t> mib(1 << 20, 0), quarter(kMinCmaChunk, 0);
+  EXPECT_FALSE(two->copy_now(get_op(mib)));
+  auto q = two->copy_now(get_op(quarter));
+  ASSERT_TRUE(q);
+  EXPECT_EQ(*q, 0);
+  EXPECT_EQ(quarter[4321], pattern(4321, 7));
+  two->stop();
+  // A dead peer: the copy's errno, and nothing counted (its caller submits it, which says so).
+  Op to_dead = get_op(into);
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  before = one->stats();
+  auto dead = one->copy_now(to_dead);
+  ASSERT_TRUE(dead);
+  EXPECT_EQ(*dead, ESRCH);
+  EXPECT_EQ(one->stats().transfers, before.transfers);
+  one->stop();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, EngineTransfer, ::testing::Values("", "tcp", "cma"),
