@@ -444,9 +444,9 @@ void install_revoke_handler() {
 
 // DA-43: one leased same-host operation that its caller may copy whole (DA-31), copied here at
 // once: the lease held (DA-42) and the copy made as run_leased() and submit() would, without a
-// plan, an outcome, a future or the engine's transfer; a summed read is summed right after
-// (DA-41). Its sum (0 when not summed), or nothing when it does not apply or the copy failed:
-// the caller then runs it as a transfer, which reports why.
+// plan, an outcome, a future or the engine's transfer; a summed read is summed as it is
+// copied (DA-41). Its sum (0 when not summed), or nothing when it does not apply or the copy
+// failed: the caller then runs it as a transfer, which reports why.
 std::optional<uint64_t> copy_leased_now(const PyOp& py, double timeout_s) {
   const auto& [write, owner, id, token, remote_addr, rkey, worker, local, size, same_host, pid,
                remote_cuda, window, checksum] = py;
