@@ -255,6 +255,55 @@ def test_a_drop_revokes_the_leases_it_granted(owner, spawn, procs):  # DA-42, DA
     peer.set_lease.call_one(*_data.lease_config()).get(timeout=T)
 
 
+@pytest.mark.parametrize("n", [4096, (1 << 20) + 5])  # CMA; shared pages with edges
+def test_reads_copied_at_once_race_a_drop_and_never_see_released_memory(owner, n):
+    # DA-43, DA-42: threads read copies of a buffer under their lease, each read copied by its
+    # caller at once, while the buffer is dropped. The drop revokes the lease and is answered
+    # only once no read holds the buffer: every read that succeeds has the buffer's bytes
+    # (never pages given back or reused), and none that starts after the drop succeeds.
+    import threading
+    buf = owner.make.call_one("race", n).get(timeout=T)
+    want = b"\x04" * n
+    assert _read(buf) == want  # the lease
+    stop = threading.Event()
+    started_ok: list = []
+    bad: list = []
+    errors: list = []
+
+    def reader() -> None:
+        mine = RDMABuffer._rebuild(*buf.__reduce__()[1])  # a holder of its own: not dropped
+        dst = bytearray(n)
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                mine.read_into(memoryview(dst)).get(timeout=T)
+            except RuntimeError as e:
+                errors.append(str(e))
+                continue
+            if dst != want:
+                bad.append(bytes(dst[:16]))
+            started_ok.append(t0)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + T
+    while len(started_ok) < 200:
+        assert time.monotonic() < deadline, "the readers made no progress"
+        time.sleep(0.001)
+    buf.drop().get(timeout=T)
+    dropped_at = time.monotonic()
+    while not errors:
+        assert time.monotonic() < deadline, "no read failed after the drop"
+        time.sleep(0.001)
+    stop.set()
+    for t in threads:
+        t.join(timeout=T)
+    assert not bad, f"{len(bad)} reads saw other bytes, e.g. {bad[0]!r}"
+    assert all(t0 < dropped_at for t0 in started_ok), "a read that started after the drop succeeded"
+    assert all("dropped" in e for e in errors), errors[:3]
+
+
 class BigOwner(Actor):
     @endpoint
     def make(self, n: int) -> RDMABuffer:
