@@ -22,7 +22,9 @@
 //         sum (0 for the others), 8 bytes each, little-endian. A transfer with no summed
 //         operation replies with no part, as before. A transfer that fails sums nothing.
 //         A summed read copied at once (copy_now, DA-43) is summed by that copy, as it
-//         copies (cma::copy's sum), and copy_now returns the sum.
+//         copies (cma::copy's sum), and copy_now returns the sum; one the engine copies
+//         itself (CMA, shared pages) is summed by its chunks as they are copied (DA-44), and
+//         only one through UCX is summed after, here.
 //
 //   DA-35 Waiting for a transfer's future (CoreFuture::wait) drives the proc's loop only when
 //         the transfer is checked and small (at most kCallerCopyBytes): then the owner's reply
@@ -263,6 +265,18 @@ struct Plan {
   uint64_t lease_ms = 0;  // asked for with each check; 0: none
   std::vector<bool> summed;  // per operation (DA-41)
   bool any_summed = false;
+  // DA-44: the summed operations' sums of the attempt running (fresh for each: a late chunk
+  // of one that timed out adds to its own).
+  std::vector<std::shared_ptr<data::CopySum>> sums_now;
+  // The operations of a new attempt, each summed one with a fresh sum.
+  std::vector<data::Op> attempt() {
+    std::vector<data::Op> out(ops);
+    sums_now.assign(ops.size(), nullptr);
+    for (size_t i = 0; i < out.size() && any_summed; ++i) {
+      if (summed[i]) out[i].sum = sums_now[i] = std::make_shared<data::CopySum>();
+    }
+    return out;
+  }
   // DA-42: the (owner, id) this transfer holds, each once per hold taken; released when the
   // engine is done with the operations (release_holds), or with the plan.
   std::mutex held_mu;
@@ -284,7 +298,10 @@ void succeed(const std::shared_ptr<Plan>& p) {
   if (p->any_summed && !p->out->finished.load()) {  // a caller told of a timeout needs none
     std::vector<uint64_t> sums(p->ops.size(), 0);
     for (size_t i = 0; i < sums.size(); ++i) {
-      if (p->summed[i]) sums[i] = data::word_sum(p->ops[i].local, p->ops[i].size);
+      if (!p->summed[i]) continue;
+      const auto& copied = p->sums_now[i];  // DA-44: summed as copied, or summed here
+      sums[i] = copied && copied->taken ? copied->value.load()
+                                        : data::word_sum(p->ops[i].local, p->ops[i].size);
     }
     parts.push_back(Buffer::copy_of(data::encode_sums(sums)));
   }
@@ -376,7 +393,7 @@ void run_checked(const std::shared_ptr<Plan>& p) {
       // flight (DA-5): the check's timer would only race it.
       p->out->disarm();
       auto left = std::max(Clock::duration::zero(), p->deadline - Clock::now());
-      p->eng->submit(std::vector<data::Op>(p->ops), left).on_ready([p](const Result<void>& r) {
+      p->eng->submit(p->attempt(), left).on_ready([p](const Result<void>& r) {
         p->release_holds();  // DA-42: the engine is done with the memory
         r ? succeed(p) : p->out->finish(std::unexpected(r.error()));
       });
@@ -399,7 +416,7 @@ void run_leased(const std::shared_ptr<Plan>& p, Clock::duration lease_left) {
   bool clamped = lease_left < user_left;
   // DA-31: on the caller's thread (transfer() runs this before it returns).
   t_caller_submits = true;
-  p->eng->submit(std::vector<data::Op>(p->ops), std::min(lease_left, user_left), true)
+  p->eng->submit(p->attempt(), std::min(lease_left, user_left), true)
       .on_ready([p, clamped](const Result<void>& r) {
         p->release_holds();  // DA-42: the engine is done with the memory
         if (r) {

@@ -36,6 +36,19 @@ class Owner(Actor):
         return RDMABuffer(memoryview(self.mem[key]))
 
 
+class BigOwner(Actor):
+    @endpoint
+    def make(self, n: int) -> RDMABuffer:
+        import os
+        self.mem = bytearray(os.urandom(n))
+        return RDMABuffer(memoryview(self.mem))
+
+    @endpoint
+    def digest(self) -> str:
+        import hashlib
+        return hashlib.sha256(self.mem).hexdigest()
+
+
 class Peer(Actor):
     @endpoint
     def read_summed(self, buf: RDMABuffer) -> tuple:
@@ -72,6 +85,22 @@ def test_a_multi_chunk_summed_read_is_whole(spawn):  # RD-8, DA-41 (unleased, ch
     total = buf.read_into(memoryview(dst), checksum=True).get(timeout=T)
     assert _data.lease_stats()["checked"] == checked + 1
     assert dst == pattern(n, 9) and total == word_sum(pattern(n, 9))
+
+
+def test_a_streamed_summed_read_is_summed_by_its_chunks(spawn):  # DA-44, DA-36, DA-40
+    # 24 MiB + 3: chunks through the owner's shared pages with streamed stores (DA-36), each
+    # summed as it is copied; the sum is the bytes' whatever chunk summed what.
+    import hashlib
+    owner = spawn(BigOwner).slice(gpus=0)
+    n = (24 << 20) + 3
+    buf = owner.make.call_one(n).get(timeout=T)
+    assert buf._window is not None
+    dst = bytearray(n)
+    for _ in range(2):  # the second with the reader's window already mapped
+        dst[:] = bytes(n)
+        total = buf.read_into(memoryview(dst), checksum=True).get(timeout=T)
+        assert hashlib.sha256(dst).hexdigest() == owner.digest.call_one().get(timeout=T)
+        assert total == word_sum(dst)
 
 
 def test_a_leased_summed_read_is_summed_too(spawn):  # RD-8, DA-41 on the leased path (DA-28)

@@ -109,7 +109,9 @@ int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window, uint6
                 word_sum_at(o.local + offset + (e - lo), hi - e, offset + (e - lo));
       }
       size_t at = offset + (b - lo);  // where the window's part lies in the local region
-      if (o.size >= kStreamMinBytes) {
+      if (o.size >= kStreamMinBytes && sum && o.kind == Op::Kind::kGet) {
+        total += stream_copy_sum(to, from, e - b, at);  // DA-36, DA-44
+      } else if (o.size >= kStreamMinBytes) {
         stream_copy(to, from, e - b);  // DA-36
         if (sum) total += word_sum_at(local_at, e - b, at);
       } else if (sum && o.kind == Op::Kind::kGet) {
@@ -169,6 +171,7 @@ void line_copy(char* d, const char* s, size_t n) {
 // line_copy<false>, adding up the 8-byte words it copies in 64-byte lines: `d` must be
 // 8-aligned wherever a word of the region starts (the caller checks). Returns the sum of
 // those lines' words; the head and tail go with memcpy and word_sum_at.
+template <bool kStream>
 uint64_t line_copy_sum(char* d, const char* s, size_t n, size_t at) {
   size_t head = std::min(n, (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63);
   std::memcpy(d, s, head);
@@ -185,15 +188,23 @@ uint64_t line_copy_sum(char* d, const char* s, size_t n, size_t at) {
     __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
     __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
     auto* to = reinterpret_cast<__m128i*>(d + i);
-    _mm_store_si128(to, a);
-    _mm_store_si128(to + 1, b);
-    _mm_store_si128(to + 2, c);
-    _mm_store_si128(to + 3, e);
+    if constexpr (kStream) {
+      _mm_stream_si128(to, a);
+      _mm_stream_si128(to + 1, b);
+      _mm_stream_si128(to + 2, c);
+      _mm_stream_si128(to + 3, e);
+    } else {
+      _mm_store_si128(to, a);
+      _mm_store_si128(to + 1, b);
+      _mm_store_si128(to + 2, c);
+      _mm_store_si128(to + 3, e);
+    }
     a0 = _mm_add_epi64(a0, a);
     a1 = _mm_add_epi64(a1, b);
     a2 = _mm_add_epi64(a2, c);
     a3 = _mm_add_epi64(a3, e);
   }
+  if constexpr (kStream) _mm_sfence();  // weakly ordered: visible before the copy is done
   std::memcpy(d + i, s + i, n - i);
   sum += word_sum_at(d + i, n - i, at + i);
   __m128i t = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
@@ -209,10 +220,20 @@ uint64_t cached_copy_sum(void* dst, const void* src, size_t n, size_t at) {
 #if defined(__x86_64__) && defined(__SSE2__)
   constexpr size_t kMinBytes = size_t{64} << 10;  // as cached_copy's
   if (n >= kMinBytes && (reinterpret_cast<uintptr_t>(dst) - at) % 8 == 0) {
-    return line_copy_sum(static_cast<char*>(dst), static_cast<const char*>(src), n, at);
+    return line_copy_sum<false>(static_cast<char*>(dst), static_cast<const char*>(src), n, at);
   }
 #endif
   cached_copy(dst, src, n);
+  return word_sum_at(dst, n, at);
+}
+
+uint64_t stream_copy_sum(void* dst, const void* src, size_t n, size_t at) {
+#if defined(__x86_64__) && defined(__SSE2__)
+  if ((reinterpret_cast<uintptr_t>(dst) - at) % 8 == 0) {
+    return line_copy_sum<true>(static_cast<char*>(dst), static_cast<const char*>(src), n, at);
+  }
+#endif
+  stream_copy(dst, src, n);
   return word_sum_at(dst, n, at);
 }
 

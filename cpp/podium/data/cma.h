@@ -39,6 +39,10 @@ void cached_copy(void* dst, const void* src, size_t n);
 // (x86-64), the words are summed as they are loaded for the copy: no second pass. Else the
 // sum is taken after the copy, while the bytes are in the cache.
 uint64_t cached_copy_sum(void* dst, const void* src, size_t n, size_t at);
+// stream_copy, returning word_sum_at(dst, n, at) of the bytes copied, summed as loaded
+// (wherever the region's words are 8-aligned: the streamed stores leave nothing in the cache
+// to sum from after).
+uint64_t stream_copy_sum(void* dst, const void* src, size_t n, size_t at);
 
 // DA-33: whether process `pid` is ending: gone, or its exit decided (kill() with SIGKILL and
 // a fatal signal decide it at once, before its memory goes away). One process_mrelease(2) on

@@ -62,6 +62,7 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
       if (m.cma_enabled && o.op.same_host && o.op.peer_pid > 0 &&
           o.op.local_memory == Memory::kHost && o.op.remote_memory == Memory::kHost) {
         o.cma = true;  // DA-10
+        if (o.op.sum && o.op.kind == Op::Kind::kGet) o.op.sum->taken = true;  // DA-44
         continue;
       }
       auto ep = m.endpoint(o.op.peer, o.op.same_host);
@@ -112,7 +113,7 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
   impl_->fire_all(ready);
   if (!shared.empty()) impl_->wake();  // the progress thread copies chunks too (DA-11)
   for (auto& job : mine) {  // DA-31: outside the lock, as the copiers copy
-    int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len, &job.window);
+    int err = copy_job(job);
     std::lock_guard lock(impl_->mu);
     impl_->finish_cma_job(job, err);
     ready.swap(impl_->fire);
@@ -125,7 +126,7 @@ actor::Future<void> Engine::submit(std::vector<Op> ops, std::chrono::nanoseconds
         std::lock_guard lock(impl_->mu);
         if (!impl_->take_cma_chunk_of(t, i, job)) break;
       }
-      int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len, &job.window);
+      int err = copy_job(job);
       {
         std::lock_guard lock(impl_->mu);
         impl_->finish_cma_job(job, err);

@@ -80,6 +80,13 @@
 //        a failed one counts nothing, and its caller submits the operation, whose failure
 //        submit() then reports as it would have (a copy is idempotent: the same bytes again).
 //        Asked for a sum, it gives the word sum (DA-40) of what a get read, summed as copied.
+//   DA-44 A get that carries a CopySum (Op::sum) and that the engine copies itself (DA-10:
+//        CMA, and shared pages, DA-30) is summed by each of its chunks as it is copied (the
+//        words added as they are loaded where the destination's words are 8-aligned, DA-43's
+//        cma::copy with a sum), each chunk's share weighted by its place in the operation
+//        (word_sum_at) and added to `value`; `taken` is set when the operation is given to
+//        those copies. So a large summed read makes no second pass over bytes that have left
+//        the cache by its end.
 //   DA-38 register_memory(..., share = false) leaves the region's pages where they are: no
 //        move into shared pages (DA-29), so the region's same-host readers copy it with CMA.
 //        For a buffer made to be read once (the tensor engine's to_mesh), whose move (a copy
@@ -117,6 +124,7 @@
 //        environment sets them: UCX emulates RMA over TCP with one message per segment.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -186,6 +194,15 @@ class Registration {
 };
 
 // One one-sided operation of a transfer.
+// DA-44: the word sum (DA-40) of what a get read, for a reader that asked for it, added up
+// by the engine's own copies (CMA and shared pages) chunk by chunk as they copy. `taken`: the
+// operation is copied that way, so `value` is its whole sum once the transfer succeeded; an
+// operation that goes through UCX leaves it false, for its caller to sum after.
+struct CopySum {
+  std::atomic<uint64_t> value{0};
+  std::atomic<bool> taken{false};
+};
+
 struct Op {
   enum class Kind { kGet, kPut };
   Kind kind = Kind::kGet;
@@ -202,6 +219,9 @@ struct Op {
   // DA-30: the owner's shared pages mapped in this process (a same-host CMA operation only):
   // the part of the remote range inside it is copied with memcpy.
   std::shared_ptr<const shm::Window> window;
+  // DA-44: a get whose reader wants its sum (one per attempt: a late chunk of an attempt that
+  // timed out must not add to the next one's).
+  std::shared_ptr<CopySum> sum;
 };
 
 class Engine {

@@ -93,6 +93,16 @@ struct Transfer {
   bool retired = false;
 };
 
+// Copies `job`, outside the engine's lock (DA-10); a summed get's chunk adds its share of
+// the operation's sum as it is copied (DA-44).
+inline int copy_job(CmaJob& job) {
+  const Op& op = job.t->ops[job.op].op;
+  uint64_t part = 0;
+  int err = cma::copy(op, job.offset, job.len, &job.window, op.sum ? &part : nullptr);
+  if (err == 0 && op.sum) op.sum->value.fetch_add(part, std::memory_order_relaxed);
+  return err;
+}
+
 // user_data of one UCX request.
 struct Request {
   Engine::Impl* impl = nullptr;
@@ -474,7 +484,7 @@ struct Engine::Impl {
       CmaJob job;
       if (!take_cma_job(job)) continue;
       lock.unlock();
-      int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len, &job.window);
+      int err = copy_job(job);
       lock.lock();
       finish_cma_job(job, err);
       job.t.reset();
@@ -520,7 +530,7 @@ struct Engine::Impl {
       }
       fire_all(ready);
       if (copy) {
-        int err = cma::copy(job.t->ops[job.op].op, job.offset, job.len, &job.window);  // outside the lock
+        int err = copy_job(job);  // outside the lock
         std::lock_guard lock(mu);
         finish_cma_job(job, err);
         continue;

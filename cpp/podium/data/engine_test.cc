@@ -344,6 +344,26 @@ TEST_P(EngineTransfer, ACallerCopyIsSharedWithTheCopiers) {  // DA-37, DA-31
   e1->stop();
 }
 
+TEST_P(EngineTransfer, ASummedGetIsSummedByTheChunksThatCopyIt) {  // DA-44, DA-40
+  for (size_t copiers : {size_t{1}, size_t{2}}) {
+    auto e = engine_with(copiers);
+    ASSERT_TRUE(e);
+    std::vector<uint8_t> into(kBytes + 3, 0);  // several chunks, and a last partial word
+    Op op = get_op(into);
+    op.size = kBytes;
+    op.sum = std::make_shared<CopySum>();
+    ASSERT_TRUE(e->submit({op}, 30s).get(60s));
+    for (size_t i = 0; i < kBytes; i += 4093) ASSERT_EQ(into[i], pattern(i, 7)) << "byte " << i;
+    if (cma_) {  // the engine's own copies summed it
+      EXPECT_TRUE(op.sum->taken);
+      EXPECT_EQ(op.sum->value.load(), word_sum(into.data(), kBytes)) << copiers << " copier(s)";
+    } else {  // through UCX: left to the caller
+      EXPECT_FALSE(op.sum->taken);
+    }
+    e->stop();
+  }
+}
+
 TEST_P(EngineTransfer, CopyNowCopiesHereOnlyWhatItsCallerMayCopyWhole) {  // DA-43, DA-31
   std::vector<uint8_t> into(64 << 10, 0);
   if (!cma_) {  // an operation through UCX is never copied here

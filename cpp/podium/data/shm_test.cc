@@ -385,7 +385,7 @@ TEST(Cma, CachedCopyCopiesEveryByteAtEveryAlignmentAndTouchesNothingElse) {  // 
   }
 }
 
-TEST(Cma, CachedCopySumCopiesAndSumsAtEveryAlignment) {  // DA-40, DA-43
+TEST(Cma, CopiesThatSumCopyAndSumAtEveryAlignment) {  // DA-40, DA-43, DA-44
   // From 64 KiB, where the region's words fall on 8-byte boundaries, summed as copied.
   constexpr size_t kMax = (size_t{64} << 10) + 200;
   std::vector<std::byte> src(kMax + 128), dst(kMax + 128);
@@ -395,11 +395,16 @@ TEST(Cma, CachedCopySumCopiesAndSumsAtEveryAlignment) {  // DA-40, DA-43
       for (size_t d_off = 0; d_off < 64; d_off += 11) {
         for (size_t at : {size_t{0}, size_t{3}, size_t{8}, d_off}) {
           std::fill(dst.begin(), dst.end(), std::byte{0xEE});
-          uint64_t sum = cma::cached_copy_sum(dst.data() + d_off, src.data() + so, n, at);
-          ASSERT_EQ(std::memcmp(dst.data() + d_off, src.data() + so, n), 0) << n << " " << so;
-          ASSERT_EQ(sum, word_sum_at(src.data() + so, n, at)) << n << " " << so << " " << at;
-          for (size_t i = 0; i < d_off; ++i) ASSERT_EQ(dst[i], std::byte{0xEE}) << "before";
-          for (size_t i = d_off + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], std::byte{0xEE});
+          for (bool stream : {false, true}) {  // DA-43; DA-44 with DA-36's streamed stores
+            std::fill(dst.begin(), dst.end(), std::byte{0xEE});
+            uint64_t sum =
+                stream ? cma::stream_copy_sum(dst.data() + d_off, src.data() + so, n, at)
+                       : cma::cached_copy_sum(dst.data() + d_off, src.data() + so, n, at);
+            ASSERT_EQ(std::memcmp(dst.data() + d_off, src.data() + so, n), 0) << n << " " << so;
+            ASSERT_EQ(sum, word_sum_at(src.data() + so, n, at)) << n << " " << so << " " << at;
+            for (size_t i = 0; i < d_off; ++i) ASSERT_EQ(dst[i], std::byte{0xEE}) << "before";
+            for (size_t i = d_off + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], std::byte{0xEE});
+          }
         }
       }
     }
