@@ -1,19 +1,27 @@
 // The parts of podium._core.data (data.cc) that its files share: the process's engine and
-// lease settings (data_engine.cc), the owner's side (data_owner.cc). Internal to the bindings.
+// lease settings (data_engine.cc), the owner's side (data_owner.cc), the reader's side
+// (data_transfer.cc). Internal to the bindings.
 // Threads: every function here may be called from any thread.
 #pragma once
+
+#include <nanobind/nanobind.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
+#include "future.h"
 #include "podium/actor/message.h"
 #include "podium/base/error.h"
 #include "podium/data/buffer_table.h"
 #include "podium/data/engine.h"
+#include "podium/data/lease.h"
 
 namespace podium::python::dataplane {
 
@@ -62,11 +70,40 @@ void retire(data::BufferTable::Retired retired, std::function<void()> then);
 // Installs the owner's system operations "rdma_check" and "rdma_drop" (once).
 void install_handlers();
 
-// --- data.cc -------------------------------------------------------------------------------
+// --- data_transfer.cc ----------------------------------------------------------------------
 
 // Sends `h` to the system port of `proc` with a reply port; `done` gets the reply (and the
 // number its first part holds, 0 when none), or the error that the proc ended.
 void ask_proc(const std::string& proc, const actor::SystemHeader& h,
               std::function<void(const Status&, uint64_t)> done);
+
+// The reader's leases (DA-26); like table(), lives as long as the process.
+data::LeaseCache& leases();
+
+// A region as podium.rdma hands it over: a Python buffer (host memory), or a tensor's as the
+// tuple (address, size, tensor, cuda): CUDA memory, whose bytes no Python buffer can export
+// (DA-23), or a CPU tensor's, without a NumPy array made per transfer. (address, size,
+// tensor) is CUDA memory.
+struct Region {
+  Buffer pinned;
+  data::Memory memory = data::Memory::kHost;
+};
+Region region_from_python(nanobind::handle obj, bool writable);
+
+// One operation as podium.rdma hands it over (see transfer's doc).
+using PyOp = std::tuple<bool, std::string, uint64_t, std::string, uint64_t, nanobind::bytes, nanobind::bytes,
+                        nanobind::object, size_t, bool, int, bool, nanobind::object, bool>;
+
+// One-sided operations, checked by their owners or under their leases (see the "transfer"
+// binding's doc).
+CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s);
+// DA-43: one leased same-host operation copied at once: its sum (0 when not summed), or
+// nothing when that does not apply or the copy failed (transfer() it then).
+std::optional<uint64_t> copy_leased_now(const PyOp& py, double timeout_s);
+// DA-42: installs the reader's "rdma_revoke" system operation (once).
+void install_revoke_handler();
+// A holder's drop of buffer `id` of the proc `owner`: this process's leases of it go first.
+CoreFuture drop(const std::string& owner, uint64_t id, const std::string& token,
+                double timeout_s);
 
 }  // namespace podium::python::dataplane

@@ -4,7 +4,7 @@
 // A reader that checks what it read (the RL example's weight slots, docs/rl.md) would make a
 // second pass over the bytes after the transfer; podium computes the sum instead on the thread
 // that completes the transfer, right after the copy, while the bytes are still in its cache
-// (python/bindings/data.cc, DA-41). The engine itself does not know about it.
+// (python/bindings/data_transfer.cc, DA-41). The engine itself does not know about it.
 //
 // Threads: pure functions, no state.
 // Invariants:
