@@ -1,6 +1,6 @@
 """Summed reads (RD-8, DA-40, DA-41): ``read_into(dst, checksum=True)`` resolves to the wrapping
 sum of the little-endian uint64 words of the bytes read, computed in C++ by the data plane
-(docs/data.md, "Summed reads"); compared here with a NumPy reference."""
+(docs/data_summed.md); compared here with a NumPy reference."""
 
 from __future__ import annotations
 

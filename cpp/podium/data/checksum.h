@@ -1,5 +1,5 @@
 // podium::data::word_sum — the checksum of a summed read (podium.rdma's
-// read_into(..., checksum=True), docs/data.md, "Summed reads").
+// read_into(..., checksum=True), docs/data_summed.md).
 //
 // A reader that checks what it read (the RL example's weight slots, docs/rl.md) would make a
 // second pass over the bytes after the transfer; podium computes the sum instead on the thread
