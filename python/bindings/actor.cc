@@ -72,15 +72,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A wait "without a timeout": only an item or a close ends it (about 31 years).
-constexpr double kForeverS = 1e9;
-
-std::chrono::nanoseconds seconds_to_ns(double s) {
-  if (s < 0) s = 0;
-  if (s > 1e9) s = 1e9;
-  return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
-}
-
 struct InboxItem {
   enum class Kind : uint8_t { kCall, kStop, kSupervise };
   Kind kind = Kind::kCall;

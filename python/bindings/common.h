@@ -23,6 +23,7 @@
 
 #include <nanobind/nanobind.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -39,6 +40,17 @@ namespace podium::python {
 namespace nb = nanobind;
 
 inline constexpr size_t kCopyThreshold = 32 * 1024;
+
+// The longest wait a binding takes from Python ("without a timeout": about 31 years).
+inline constexpr double kForeverS = 1e9;
+// `s` seconds from Python as a duration: negative and NaN are 0, more than kForeverS is
+// kForeverS. Never a cast of a double past int64's range (a timeout of 1e12 s, or inf, would
+// otherwise come out negative and expire at once).
+inline std::chrono::nanoseconds seconds_to_ns(double s) {
+  if (!(s > 0)) return std::chrono::nanoseconds(0);
+  if (s > kForeverS) s = kForeverS;
+  return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
+}
 
 // `obj` must export a C-contiguous buffer; raises BufferError/TypeError otherwise.
 Buffer buffer_from_python(nb::handle obj);

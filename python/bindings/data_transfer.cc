@@ -209,10 +209,6 @@ void bound(const std::shared_ptr<Outcome>& out, std::chrono::nanoseconds timeout
   });
 }
 
-std::chrono::nanoseconds seconds(double s) {
-  return std::chrono::nanoseconds(static_cast<int64_t>(std::max(0.0, s) * 1e9));
-}
-
 // A transfer, as the checked and the leased paths (DA-28) share it.
 struct Plan {
   std::shared_ptr<Outcome> out;
@@ -479,7 +475,7 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   install_revoke_handler();
   auto p = std::make_shared<Plan>();
   p->eng = &engine();
-  p->timeout = seconds(timeout_s);
+  p->timeout = seconds_to_ns(timeout_s);
   p->deadline = Clock::now() + p->timeout;
   p->out = std::make_shared<Outcome>();
   CoreFuture result(p->out->promise.future());
@@ -570,7 +566,7 @@ CoreFuture drop(const std::string& owner, uint64_t id, const std::string& token,
   auto out = std::make_shared<Outcome>();
   CoreFuture result(out->promise.future());
   nb::gil_scoped_release unlocked;
-  bound(out, seconds(timeout_s), "the drop of RDMA buffer " + std::to_string(id));
+  bound(out, seconds_to_ns(timeout_s), "the drop of RDMA buffer " + std::to_string(id));
   leases().forget(owner, id, false);
   leases().forget(owner, id, true);
   ask_proc(owner, actor::SystemHeader{"rdma_drop", {token}, {id}},

@@ -79,8 +79,7 @@ bool CoreFuture::wait(std::optional<double> timeout_s) {
   using Clock = std::chrono::steady_clock;
   auto deadline = Clock::time_point::max();
   if (timeout_s) {
-    double s = std::clamp(*timeout_s, 0.0, 1e9);
-    deadline = Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
+    deadline = Clock::now() + seconds_to_ns(*timeout_s);
   }
   while (true) {
     auto now = Clock::now();

@@ -86,8 +86,7 @@ void bind_supervision(nb::module_& m) {
         std::optional<actor::MeshFailure> f;
         {
           nb::gil_scoped_release unlocked;
-          f = fault_queue().pop(std::chrono::nanoseconds(
-              static_cast<int64_t>(std::clamp(timeout_s, 0.0, 1e6) * 1e9)));
+          f = fault_queue().pop(seconds_to_ns(std::min(timeout_s, 1e6)));
         }
         if (!f) return std::nullopt;
         return failure_to_python(*f);

@@ -222,7 +222,32 @@ def test_bad_arguments_raise_before_any_transfer(pair):  # RD-1
         buf.read_into(memoryview(bytearray(4000))[::2])
     with pytest.raises(ValueError):
         buf.read_into(memoryview(bytearray(1000)), timeout=-1)
+    with pytest.raises(OverflowError):  # as Monarch's, for a timeout no u64 holds
+        buf.write_from(memoryview(bytearray(1000)), timeout=-1)
+    with pytest.raises(ValueError, match="nan"):
+        buf.read_into(memoryview(bytearray(1000)), timeout=float("nan"))
+    with pytest.raises(TypeError):
+        RDMAAction().read_remote(memoryview(bytearray(1000)), buf).submit(timeout="5")
     assert _data.stats()["transfers"] == before
+
+
+def test_a_timeout_of_any_length_is_a_limit_never_a_deadline_past(pair):  # RD-1, DA-5
+    # A timeout past int64's nanoseconds (1e12 s, 2**70, infinity) once came out negative in
+    # C++ and failed every checked transfer at once with TimeoutError: it means no limit.
+    owner, _ = pair
+    buf = owner.make.call_one("long", 4096, 5).get(timeout=T)
+    dst = bytearray(4096)
+    lease = _data.lease_config()
+    _data.set_lease(0, lease[1])  # every transfer checked: the timeout bounds the check
+    try:
+        for timeout in (1e12, 2**70, float("inf"), 1e300):
+            dst[:] = bytes(4096)
+            assert buf.read_into(memoryview(dst), timeout=timeout).get(timeout=T) is None
+            assert dst == pattern(4096, 5), timeout
+            buf.write_from(memoryview(dst), timeout=timeout).get(timeout=T)
+        buf.drop().get(timeout=T)
+    finally:
+        _data.set_lease(*lease)
 
 
 def test_a_dropped_buffer_refuses_access(pair):  # RD-1, RD-2, DA-8

@@ -13,6 +13,9 @@ the bytes one-sidedly (``read_into``, ``write_from``, ``RDMAAction``).
   RD-1 Every argument is checked before anything moves: a local buffer that is empty, not
     contiguous, read-only where it must be written, or too small for the transfer raises
     ValueError from the call itself, and a dropped buffer (this copy) raises RuntimeError.
+    A timeout that is not a number raises TypeError, NaN ValueError, a negative one
+    TimeoutRangeError (a ValueError, and the OverflowError Monarch raises); one past about
+    31 years, infinity included, means no limit (never a deadline in the past).
   RD-2 A transfer whose buffer's owner died fails with SupervisionError naming the owner
     actor, its rank, host and pid (at once when the runtime knows the owner's proc ended);
     one from a buffer dropped by any holder (or whose owner actor stopped) fails with
@@ -52,6 +55,11 @@ from podium._core import mesh as _mesh
 from podium._src import errors, runtime
 from podium._src.context import context
 from podium._src.future import Future, done as _done
+
+
+class TimeoutRangeError(ValueError, OverflowError):
+    """A negative timeout: a ValueError, and the OverflowError Monarch raises for a timeout
+    outside an unsigned 64-bit integer. Beyond about 31 years a timeout means no limit."""
 
 
 class RDMAReadTransferWarning(Warning):
@@ -405,8 +413,10 @@ def _submit(queued: List[_Op], timeout: float, one: bool) -> Future[Any]:
     walks (docs/data_figures.md, "Per-transfer costs")."""
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
+    if timeout != timeout:
+        raise ValueError("timeout must be a number of seconds, got nan")
     if timeout < 0:
-        raise ValueError(f"timeout must not be negative, got {timeout}")
+        raise TimeoutRangeError(f"timeout must not be negative, got {timeout}")
     runtime.ensure_runtime()
     here = _NODE
     ops = []
