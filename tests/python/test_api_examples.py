@@ -304,6 +304,23 @@ def test_future_get_await_result_exception(trainers):
     assert asyncio.run(asyncio.wait_for(main(), T)) == 2
 
 
+def test_a_timeout_is_none_or_a_finite_non_negative_number(trainers):
+    """As Monarch's `Future.get`: a negative or non-finite timeout raises `ValueError` before
+    anything waits, whether the future is done or not; `exception()` raises it too."""
+    one = trainers.slice(gpus=0)
+    done = one.step.call_one()
+    done.get(timeout=T)
+    fresh = one.step.call_one()  # asked right away: done or not, the refusal comes first
+    for bad in (-1, -0.5, float("nan"), float("inf"), float("-inf")):
+        for f in (done, fresh):
+            with pytest.raises(ValueError, match="invalid timeout"):
+                f.get(timeout=bad)
+            with pytest.raises(ValueError, match="invalid timeout"):
+                f.exception(timeout=bad)
+    assert isinstance(fresh.get(timeout=T), int)  # the refusals consumed nothing
+    assert done.get(timeout=0) == done.get()
+
+
 def test_value_mesh_and_point(trainers):
     """`ValueMesh`: `items()` yields `(Point, value)` in rank order, `values()`,
     `item(**coords)`, `len()`, slicing as meshes. `Point` is a mapping dim -> index with

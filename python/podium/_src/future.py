@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import math
 import threading
 import weakref
 from typing import Any, Callable, Dict, Generator, Generic, Optional, TypeVar
@@ -30,6 +31,14 @@ _PENDING = object()
 # call's error is raised in an actor that owns the failed mesh (its __supervise__ runs first,
 # SV-7). None elsewhere.
 _gate: Any = None
+
+
+def _check_timeout(timeout: Optional[float]) -> None:
+    """As Monarch's: a timeout is None, or a finite number of seconds, not negative; checked
+    before anything waits (ValueError), whether or not the future is done."""
+    if timeout is not None and (not math.isfinite(timeout) or timeout < 0):
+        raise ValueError(
+            f"invalid timeout {timeout}: expected a non-negative, finite number of seconds")
 
 
 class Future(Generic[R]):
@@ -68,7 +77,9 @@ class Future(Generic[R]):
 
     def get(self, timeout: Optional[float] = None) -> R:
         """Waits for the result (at most ``timeout`` seconds) and returns it, or raises the
-        call's exception. A timeout raises TimeoutError and does not consume the result."""
+        call's exception. A timeout raises TimeoutError and does not consume the result; a
+        negative or non-finite one raises ValueError, as Monarch's."""
+        _check_timeout(timeout)
         if self._ok is None and not self._core.wait(timeout):
             raise TimeoutError(f"the future did not complete within {timeout} s")
         if _gate is not None:
@@ -84,6 +95,7 @@ class Future(Generic[R]):
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         """Waits like get() and returns the call's exception, or None if it succeeded."""
+        _check_timeout(timeout)
         try:
             self.get(timeout)
         except TimeoutError:
@@ -201,6 +213,7 @@ class CoroFuture(Future[R]):
             self._finish(True, value)
 
     def get(self, timeout: Optional[float] = None) -> R:
+        _check_timeout(timeout)
         if self._claim():
             threading.Thread(target=self._ctx.run, args=(asyncio.run, self._run()),
                              daemon=True, name="podium-future").start()
