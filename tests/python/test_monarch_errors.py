@@ -102,6 +102,21 @@ class AsyncWithSyncCleanup(Actor):
         pass
 
 
+class SyncWithAsyncSupervise(Actor):
+    @endpoint
+    def a(self):
+        return 1
+
+    async def __supervise__(self, failure):
+        return True
+
+
+class EndpointNamedSlice(Actor):
+    @endpoint
+    def slice(self):
+        return 1
+
+
 def test_mixing_async_and_sync_endpoints_raises_monarchs_value_error(new_procs):
     # MW-2
     procs = new_procs(gpus=1)
@@ -110,6 +125,18 @@ def test_mixing_async_and_sync_endpoints_raises_monarchs_value_error(new_procs):
     assert "sync_one" in str(info.value) and "async_one" in str(info.value)
     with pytest.raises(ValueError, match="has async endpoints, but a synchronous __cleanup__"):
         procs.spawn("cleanup", AsyncWithSyncCleanup)
+    # A sync actor's __supervise__ runs before its next call: a coroutine there would be a
+    # truthy object, a failure swallowed unseen.
+    with pytest.raises(ValueError, match="has sync endpoints, but an async __supervise__"):
+        procs.spawn("supervise", SyncWithAsyncSupervise)
+
+
+def test_an_endpoint_an_actor_mesh_attribute_would_hide_is_refused(new_procs):
+    # MW-2: `mesh.slice` is the mesh's own method; Monarch refuses such a class at spawn.
+    procs = new_procs(gpus=1)
+    with pytest.raises(ValueError, match="ActorMesh has an attribute that collides with an "
+                                         "endpoint name: attribute=slice"):
+        procs.spawn("named_slice", EndpointNamedSlice)
 
 
 def test_str_of_a_mesh_failure_names_it_and_its_crashed_ranks():
