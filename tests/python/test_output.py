@@ -45,7 +45,7 @@ def test_actor_output_is_prefixed_with_name_and_rank(tmp_path):
     r = run_script(tmp_path, "talk.py", SCRIPT)
     assert r.returncode == 0, r.stderr
     out, err = r.stdout.splitlines(), r.stderr.splitlines()
-    assert "results ['hi', 'hi']" in out and "async yo" in out
+    assert "results ['hi', 'hi']" in out and "async yo" in out, r.stdout
     for g in (0, 1):
         p = f"[talker {{'gpus': {g}/2}}] "
         assert f"{p}say hi" in out

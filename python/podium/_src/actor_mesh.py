@@ -435,3 +435,15 @@ class Accumulator(Generic[R, A]):
             return acc
 
         return self._endpoint._call(args, kwargs, fold)
+
+
+def check_endpoint_names(cls: type) -> None:
+    """ValueError, as Monarch's, for an endpoint of ``cls`` that an ActorMesh attribute would
+    hide: ``mesh.slice`` is the mesh's own method, so an endpoint named ``slice`` (or
+    ``stop``, ``name``, ``size``, ...) could never be called. Checked at spawn."""
+    for name in sorted(endpoints_of(cls)):
+        if not name.startswith("_") and hasattr(ActorMesh, name):
+            raise ValueError(
+                f"ActorMesh has an attribute that collides with an endpoint name: "
+                f"attribute={name}, ActorMesh.{name}={getattr(ActorMesh, name)!r}, endpoint "
+                f"{cls.__qualname__}.{name}; rename the endpoint")

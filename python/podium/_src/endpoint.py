@@ -218,8 +218,8 @@ def _collect_endpoints(cls: type) -> Dict[str, EndpointProperty]:
 def check_actor_class(cls: Any) -> bool:
     """Raises TypeError for a non-Actor, ValueError for a class that mixes sync and async
     endpoints (or an async class with a sync ``__cleanup__``, and the reverse; a sync class
-    with an async ``__supervise__``), or whose endpoint an ActorMesh attribute would hide,
-    as Monarch's; returns True when the endpoints are async."""
+    with an async ``__supervise__``), as Monarch's; returns True when the endpoints are async.
+    (Endpoint names an ActorMesh attribute would hide: actor_mesh.check_endpoint_names.)"""
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
         raise TypeError(f"spawn needs a subclass of podium.actor.Actor, not {cls!r}")
     eps = endpoints_of(cls)
@@ -237,15 +237,6 @@ def check_actor_class(cls: Any) -> bool:
             f"{cls.__qualname__} has sync endpoints, but an async __supervise__; make "
             f"__supervise__ a plain `def` too (sync {sync})"
         )
-    # An endpoint that an ActorMesh attribute would hide (`mesh.slice` is the mesh's).
-    from podium._src.actor_mesh import ActorMesh  # (actor_mesh imports this module)
-    for name in sorted(eps):
-        if not name.startswith("_") and hasattr(ActorMesh, name):
-            raise ValueError(
-                f"ActorMesh has an attribute that collides with an endpoint name: "
-                f"attribute={name}, ActorMesh.{name}={getattr(ActorMesh, name)!r}, endpoint "
-                f"{cls.__qualname__}.{name}; rename the endpoint"
-            )
     cleanup = getattr(cls, "__cleanup__", None)
     if cleanup is not None:
         async_cleanup = inspect.iscoroutinefunction(cleanup)

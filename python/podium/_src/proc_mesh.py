@@ -46,10 +46,10 @@ from podium._src import context, logs, pickling, runtime, server, supervision, t
 from podium._src import proc_log_read, workspace_sync
 from podium._src import restart as _restart
 from podium._src.bootstrap_cmd import _launches, _prod, _python_command
-from podium._src.actor_mesh import ActorMesh
+from podium._src.actor_mesh import ActorMesh, check_endpoint_names
 from podium._src.context import actor_context
 from podium._src.endpoint import Actor, check_actor_class, endpoint
-from podium._src.endpoint import check_spawn as _check_spawn
+from podium._src.endpoint import check_spawn
 from podium._src.errors import PROC_MESH_IS_STOPPED, SupervisionError
 from podium._src.future import Future
 from podium._src.runtime import enable_transport, ensure_runtime
@@ -70,6 +70,13 @@ STOP_GRACE_MS = 5000
 # ProcMesh.stop(): how long the actors' stops (drain + __cleanup__) may take before the procs
 # are asked to exit anyway.
 STOP_ACTORS_MS = 10000
+
+
+def _check_spawn(Class: Any, args: tuple, kwargs: dict) -> None:
+    """The class and its arguments (endpoint.check_spawn), and its endpoints' names."""
+    check_spawn(Class, args, kwargs)
+    check_endpoint_names(Class)
+
 
 BOOTSTRAP_NAME = "podium-bootstrap"
 REGISTRY_NAME = "podium-controllers"
@@ -522,6 +529,7 @@ class ProcMesh(MeshShape, TensorMesh):
         if not isinstance(name, str):
             raise TypeError(f"actor_mesh(name, Class): name must be a str, not {name!r}")
         check_actor_class(Class)
+        check_endpoint_names(Class)
         with self._shared.lock:
             if self._shared.stopped:
                 raise SupervisionError(f"{PROC_MESH_IS_STOPPED}: cannot reach '{name}' on "

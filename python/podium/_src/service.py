@@ -46,6 +46,7 @@ import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
 from podium._src import endpoint as _endpoint
+from podium._src.actor_mesh import check_endpoint_names
 from podium._src.endpoint import EndpointProperty, check_spawn, endpoints_of
 from podium._src.errors import ActorError, SupervisionError
 from podium._src.future import Future
@@ -129,6 +130,7 @@ class ServiceOptions:
         (``await`` it, or ``.get()``). If one fails to start, those started are stopped
         and the Future raises why."""
         check_spawn(self.cls, args, kwargs)
+        check_endpoint_names(self.cls)
         service = Service(self, args, kwargs)  # its replicas spawn in this context
 
         async def start() -> Service:
