@@ -416,3 +416,19 @@ def test_value_mesh_and_point_pickle():
     assert list(back.items()) == list(vm.items())
     p = Point(1, Extent(["gpus"], [2]))
     assert pickle.loads(pickle.dumps(p)) == p
+
+
+def test_spawn_procs_refuses_sizes_no_host_can_run():
+    # Refused with a clear ValueError before anything starts: a size under 1 (a negative one
+    # reached the binding as nanobind's "incompatible function arguments"), and more procs
+    # than one host runs (10**12 reached C++ as a std::bad_alloc).
+    from podium._src.proc_mesh import MAX_PROCS_PER_HOST
+    host = this_host()
+    for size in (0, -1):
+        with pytest.raises(ValueError, match=f"dimension 'gpus' has size {size}; a size is at "
+                                             "least 1"):
+            host.spawn_procs(per_host={"gpus": size})
+    with pytest.raises(ValueError, match=f"procs per host; at most {MAX_PROCS_PER_HOST}"):
+        host.spawn_procs(per_host={"gpus": 10**12})
+    with pytest.raises(ValueError, match="procs per host"):
+        host.spawn_procs(per_host={"hosts": 1 << 9, "gpus": 1 << 8})

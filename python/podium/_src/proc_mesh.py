@@ -78,6 +78,10 @@ def _check_spawn(Class: Any, args: tuple, kwargs: dict) -> None:
     check_endpoint_names(Class)
 
 
+# spawn_procs: more procs than this on one host is refused up front (a typo of 10**12 once
+# reached the C++ layer as a std::bad_alloc).
+MAX_PROCS_PER_HOST = 1 << 16
+
 BOOTSTRAP_NAME = "podium-bootstrap"
 REGISTRY_NAME = "podium-controllers"
 
@@ -287,6 +291,12 @@ class HostMesh(MeshShape):
         for label, size in per_host.items():
             if not isinstance(label, str) or not isinstance(size, int) or isinstance(size, bool):
                 raise TypeError(f"per_host maps dimension names to sizes, got {label!r}: {size!r}")
+            if size < 1:
+                raise ValueError(f"per_host: dimension {label!r} has size {size}; a size is at "
+                                 f"least 1")
+        if _prod(per_host.values()) > MAX_PROCS_PER_HOST:
+            raise ValueError(f"per_host {per_host}: {_prod(per_host.values())} procs per host; "
+                             f"at most {MAX_PROCS_PER_HOST}")
         if bootstrap is not None and not callable(bootstrap):
             raise TypeError(f"bootstrap must be a function, not {type(bootstrap).__name__}")
         if name is not None and not isinstance(name, str):
