@@ -239,6 +239,10 @@ void bind_runtime(nb::module_& m) {
       },
       "Kills every proc this process spawned and stops its runtime. Idempotent.");
 
+  m.def(
+      "max_frame_bytes", [] { return mesh::Runtime::get().proc().max_frame_bytes(); },
+      "The largest frame this process's channel sends or accepts: a call's arguments must fit "
+      "in one, with its header.");
   m.def("this_proc_id", [] { return mesh::Runtime::get().proc().id().to_string(); },
         "The ProcId (channel address) of this process's root proc.");
   m.def(

@@ -319,6 +319,23 @@ def test_an_exception_while_the_result_is_pickled_fails_the_call_only(spawn):
     assert mesh.ok.call_one().get(timeout=T) > 0
 
 
+def test_arguments_too_large_for_one_message_are_refused_and_the_actor_serves_on(spawn):
+    # 2 GiB of arguments cannot go in one frame. Refused before anything is sent: the sender's
+    # channel refused it after the call took its place in the ordered stream, so the actor was
+    # reported failed and its next call waited 10 s for the missing one.
+    import mmap
+    import numpy as np
+    mesh = spawn(Sync).slice(gpus=0)
+    big = mmap.mmap(-1, 1 << 31)  # untouched pages: nothing is allocated (unmapped with it)
+    arr = np.frombuffer(big, dtype=np.uint8)  # an out-of-band part, pickled without a copy
+    with pytest.raises(ValueError, match=r"take \d+ bytes; a message between procs holds "
+                                         r"at most \d+ \(max_frame_bytes"):
+        mesh.slow.call_one(arr)
+    with pytest.raises(ValueError, match="a message between procs"):
+        mesh.slow.broadcast(arr)
+    assert mesh.ok.call_one().get(timeout=T) > 0
+
+
 @pytest.mark.parametrize("name, kept", [
     ("raise_reduce_exits", "ReduceExits: cannot travel"),
     ("raise_needs_two_args", "NeedsTwoArgs: 1/2"),

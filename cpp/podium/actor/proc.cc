@@ -166,6 +166,8 @@ void Proc::Impl::stamp(wire::Envelope& env) {
   }
 }
 
+size_t Proc::max_frame_bytes() const { return impl_->net->config().max_frame_bytes; }
+
 uint64_t Proc::sender_stream() const {
   auto& tls = internal::drive_tls();
   if (tls.actor_stream != 0) return tls.actor_stream;

@@ -131,6 +131,9 @@ class Proc {
   // number of (stream, `dest`). send() stamps unstamped calls itself; a cast tree stamps the
   // calls it carries when the cast starts.
   uint64_t sender_stream() const;
+  // The largest frame this proc's channel sends or accepts (channel::Config::max_frame_bytes):
+  // a message over it is refused, by the sender's channel or the receiver's.
+  size_t max_frame_bytes() const;
   uint64_t next_seq(uint64_t stream, std::string_view dest);
   // The next numbers of every dest in `dests` (out[i] for dests[i]), under one lock; with
   // `dests` empty, of `one` into out[0].

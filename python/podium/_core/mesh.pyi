@@ -117,6 +117,11 @@ def shutdown() -> None:
     Kills every proc this process spawned and stops its runtime. Idempotent.
     """
 
+def max_frame_bytes() -> int:
+    """
+    The largest frame this process's channel sends or accepts: a call's arguments must fit in one, with its header.
+    """
+
 def this_proc_id() -> str:
     """The ProcId (channel address) of this process's root proc."""
 

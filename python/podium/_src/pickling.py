@@ -33,6 +33,7 @@ from typing import Any, List, Optional, Sequence
 import cloudpickle
 
 from podium._core import base as _base
+from podium._core import mesh as _mesh
 
 _THRESHOLD = _base.COPY_THRESHOLD
 
@@ -154,17 +155,41 @@ def loads(parts: Sequence[Any]) -> Any:
     return pickle.loads(parts[0], buffers=parts[1:])
 
 
+# What a call's envelope holds besides its arguments (the call header, the reply port, the
+# frame's table) fits in this many bytes.
+_HEADER_ROOM = 64 << 10
+
+
+def _check_size(what: str, parts: List[Any]) -> None:
+    """ValueError when ``parts`` cannot go in one message between procs: the sender's channel
+    would refuse the envelope after the call took its place in the caller's ordered stream,
+    and the callee would wait for the missing call before the next (10 s) and report the
+    actor failed. Nothing has been sent."""
+    total = len(parts[0]) + sum(memoryview(p).nbytes for p in parts[1:])
+    if total <= 1 << 30:  # under any limit podium sets; the runtime is asked only above
+        return
+    frame = _mesh.max_frame_bytes()
+    if total > frame - _HEADER_ROOM:
+        raise ValueError(
+            f"the arguments of {what} take {total} bytes; a message between procs holds at "
+            f"most {frame - _HEADER_ROOM} (max_frame_bytes {frame}, less its header): move "
+            f"large data with podium.rdma (RDMABuffer) or in several calls")
+
+
 def dumps_call(what: str, args: tuple, kwargs: dict) -> List[Any]:
     """dumps((args, kwargs)); on failure, a TypeError that names the argument that cannot be
-    pickled (nothing has been sent)."""
+    pickled, or a ValueError for arguments too large for one message (nothing has been
+    sent)."""
     try:
-        return dumps((args, kwargs))
+        parts = dumps((args, kwargs))
     except Exception as e:
         for i, a in enumerate(args):
             _check_one(what, f"argument {i}", a)
         for k, v in kwargs.items():
             _check_one(what, f"argument '{k}'", v)
         raise TypeError(f"cannot pickle the arguments of {what}: {e}") from e
+    _check_size(what, parts)
+    return parts
 
 
 def _check_one(what: str, name: str, value: Any) -> None:
