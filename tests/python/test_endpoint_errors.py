@@ -100,6 +100,13 @@ class Sync(Actor):
         return os.getpid()
 
     @endpoint
+    def too_large_a_result(self):
+        import mmap
+        import numpy as np
+        self.big = mmap.mmap(-1, 1 << 31)  # untouched pages: nothing is allocated
+        return np.frombuffer(self.big, dtype=np.uint8)
+
+    @endpoint
     def slow(self, s):
         time.sleep(s)
         return s
@@ -328,11 +335,20 @@ def test_arguments_too_large_for_one_message_are_refused_and_the_actor_serves_on
     mesh = spawn(Sync).slice(gpus=0)
     big = mmap.mmap(-1, 1 << 31)  # untouched pages: nothing is allocated (unmapped with it)
     arr = np.frombuffer(big, dtype=np.uint8)  # an out-of-band part, pickled without a copy
-    with pytest.raises(ValueError, match=r"take \d+ bytes; a message between procs holds "
-                                         r"at most \d+ \(max_frame_bytes"):
+    with pytest.raises(ValueError, match=r"the arguments of Sync.slow\(\) \(\d+ bytes\) cannot "
+                                         r"go in one message between procs, which holds at "
+                                         r"most \d+ bytes \(max_frame_bytes"):
         mesh.slow.call_one(arr)
-    with pytest.raises(ValueError, match="a message between procs"):
+    with pytest.raises(ValueError, match="cannot go in one message between procs"):
         mesh.slow.broadcast(arr)
+    from podium.actor import Channel
+    port, _receiver = Channel.open()
+    with pytest.raises(ValueError, match="the value .* cannot go in one message"):
+        port.send(arr)
+    # A result too large fails its call (ActorError naming it), not the caller's wait.
+    with pytest.raises(ActorError, match=r"the result of .*too_large_a_result \(\d+ bytes\) "
+                                         r"cannot go in one message"):
+        mesh.too_large_a_result.call_one().get(timeout=T)
     assert mesh.ok.call_one().get(timeout=T) > 0
 
 

@@ -160,20 +160,21 @@ def loads(parts: Sequence[Any]) -> Any:
 _HEADER_ROOM = 64 << 10
 
 
-def _check_size(what: str, parts: List[Any]) -> None:
-    """ValueError when ``parts`` cannot go in one message between procs: the sender's channel
-    would refuse the envelope after the call took its place in the caller's ordered stream,
-    and the callee would wait for the missing call before the next (10 s) and report the
-    actor failed. Nothing has been sent."""
+def check_fits(whose: str, parts: List[Any]) -> None:
+    """ValueError when ``parts`` cannot go in one message between procs (``whose``: "the
+    arguments of A.f()", "the result of A.f()", ...). Sent anyway, the sender's channel would
+    refuse the envelope: a call after it took its place in the caller's ordered stream (the
+    callee then waits 10 s for it before the next, and the caller hears the actor failed), a
+    reply or a port's value never arrives (its caller waits out its timeout)."""
     total = len(parts[0]) + sum(memoryview(p).nbytes for p in parts[1:])
     if total <= 1 << 30:  # under any limit podium sets; the runtime is asked only above
         return
     frame = _mesh.max_frame_bytes()
     if total > frame - _HEADER_ROOM:
         raise ValueError(
-            f"the arguments of {what} take {total} bytes; a message between procs holds at "
-            f"most {frame - _HEADER_ROOM} (max_frame_bytes {frame}, less its header): move "
-            f"large data with podium.rdma (RDMABuffer) or in several calls")
+            f"{whose} ({total} bytes) cannot go in one message between procs, which holds at "
+            f"most {frame - _HEADER_ROOM} bytes (max_frame_bytes {frame}, less its header): "
+            f"move large data with podium.rdma (RDMABuffer) or in several messages")
 
 
 def dumps_call(what: str, args: tuple, kwargs: dict) -> List[Any]:
@@ -188,7 +189,7 @@ def dumps_call(what: str, args: tuple, kwargs: dict) -> List[Any]:
         for k, v in kwargs.items():
             _check_one(what, f"argument '{k}'", v)
         raise TypeError(f"cannot pickle the arguments of {what}: {e}") from e
-    _check_size(what, parts)
+    check_fits(f"the arguments of {what}", parts)
     return parts
 
 

@@ -31,10 +31,12 @@ def bind_runtime(fn: Callable[[], None]) -> None:
 
 def _payload(what: str, value: Any) -> Any:
     try:
-        return pickling.dumps((True, value))
+        parts = pickling.dumps((True, value))
     except Exception as e:
         raise TypeError(f"{what}: the value ({type(value).__name__}) cannot be pickled: "
                         f"{errors.describe(e)}") from e
+    pickling.check_fits(f"{what}: the value", parts)
+    return parts
 
 
 def _exception_payload(exc: BaseException) -> Any:

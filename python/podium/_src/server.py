@@ -709,6 +709,10 @@ class _Call:
             self.server._failed(self.port, self.rank, self.name, e,
                                 "while its result was pickled")
             return
+        try:  # one that cannot go in one message fails the call, not the caller's wait
+            pickling.check_fits(f"the result of {self.server.info.name}.{self.name}", payload)
+        except ValueError as e:
+            payload = self._error_payload(e)
         self.server.inbox.reply(self.port, self.rank, payload)
 
     def fail_now(self) -> None:
