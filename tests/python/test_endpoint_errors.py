@@ -94,6 +94,15 @@ class NeedsTwoArgs(Exception):
 # --- actors -----------------------------------------------------------------------------------
 
 
+class Holds(Actor):
+    def __init__(self, data) -> None:
+        self.n = len(data)
+
+    @endpoint
+    def held(self):
+        return self.n
+
+
 class Sync(Actor):
     @endpoint
     def ok(self):
@@ -345,6 +354,8 @@ def test_arguments_too_large_for_one_message_are_refused_and_the_actor_serves_on
     port, _receiver = Channel.open()
     with pytest.raises(ValueError, match="the value .* cannot go in one message"):
         port.send(arr)
+    with pytest.raises(ValueError, match=r"the arguments of Holds\(\) \(\d+ bytes\) cannot go"):
+        spawn(Holds, arr)  # a spawn's arguments travel in one message too
     # A result too large fails its call (ActorError naming it), not the caller's wait.
     with pytest.raises(ActorError, match=r"the result of .*too_large_a_result \(\d+ bytes\) "
                                          r"cannot go in one message"):

@@ -508,6 +508,7 @@ class ProcMesh(MeshShape, TensorMesh):
         except Exception as e:
             pickling.dumps_call(f"{Class.__qualname__}()", args, kwargs)  # names the argument
             raise TypeError(f"cannot pickle actor class {Class.__qualname__}: {e}") from e
+        pickling.check_fits(f"the arguments of {Class.__qualname__}()", [meta, *parts])
         ctx = actor_context()
         # The owner (supervision): the actor spawning it, else this process's root; podium's
         # bootstrap actors have none (a failed bootstrap fails `initialized`).
