@@ -109,15 +109,12 @@ int copy(const Op& o, size_t offset, size_t len, uint64_t* through_window, uint6
                 word_sum_at(o.local + offset + (e - lo), hi - e, offset + (e - lo));
       }
       size_t at = offset + (b - lo);  // where the window's part lies in the local region
-      if (o.size >= kStreamMinBytes && sum && o.kind == Op::Kind::kGet) {
-        total += stream_copy_sum(to, from, e - b, at);  // DA-36, DA-44
-      } else if (o.size >= kStreamMinBytes) {
-        stream_copy(to, from, e - b);  // DA-36
-        if (sum) total += word_sum_at(local_at, e - b, at);
-      } else if (sum && o.kind == Op::Kind::kGet) {
-        total += cached_copy_sum(to, from, e - b, at);
+      bool stream = o.size >= kStreamMinBytes;  // DA-36
+      if (sum && o.kind == Op::Kind::kGet) {  // summed as copied (DA-43, DA-44)
+        total += stream ? stream_copy_sum(to, from, e - b, at)
+                        : cached_copy_sum(to, from, e - b, at);
       } else {
-        cached_copy(to, from, e - b);
+        stream ? stream_copy(to, from, e - b) : cached_copy(to, from, e - b);
         if (sum) total += word_sum_at(local_at, e - b, at);
       }
       if (sum) *sum = total;
@@ -137,45 +134,16 @@ namespace {
 
 // Copies `n` bytes in 64-byte lines stored to 64-byte-aligned destination addresses, the
 // source loaded unaligned: with non-temporal stores (kStream, fenced after) or through the
-// cache. What is before the first aligned line and after the last goes with memcpy.
-template <bool kStream>
-void line_copy(char* d, const char* s, size_t n) {
+// cache. What is before the first aligned line and after the last goes with memcpy. With
+// kSum, also returns word_sum_at(d, n, at) (DA-40), the lines' words added as they are loaded:
+// `d - at` must then be 8-aligned, so that the region's words fall on the lanes' (the caller
+// checks). Without kSum, returns 0.
+template <bool kStream, bool kSum>
+uint64_t line_copy(char* d, const char* s, size_t n, size_t at = 0) {
   size_t head = std::min(n, (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63);
   std::memcpy(d, s, head);
-  d += head;
-  s += head;
-  n -= head;
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    auto* to = reinterpret_cast<__m128i*>(d + i);
-    if constexpr (kStream) {
-      _mm_stream_si128(to, a);
-      _mm_stream_si128(to + 1, b);
-      _mm_stream_si128(to + 2, c);
-      _mm_stream_si128(to + 3, e);
-    } else {
-      _mm_store_si128(to, a);
-      _mm_store_si128(to + 1, b);
-      _mm_store_si128(to + 2, c);
-      _mm_store_si128(to + 3, e);
-    }
-  }
-  if constexpr (kStream) _mm_sfence();  // weakly ordered: visible before the copy is done
-  std::memcpy(d + i, s + i, n - i);
-}
-
-// line_copy<false>, adding up the 8-byte words it copies in 64-byte lines: `d` must be
-// 8-aligned wherever a word of the region starts (the caller checks). Returns the sum of
-// those lines' words; the head and tail go with memcpy and word_sum_at.
-template <bool kStream>
-uint64_t line_copy_sum(char* d, const char* s, size_t n, size_t at) {
-  size_t head = std::min(n, (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63);
-  std::memcpy(d, s, head);
-  uint64_t sum = word_sum_at(d, head, at);
+  uint64_t sum = 0;
+  if constexpr (kSum) sum = word_sum_at(d, head, at);
   d += head;
   s += head;
   n -= head;
@@ -199,18 +167,23 @@ uint64_t line_copy_sum(char* d, const char* s, size_t n, size_t at) {
       _mm_store_si128(to + 2, c);
       _mm_store_si128(to + 3, e);
     }
-    a0 = _mm_add_epi64(a0, a);
-    a1 = _mm_add_epi64(a1, b);
-    a2 = _mm_add_epi64(a2, c);
-    a3 = _mm_add_epi64(a3, e);
+    if constexpr (kSum) {
+      a0 = _mm_add_epi64(a0, a);
+      a1 = _mm_add_epi64(a1, b);
+      a2 = _mm_add_epi64(a2, c);
+      a3 = _mm_add_epi64(a3, e);
+    }
   }
   if constexpr (kStream) _mm_sfence();  // weakly ordered: visible before the copy is done
   std::memcpy(d + i, s + i, n - i);
-  sum += word_sum_at(d + i, n - i, at + i);
-  __m128i t = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
-  uint64_t lanes[2];
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(lanes), t);
-  return sum + lanes[0] + lanes[1];
+  if constexpr (kSum) {
+    sum += word_sum_at(d + i, n - i, at + i);
+    __m128i t = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
+    uint64_t lanes[2];
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(lanes), t);
+    sum += lanes[0] + lanes[1];
+  }
+  return sum;
 }
 
 }  // namespace
@@ -220,7 +193,7 @@ uint64_t cached_copy_sum(void* dst, const void* src, size_t n, size_t at) {
 #if defined(__x86_64__) && defined(__SSE2__)
   constexpr size_t kMinBytes = size_t{64} << 10;  // as cached_copy's
   if (n >= kMinBytes && (reinterpret_cast<uintptr_t>(dst) - at) % 8 == 0) {
-    return line_copy_sum<false>(static_cast<char*>(dst), static_cast<const char*>(src), n, at);
+    return line_copy<false, true>(static_cast<char*>(dst), static_cast<const char*>(src), n, at);
   }
 #endif
   cached_copy(dst, src, n);
@@ -230,7 +203,7 @@ uint64_t cached_copy_sum(void* dst, const void* src, size_t n, size_t at) {
 uint64_t stream_copy_sum(void* dst, const void* src, size_t n, size_t at) {
 #if defined(__x86_64__) && defined(__SSE2__)
   if ((reinterpret_cast<uintptr_t>(dst) - at) % 8 == 0) {
-    return line_copy_sum<true>(static_cast<char*>(dst), static_cast<const char*>(src), n, at);
+    return line_copy<true, true>(static_cast<char*>(dst), static_cast<const char*>(src), n, at);
   }
 #endif
   stream_copy(dst, src, n);
@@ -242,7 +215,7 @@ void cached_copy(void* dst, const void* src, size_t n) {
   constexpr size_t kMinBytes = size_t{64} << 10;  // below it, memcpy's setup is what counts
   auto apart = (reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src)) & 63;
   if (n >= kMinBytes && apart != 0) {
-    line_copy<false>(static_cast<char*>(dst), static_cast<const char*>(src), n);
+    line_copy<false, false>(static_cast<char*>(dst), static_cast<const char*>(src), n);
     return;
   }
 #endif
@@ -251,7 +224,7 @@ void cached_copy(void* dst, const void* src, size_t n) {
 
 void stream_copy(void* dst, const void* src, size_t n) {
 #if defined(__x86_64__) && defined(__SSE2__)
-  line_copy<true>(static_cast<char*>(dst), static_cast<const char*>(src), n);
+  line_copy<true, false>(static_cast<char*>(dst), static_cast<const char*>(src), n);
 #else
   std::memcpy(dst, src, n);
 #endif
