@@ -259,10 +259,15 @@ void bind_runtime(nb::module_& m) {
         d["lent_parts"] = s.lent_parts;
         d["pulls"] = s.pulls;
         d["pull_failures"] = s.pull_failures;
+        d["shared_copied"] = s.shared_copied;
+        d["shared_blocks_made"] = s.shared_blocks_made;
+        d["shared_mapped"] = s.shared_mapped;
+        d["shared_map_failed"] = s.shared_map_failed;
         return d;
       },
       "This process's root proc's channel counters (CH-15), its parts lent to peers and not "
-      "yet acknowledged (CH-26) and this process's pulls of lent parts (CH-25).");
+      "yet acknowledged (CH-26), this process's pulls of lent parts (CH-25) and its parts "
+      "sent and received in shared blocks (CH-29).");
   m.def(
       "serve_gateway",
       [](const std::string& addr) {

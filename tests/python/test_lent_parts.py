@@ -4,7 +4,12 @@ socket (CH-25, CH-26 in cpp/podium/channel/net.h; docs/channel.md, "Lent parts")
 A part of at least PODIUM_CMA_PART_MIN bytes (512 KiB by default) in a call or a reply on a
 Unix-socket link travels as its address; the receiver copies it from the sender's memory
 with process_vm_readv into memory of its own, so arrays and tensors arrive as they do
-inline: intact, and writable where the call alone holds them (BU-1)."""
+inline: intact, and writable where the call alone holds them (BU-1).
+
+A part of at least PODIUM_SHARED_PART_MIN bytes (1 MiB by default) of a message for one
+receiver is instead copied by the sender into a shared block that the receiver maps (CH-29):
+the receiver holds the block alone until it lets the part go, and a message for several
+receivers (a call to a mesh of several actors) lends its parts as before."""
 
 from __future__ import annotations
 
@@ -57,6 +62,18 @@ class Sink(Actor):
     @endpoint
     def take(self, a) -> int:
         return len(a)
+
+    @endpoint
+    def keep(self, a: np.ndarray) -> int:
+        if not hasattr(self, "kept"):
+            self.kept = []
+        self.kept.append(a)
+        a[1] += 1  # the receiver's to write, and nobody else's
+        return len(self.kept)
+
+    @endpoint
+    def kept_values(self) -> list:
+        return [(int(a[0]), int(a[1]), int(a[-1]), bool(np.all(a[2:] == a[0]))) for a in self.kept]
 
 
 def _poll(pred, limit: float = 30.0) -> bool:
@@ -129,4 +146,52 @@ def test_a_receiver_killed_mid_pull_leaves_the_sender_healthy(spawn, new_procs):
     # large ones included.
     assert _poll(lambda: _mesh.channel_stats()["lent_parts"] == 0)
     assert other.take.call_one(a).get(timeout=T) == 256 * MIB
+    assert _poll(lambda: _mesh.channel_stats()["lent_parts"] == 0)
+
+
+def _counts(stats: dict) -> dict:
+    return {k: stats[k] for k in ("shared_copied", "shared_mapped", "shared_map_failed")}
+
+
+def test_a_large_argument_and_result_for_one_actor_go_in_shared_blocks(spawn, new_procs):  # CH-29
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    sink = spawn(Sink, on=new_procs(gpus=1))
+    sink.take.call_one(np.zeros(16, dtype=np.uint8)).get(timeout=T)  # link and handshake
+    mine, theirs = _mesh.channel_stats(), sink.stats.call_one().get(timeout=T)
+    t = torch.ones(16 * MIB, dtype=torch.int32)  # 64 MiB
+    for _ in range(3):
+        n, total = sink.torch_info.call_one(t).get(timeout=T)
+        assert n == 16 * MIB and total == 2 * 16 * MIB  # intact, and writable there
+    assert int(t.sum()) == 16 * MIB  # the sender's tensor is untouched
+    out = sink.give_tensor.call_one(8 * MIB).get(timeout=T)
+    out.add_(1)  # writable here
+    assert int(out[0]) == 1 and int(out[-1]) == 8 * MIB
+    mine2, theirs2 = _mesh.channel_stats(), sink.stats.call_one().get(timeout=T)
+    assert mine2["shared_copied"] - mine["shared_copied"] == 3
+    assert theirs2["shared_mapped"] - theirs["shared_mapped"] == 3
+    assert theirs2["shared_copied"] - theirs["shared_copied"] >= 1  # the result
+    assert mine2["shared_mapped"] - mine["shared_mapped"] >= 1
+    assert mine2["shared_map_failed"] == mine["shared_map_failed"]
+    assert theirs2["shared_map_failed"] == theirs["shared_map_failed"]
+
+
+def test_parts_a_receiver_keeps_are_not_overwritten_by_later_calls(spawn, new_procs):  # CH-29
+    sink = spawn(Sink, on=new_procs(gpus=1))
+    for v in range(6):
+        a = np.full(MIB, v, dtype=np.int64)  # 8 MiB, one size: one block class
+        assert sink.keep.call_one(a).get(timeout=T) == v + 1
+        assert int(a[1]) == v  # the receiver's write stays there
+    kept = sink.kept_values.call_one().get(timeout=T)
+    assert kept == [(v, v + 1, v, True) for v in range(6)]
+
+
+def test_a_call_to_several_actors_lends_its_arguments_instead_of_copying(spawn, new_procs):  # CH-29
+    sinks = spawn(Sink, on=new_procs(gpus=2))
+    small = np.zeros(16, dtype=np.uint8)
+    sinks.take.call(small).get(timeout=T)  # links and handshakes
+    before = _mesh.channel_stats()
+    a = np.ones(4 * MIB, dtype=np.uint8)
+    assert [v for _, v in sinks.take.call(a).get(timeout=T).items()] == [4 * MIB] * 2
+    after = _mesh.channel_stats()
+    assert after["shared_copied"] == before["shared_copied"]
     assert _poll(lambda: _mesh.channel_stats()["lent_parts"] == 0)

@@ -14,6 +14,7 @@
 #include "podium/channel/inproc.h"
 #include "podium/channel/link.h"
 #include "podium/channel/pull.h"
+#include "podium/channel/shared_parts.h"
 #include "podium/channel/socket_util.h"
 #include "podium/wire/message.h"
 
@@ -55,6 +56,11 @@ NetStats Net::stats() const {
   auto pulls = internal::pull_counts();
   s.pulls = pulls.started;
   s.pull_failures = pulls.failed;
+  auto shared = internal::shared_counts();
+  s.shared_copied = shared.copied;
+  s.shared_blocks_made = shared.blocks_made;
+  s.shared_mapped = shared.mapped;
+  s.shared_map_failed = shared.map_failed;
   return s;
 }
 
@@ -67,6 +73,17 @@ size_t Config::default_lend_min_bytes() {
     if (end != nullptr && *end == '\0') n = size_t(parsed);
   }
   return n == 0 ? 0 : std::max(n, wire::kMinLendBytes);
+}
+
+size_t Config::default_shared_part_min_bytes() {
+  const char* v = std::getenv("PODIUM_SHARED_PART_MIN");
+  size_t n = size_t{1} << 20;
+  if (v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    unsigned long long parsed = std::strtoull(v, &end, 10);
+    if (end != nullptr && *end == '\0') n = size_t(parsed);
+  }
+  return n;
 }
 
 Result<Address> Net::listen(const Address& addr, int fd) {
@@ -166,6 +183,12 @@ void internal::net_send(const std::shared_ptr<Core>& core_ptr, const Address& de
     }
   }
   if (!link) return refuse(ChannelErrc::kCancelled, "net stopped");
+  // CH-29: large parts for one receiver on this host go in shared blocks it maps.
+  const auto& cfg = core.config;
+  if (to.transport == Transport::kUnix && !env.fan_out && cfg.shared_part_min_bytes > 0 &&
+      cfg.lend_min_bytes > 0) {
+    internal::share_parts(env, std::max(cfg.shared_part_min_bytes, cfg.lend_min_bytes));
+  }
   link->send(std::move(env));
   // CH-10: the peer hears from this Net now anyway, so what it sent here is acknowledged in
   // the same breath, not by a delayed-ack timer that would wake both ends again later.

@@ -84,6 +84,11 @@
 //        if its connection is still open after the copy, so it never delivers bytes the
 //        sender had released. Nothing grows: NetStats::lent_parts counts the parts lent on
 //        open connections and not yet acknowledged.
+//   Shared blocks (CH-29, shared_parts.h): a part of at least Config::shared_part_min_bytes
+//        of an envelope for one receiver is copied by the sending thread into a shared block
+//        (a sealed memfd the sender keeps for the next part of its size) and lent with the
+//        block's name (WI-9); a receiver that pulls maps the block and claims it instead, and
+//        has it alone until it releases the part. One it cannot map or claim is pulled.
 //
 // Gateways (docs/channel.md, "Gateways"): a client that procs cannot reach (behind NAT,
 // outside a cluster) attaches through a gateway Net it can reach, as Monarch's attach() does:
@@ -196,8 +201,14 @@ struct Config {
   // CH-25: whether this Net pulls the parts its Unix-socket peers lend (false: they send
   // every part inline).
   bool pull_lent = true;
+  // CH-29: on a Unix-socket link, a part of at least this many bytes (and at least
+  // lend_min_bytes) of an envelope for one receiver (not Envelope::fan_out) is copied into a
+  // shared block that the receiver maps, instead of being pulled (0: never). The default is
+  // PODIUM_SHARED_PART_MIN from the environment, else 1 MiB.
+  size_t shared_part_min_bytes = default_shared_part_min_bytes();
 
   static size_t default_lend_min_bytes();
+  static size_t default_shared_part_min_bytes();
 };
 
 // A TCP port held for a proc that will listen on it: a socket bound with SO_REUSEPORT and
@@ -254,6 +265,13 @@ struct NetStats {
   // CH-25, in this whole process: pulls of lent parts started, and those that failed.
   uint64_t pulls = 0;
   uint64_t pull_failures = 0;
+  // CH-29, in this whole process: parts copied into shared blocks and blocks made for them
+  // (sender); parts taken as a mapped block, and parts naming one that were pulled instead
+  // (receiver).
+  uint64_t shared_copied = 0;
+  uint64_t shared_blocks_made = 0;
+  uint64_t shared_mapped = 0;
+  uint64_t shared_map_failed = 0;
 };
 
 using DeliverFn = std::function<void(wire::Envelope&&)>;

@@ -1,5 +1,6 @@
 // The puller threads of CH-25: see pull.h.
 #include "podium/channel/pull.h"
+#include "podium/channel/shared_parts.h"
 #include "podium/channel/warm_blocks.h"
 
 #include <sched.h>
@@ -30,11 +31,14 @@ std::atomic<uint64_t> g_started{0}, g_failed{0};
 struct Job {
   pid_t pid = 0;
   std::vector<wire::LentPart> lent;
-  std::vector<std::byte*> dst;
+  std::vector<std::byte*> dst;  // per lent part: where it is pulled to (null: mapped)
   std::vector<Buffer> out;
+  std::vector<size_t> todo;     // the lent parts to pull, after prepare()
   PullDone done;
   std::shared_ptr<const std::atomic<bool>> cancel;
-  // Guarded by the pool's mutex: the next chunk to hand out.
+  // Guarded by the pool's mutex: whether a thread took the job to prepare it, and the next
+  // chunk to hand out (todo[part] at offset).
+  bool prepared = false;
   size_t part = 0, offset = 0;
   std::atomic<size_t> running{0};  // chunks handed out and not finished
   std::atomic<int> err{0};
@@ -64,6 +68,12 @@ size_t env_size(const char* name, size_t fallback) {
   unsigned long long n = std::strtoull(v, &end, 10);
   return end != nullptr && *end == '\0' ? size_t(n) : fallback;
 }
+
+// CH-27: a received part's block goes back to the warm blocks when its Buffer is released.
+struct GiveBack {
+  size_t len = 0;
+  void operator()(void* p) const { give_warm(p, len); }
+};
 
 class Pool {
  public:
@@ -104,11 +114,28 @@ class Pool {
         while (!cv_.wait_for(lock, std::chrono::seconds(1), [&] { return !jobs_.empty(); })) {
           lock.unlock();
           sweep_warm();  // CH-27: kept blocks do not outlive their idle time by much
+          sweep_shared();  // CH-29: nor do shared blocks
           lock.lock();
         }
         job = jobs_.front();
         jobs_.pop_front();
-        part = job->part;
+        if (!job->prepared) {
+          // One thread maps the shared blocks and allocates the rest (CH-29), then the
+          // parts left to pull go round robin with the others.
+          job->prepared = true;
+          lock.unlock();
+          prepare(*job);
+          lock.lock();
+          if (job->err.load() != 0 || job->todo.empty()) {
+            lock.unlock();
+            finish(*job);
+            continue;
+          }
+          jobs_.push_front(job);
+          cv_.notify_all();
+          continue;
+        }
+        part = job->todo[job->part];
         offset = job->offset;
         len = std::min<size_t>(kPullChunkBytes, job->lent[part].len - offset);
         job->offset += len;
@@ -118,7 +145,7 @@ class Pool {
         }
         job->running.fetch_add(1, std::memory_order_relaxed);
         // Round robin: a job with chunks left goes behind the others.
-        if (job->part < job->lent.size()) jobs_.push_back(job);
+        if (job->part < job->todo.size()) jobs_.push_back(job);
       }
       if (job->cancel->load(std::memory_order_relaxed)) {
         int zero = 0;
@@ -135,9 +162,37 @@ class Pool {
       {
         std::lock_guard lock(mu_);
         last = job->running.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
-               job->part == job->lent.size();
+               job->part == job->todo.size();
       }
       if (last) finish(*job);
+    }
+  }
+
+  // Takes each part that names a shared block as that block (CH-29), and allocates the
+  // others, to be pulled.
+  static void prepare(Job& job) {
+    job.out.resize(job.lent.size());
+    job.dst.assign(job.lent.size(), nullptr);
+    for (size_t i = 0; i < job.lent.size(); ++i) {
+      const auto& l = job.lent[i];
+      if (auto mapped = map_shared(job.pid, l)) {
+        job.out[i] = std::move(*mapped);
+        continue;
+      }
+      void* p = nullptr;
+      // Large parts on huge-page boundaries, so that the copy faults in 2 MiB at a time.
+      size_t align = l.len >= kHugePage ? kHugePage : alignof(std::max_align_t);
+      bool warm = false;
+      if (l.len > size_t(PTRDIFF_MAX) || (p = take_warm(size_t(l.len), align, &warm)) == nullptr) {
+        job.err.store(ENOMEM);
+        return;
+      }
+      // A fresh block asks for huge pages; a warm one has them already.
+      if (l.len >= kHugePage && !warm) (void)::madvise(p, size_t(l.len), MADV_HUGEPAGE);
+      std::shared_ptr<void> owner(p, GiveBack{size_t(l.len)});
+      job.dst[i] = static_cast<std::byte*>(p);
+      job.out[i] = Buffer::received(std::move(owner), static_cast<std::byte*>(p), l.len);
+      job.todo.push_back(i);
     }
   }
 
@@ -161,12 +216,6 @@ Pool& pool() {
   return *p;
 }
 
-// CH-27: a received part's block goes back to the warm blocks when its Buffer is released.
-struct GiveBack {
-  size_t len = 0;
-  void operator()(void* p) const { give_warm(p, len); }
-};
-
 }  // namespace
 
 void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent,
@@ -177,25 +226,6 @@ void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent,
   job->cancel = std::move(cancel);
   job->lent = lent;
   job->done = std::move(done);
-  for (const auto& l : lent) {
-    void* p = nullptr;
-    // Large parts on huge-page boundaries, so that the copy faults in 2 MiB at a time.
-    size_t align = l.len >= kHugePage ? kHugePage : alignof(std::max_align_t);
-    bool warm = false;
-    if (l.len > size_t(PTRDIFF_MAX) || (p = take_warm(size_t(l.len), align, &warm)) == nullptr) {
-      g_failed.fetch_add(1, std::memory_order_relaxed);
-      job->out.clear();
-      auto fail = std::move(job->done);
-      job.reset();
-      fail(ENOMEM, {});
-      return;
-    }
-    // A fresh block asks for huge pages; a warm one has them already.
-    if (l.len >= kHugePage && !warm) (void)::madvise(p, size_t(l.len), MADV_HUGEPAGE);
-    std::shared_ptr<void> owner(p, GiveBack{size_t(l.len)});
-    job->dst.push_back(static_cast<std::byte*>(p));
-    job->out.push_back(Buffer::received(std::move(owner), static_cast<std::byte*>(p), l.len));
-  }
   pool().add(std::move(job));
 }
 

@@ -285,6 +285,7 @@ actor::Future<Replies> cast(std::shared_ptr<const CastTargets> to_ptr,
     env.kind = static_cast<uint8_t>(actor::MessageKind::kCall);
     env.dest = t.dest;
     env.sender = sender;
+    env.fan_out = targets.size() > 1;  // the same arguments to each: lent, not copied (CH-29)
     if (!reply_port.empty()) env.headers.emplace_back(actor::kReplyHeader, reply_port);
     env.parts.reserve(1 + args.size());
     env.parts.push_back(actor::encode_call_header(endpoint, r, extent.labels(), extent.sizes()));

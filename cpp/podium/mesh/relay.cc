@@ -379,6 +379,7 @@ struct Relay::Impl {
     env.kind = static_cast<uint8_t>(actor::MessageKind::kSystem);
     env.dest = system_port_of(key);
     env.sender = p.sender;
+    env.fan_out = true;  // the arguments go to other children too: lent, not copied (CH-29)
     // One-way casts gather too (empty acks), so that a dead relay's subtree is re-sent (CT-4).
     std::string parent = proc().port_text(n->gather_port);
     env.parts.reserve(2 + p.args.size());
@@ -424,6 +425,7 @@ struct Relay::Impl {
     env.kind = static_cast<uint8_t>(actor::MessageKind::kCall);
     env.dest = p.ports.at(rank - n->plan_lo);
     env.sender = p.sender;
+    env.fan_out = true;  // as for a child (CH-29)
     env.order_stream = p.stream;
     env.order_seq = p.seqs.at(rank - n->plan_lo);
     if (p.want_reply) {

@@ -15,6 +15,16 @@
 
 namespace podium::wire {
 
+// WI-9: a part the sender copied into a shared block of its own (channel CH-29): the memfd's
+// descriptor number in the sender, its inode, and the generation the block's header holds for
+// this copy. Sent only with the part's lent descriptor (WI-8).
+struct SharedRef {
+  uint32_t index = 0;  // the part's index in `parts`
+  int32_t fd = -1;
+  uint64_t ino = 0;
+  uint64_t gen = 0;
+};
+
 struct Envelope {
   uint8_t kind = 0;           // actor-layer message kind; opaque to wire and channel
   std::string dest;           // destination PortId in the actor layer's text form
@@ -23,6 +33,13 @@ struct Envelope {
   uint64_t order_seq = 0;     // position of this message in that stream
   std::vector<std::pair<std::string, std::string>> headers;
   std::vector<Buffer> parts;
+  // Known to the sender only, never encoded as such:
+  // - fan_out: the same parts go to other receivers too (a cast), so the channel lends them
+  //   rather than copying them once per receiver (CH-29);
+  // - shared: parts the channel copied into shared blocks (CH-29), which a lent descriptor
+  //   names (WI-9).
+  bool fan_out = false;
+  std::vector<SharedRef> shared;
 };
 
 }  // namespace podium::wire

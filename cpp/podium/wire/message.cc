@@ -168,12 +168,18 @@ Result<Message> decode_data(Reader& r, std::vector<Buffer>&& parts) {
     if (!r.array(count) || count == 0 || count > parts.size()) return malformed("Data", "bad lent");
     m.lent.reserve(count);
     for (uint64_t i = 0; i < count; ++i) {
-      uint64_t k, index;
+      uint64_t k, index, fd = 0;
       LentPart l;
-      if (!r.array(k) || k != 3 || !r.uint(index) || !r.uint(l.addr) || !r.uint(l.len) ||
-          index >= parts.size() || !parts[index].empty() || l.len == 0 ||
+      if (!r.array(k) || (k != 3 && k != 6) || !r.uint(index) || !r.uint(l.addr) ||
+          !r.uint(l.len) || index >= parts.size() || !parts[index].empty() || l.len == 0 ||
           (!m.lent.empty() && index <= m.lent.back().index)) {
         return malformed("Data", "bad lent part");
+      }
+      if (k == 6) {  // WI-9: the shared block it lies in
+        if (!r.uint(fd) || fd > uint64_t(std::numeric_limits<int32_t>::max()) || !r.uint(l.ino) || !r.uint(l.gen)) {
+          return malformed("Data", "bad shared part");
+        }
+        l.fd = static_cast<int32_t>(fd);
       }
       l.index = static_cast<uint32_t>(index);
       m.lent.push_back(l);
@@ -233,7 +239,7 @@ void encode_data(uint64_t seq, const Envelope& env, std::vector<std::byte>& out,
   size_t lent = 0;
   for (const Buffer& p : env.parts) lent += lends(p, lend_min) ? 1 : 0;
   size_t hint = 1 + 3 * kUintMax + 2 + 3 * kHeadMax + env.dest.size() + env.sender.size() +
-                (lent > 0 ? kHeadMax + lent * (1 + 3 * kUintMax) : 0);
+                (lent > 0 ? kHeadMax + lent * (1 + 6 * kUintMax) : 0);
   for (const auto& [k, v] : env.headers) hint += 2 * kHeadMax + k.size() + v.size();
   HeadWriter w(out, FrameKind::kData, env.parts, hint);
   Packer pk(w);
@@ -255,10 +261,19 @@ void encode_data(uint64_t seq, const Envelope& env, std::vector<std::byte>& out,
       const Buffer& p = env.parts[i];
       if (!lends(p, lend_min)) continue;
       w.zero_part(i);
-      pk.pack_array(3);
+      const SharedRef* shared = nullptr;
+      for (const SharedRef& s : env.shared) {
+        if (s.index == i) shared = &s;
+      }
+      pk.pack_array(shared != nullptr ? 6 : 3);
       pk.pack_uint64(i);
       pk.pack_uint64(reinterpret_cast<uintptr_t>(p.data()));
       pk.pack_uint64(p.size());
+      if (shared != nullptr) {  // WI-9
+        pk.pack_uint64(uint64_t(shared->fd));
+        pk.pack_uint64(shared->ino);
+        pk.pack_uint64(shared->gen);
+      }
     }
   }
   w.finish();
@@ -277,7 +292,7 @@ size_t data_frame_bound(const Envelope& env, size_t* header_bound) {
   // WI-8: a lent part's descriptor, for every part a link might lend.
   size_t lendable = 0;
   for (const auto& p : env.parts) lendable += p.size() >= kMinLendBytes ? 1 : 0;
-  if (lendable > 0) n += 5 + lendable * (1 + 3 * 9);
+  if (lendable > 0) n += 5 + lendable * (1 + 6 * 9);
   if (header_bound) *header_bound = fits ? n : std::numeric_limits<size_t>::max();
   n += table_end(env.parts.size());
   for (const auto& p : env.parts) n += p.size();

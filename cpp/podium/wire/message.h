@@ -12,6 +12,10 @@
 //        malformed header. Hello carries the lender's probe only with kHelloLend, HelloAck
 //        the kAckPull flag only when set, so every frame of a link that lends nothing keeps
 //        its earlier form.
+//   WI-9 A lent part that lies in a shared block of the sender (channel CH-29) is listed as
+//        [index, address, length, fd, inode, generation], fd at most INT32_MAX; any other
+//        length of that list is a malformed header. A receiver that does not map the block
+//        pulls the part from its address as any other.
 #pragma once
 
 #include <cstdint>
@@ -63,10 +67,16 @@ inline constexpr uint32_t kAckPull = 1;
 
 // WI-8: a part the sender lends instead of writing it to the socket: `len` bytes at `addr`
 // in the sender's memory, for the receiver to pull; its table entry is 0 bytes.
+// WI-9: `fd` >= 0 when the part lies at offset 0 of a shared block (channel CH-29) that the
+// receiver may map instead of pulling: the sender's descriptor, the memfd's inode, and the
+// generation of this copy.
 struct LentPart {
   uint32_t index = 0;
   uint64_t addr = 0;
   uint64_t len = 0;
+  int32_t fd = -1;
+  uint64_t ino = 0;
+  uint64_t gen = 0;
 };
 
 // One envelope; seqs increase within a session (gaps are allowed). `lent` (WI-8) lists the

@@ -196,6 +196,46 @@ TEST(WireMessage, BadLentDescriptorsAreMalformed) {  // WI-8
   EXPECT_FALSE(decode(frame_with(FrameKind::kHelloAck, std::make_tuple(1, 2), s)));
 }
 
+TEST(WireMessage, ALentPartInASharedBlockNamesTheBlock) {  // WI-9
+  Envelope e;
+  e.kind = 1;
+  e.dest = "d";
+  e.sender = "s";
+  std::string big(200000, 'b'), big2(90000, 'c');
+  e.parts = {Buffer::copy_of(big), Buffer::copy_of(big2)};
+  e.shared.push_back({1, 17, 12345, 99});  // part 1 lies in a block; part 0 does not
+  std::vector<std::byte> stream;
+  encode_data(3, e, stream, 65536);
+  EXPECT_LE(stream.size(), data_frame_bound(e));
+  FrameDecoder dec(FrameLimits{});
+  std::vector<RawFrame> frames;
+  ASSERT_TRUE(dec.feed(stream, [&](RawFrame&& f) { frames.push_back(std::move(f)); }));
+  ASSERT_EQ(frames.size(), 1u);
+  auto m = decode(std::move(frames[0]));
+  ASSERT_TRUE(m) << m.error().to_string();
+  auto& d = std::get<Data>(*m);
+  ASSERT_EQ(d.lent.size(), 2u);
+  EXPECT_EQ(d.lent[0].fd, -1);
+  EXPECT_EQ(d.lent[1].fd, 17);
+  EXPECT_EQ(d.lent[1].ino, 12345u);
+  EXPECT_EQ(d.lent[1].gen, 99u);
+  EXPECT_EQ(d.lent[1].len, 90000u);
+  // Malformed: four or five fields, a descriptor past INT32_MAX.
+  std::vector<std::byte> s;
+  std::map<std::string, std::string> none;
+  auto with = [&](auto lent) {
+    return decode(frame_with(FrameKind::kData,
+                             std::make_tuple(1, 1, std::string("d"), std::string("s"), 0, 0,
+                                             none, lent),
+                             s, {Buffer{}}));
+  };
+  using Six = std::vector<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>>;
+  using Four = std::vector<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>>;
+  EXPECT_TRUE(with(Six{{0, 4096, 10, 3, 7, 1}}));
+  EXPECT_FALSE(with(Four{{0, 4096, 10, 3}}));
+  EXPECT_FALSE(with(Six{{0, 4096, 10, uint64_t{1} << 31, 7, 1}}));
+}
+
 TEST(WireMessage, PeerMsgpackLimitRefusesCountsTheBytesCannotHold) {  // WI-7
   // 5 bytes announcing 2^32 - 1 array elements (msgpack-cxx would ask for 128 GiB), a map, a
   // str and a bin of 4 GiB, and nesting past kMaxPeerDepth: each a decode error.

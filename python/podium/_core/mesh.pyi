@@ -127,7 +127,7 @@ def this_proc_id() -> str:
 
 def channel_stats() -> dict:
     """
-    This process's root proc's channel counters (CH-15), its parts lent to peers and not yet acknowledged (CH-26) and this process's pulls of lent parts (CH-25).
+    This process's root proc's channel counters (CH-15), its parts lent to peers and not yet acknowledged (CH-26), this process's pulls of lent parts (CH-25) and its parts sent and received in shared blocks (CH-29).
     """
 
 def serve_gateway(addr: str) -> str:
