@@ -37,6 +37,10 @@ using PullDone = std::function<void(int err, std::vector<Buffer> parts)>;
 void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent,
                 std::shared_ptr<const std::atomic<bool>> cancel, PullDone done);
 
+// Starts the puller threads if they are not running yet: while idle they also sweep the warm
+// blocks (CH-27) and the shared blocks (CH-29), so a process that only sends starts them too.
+void start_pullers();
+
 // Whether this process can read `pid`'s memory: the 8 bytes at `addr` are `value` (0), or
 // the errno (EIO: other bytes there, so another process or a wrong address).
 int probe_peer(pid_t pid, uint64_t addr, uint64_t value);

@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "podium/channel/pull.h"
 #include "podium/channel/warm_blocks.h"
 
 namespace podium::channel::internal {
@@ -286,6 +287,9 @@ void share_parts(wire::Envelope& env, size_t min_bytes) {
     if (p.size() < min_bytes || p.size() > kMaxBlockBytes) continue;
     size_t cap = (p.size() + kClassBytes - 1) / kClassBytes * kClassBytes;
     if (cap > shared_limit()) continue;
+    static std::once_flag sweeper;
+    // Idle blocks go even if this process never sends a large part again (the pullers sweep).
+    std::call_once(sweeper, start_pullers);
     uint64_t gen = 0;
     auto b = take_block(cap, gen);
     if (!b) continue;

@@ -199,6 +199,28 @@ TEST(SharedParts, AClaimNeedsTheGenerationLentAndOnlyOneSucceeds) {  // CH-29, W
   EXPECT_EQ(after.mapped - before.mapped, 1u);
 }
 
+TEST(SharedParts, IdleBlocksAndMappingsGoWithoutAnotherSend) {  // CH-29
+  {
+    wire::Envelope env = numbered(2);
+    internal::share_parts(env, size_t{1} << 20);
+    ASSERT_EQ(env.shared.size(), 1u);
+    const wire::SharedRef ref = env.shared[0];
+    wire::LentPart l{1, reinterpret_cast<uint64_t>(env.parts[1].data()), kPart, ref.fd, ref.ino,
+                     ref.gen};
+    auto got = internal::map_shared(::getpid(), l);
+    ASSERT_TRUE(got);
+    EXPECT_GE(internal::shared_counts().blocks, 1u);
+    EXPECT_GE(internal::shared_counts().mappings, 1u);
+  }  // both sides let go, and nothing is sent after
+  // The puller threads sweep once a second while idle; kSharedIdle is 2 s.
+  EXPECT_TRUE(eventually(
+      [] {
+        auto c = internal::shared_counts();
+        return c.blocks == 0 && c.mappings == 0 && c.bytes == 0;
+      },
+      15s));
+}
+
 TEST(SharedParts, APartBelowTheThresholdOrWithNoBlockNameIsLeftAlone) {  // CH-29
   wire::Envelope env = numbered(1);
   internal::share_parts(env, kPart + 1);
