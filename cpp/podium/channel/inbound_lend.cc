@@ -12,6 +12,7 @@
 
 #include "podium/channel/inbound.h"
 #include "podium/channel/pull.h"
+#include "podium/channel/shared_parts.h"
 
 namespace podium::channel::internal {
 
@@ -70,18 +71,33 @@ Inbound::Frames Inbound::start_pull(wire::Data&& d) {
   }
   std::vector<wire::LentPart> lent = d.lent;
   pulling_ = std::move(d);
-  pull_async(pull_pid_, lent, core_->pull_cancel,
-             [self = shared_from_this()](int err, std::vector<Buffer> p) mutable {
-               auto core = self->core_;
-               std::lock_guard lock(core->pull_mu);
-               if (!core->pulls_closed) {
-                 asio::post(core->io, [self = std::move(self), err, p = std::move(p)]() mutable {
-                   self->on_pulled(err, std::move(p));
-                 });
-               }
-               self.reset();  // before stop() may return: it may be the last holder
-               if (--core->pulls_in_flight == 0) core->pull_cv.notify_all();
-             });
+  auto done = [self = shared_from_this()](int err, std::vector<Buffer> p) mutable {
+    auto core = self->core_;
+    std::lock_guard lock(core->pull_mu);
+    if (!core->pulls_closed) {
+      asio::post(core->io, [self = std::move(self), err, p = std::move(p)]() mutable {
+        self->on_pulled(err, std::move(p));
+      });
+    }
+    self.reset();  // before stop() may return: it may be the last holder
+    if (--core->pulls_in_flight == 0) core->pull_cv.notify_all();
+  };
+  // CH-29: parts in shared blocks this process has mapped already are claimed here, with no
+  // system call; when that is all of them, the frame skips the pullers' thread hop.
+  std::vector<Buffer> ready(lent.size());
+  size_t taken = 0;
+  for (size_t i = 0; i < lent.size(); ++i) {
+    if (auto b = map_shared(pull_pid_, lent[i], /*mapped_only=*/true)) {
+      ready[i] = std::move(*b);
+      ++taken;
+    }
+  }
+  if (taken == lent.size()) {
+    done(0, std::move(ready));
+  } else {
+    pull_async(pull_pid_, lent, core_->pull_cancel, std::move(done),
+               taken > 0 ? std::move(ready) : std::vector<Buffer>{});
+  }
   return Frames::kPulling;
 }
 

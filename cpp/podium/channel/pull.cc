@@ -175,6 +175,7 @@ class Pool {
     job.dst.assign(job.lent.size(), nullptr);
     for (size_t i = 0; i < job.lent.size(); ++i) {
       const auto& l = job.lent[i];
+      if (!job.out[i].empty()) continue;  // taken already
       if (auto mapped = map_shared(job.pid, l)) {
         job.out[i] = std::move(*mapped);
         continue;
@@ -219,13 +220,15 @@ Pool& pool() {
 }  // namespace
 
 void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent,
-                std::shared_ptr<const std::atomic<bool>> cancel, PullDone done) {
+                std::shared_ptr<const std::atomic<bool>> cancel, PullDone done,
+                std::vector<Buffer> ready) {
   g_started.fetch_add(1, std::memory_order_relaxed);
   auto job = std::make_shared<Job>();
   job->pid = pid;
   job->cancel = std::move(cancel);
   job->lent = lent;
   job->done = std::move(done);
+  if (ready.size() == lent.size()) job->out = std::move(ready);
   pool().add(std::move(job));
 }
 

@@ -34,8 +34,11 @@ using PullDone = std::function<void(int err, std::vector<Buffer> parts)>;
 
 // Allocates each part and copies it from `pid`; `done` runs on a puller thread. Once
 // `*cancel` is true, the chunks not yet copied are skipped and `done` gets ECANCELED.
+// `ready`, when not empty, has one Buffer per lent part: those not empty were taken already
+// (a mapped shared block, CH-29) and are neither mapped nor pulled again.
 void pull_async(pid_t pid, const std::vector<wire::LentPart>& lent,
-                std::shared_ptr<const std::atomic<bool>> cancel, PullDone done);
+                std::shared_ptr<const std::atomic<bool>> cancel, PullDone done,
+                std::vector<Buffer> ready = {});
 
 // Starts the puller threads if they are not running yet: while idle they also sweep the warm
 // blocks (CH-27) and the shared blocks (CH-29), so a process that only sends starts them too.

@@ -304,7 +304,7 @@ void share_parts(wire::Envelope& env, size_t min_bytes) {
   }
 }
 
-std::optional<Buffer> map_shared(pid_t pid, const wire::LentPart& l) {
+std::optional<Buffer> map_shared(pid_t pid, const wire::LentPart& l, bool mapped_only) {
   if (l.fd < 0 || l.gen == 0 || l.gen >= (uint64_t{1} << 62)) return std::nullopt;
   auto& r = receiver();
   Key key{pid, l.fd, l.ino};
@@ -331,6 +331,8 @@ std::optional<Buffer> map_shared(pid_t pid, const wire::LentPart& l) {
       it->second.in_use = true;
       it->second.used = Clock::now();
       m = it->second.m;
+    } else if (mapped_only) {
+      return std::nullopt;  // not a failure: the pullers map it
     }
   }
   old.clear();

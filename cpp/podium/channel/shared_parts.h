@@ -46,8 +46,9 @@ void share_parts(wire::Envelope& env, size_t min_bytes);
 
 // The receiver's side: the lent part `l` of process `pid` as the block it lies in, mapped and
 // claimed; nullopt when it names no block or the block cannot be mapped or claimed (the
-// caller pulls the part from l.addr instead).
-std::optional<Buffer> map_shared(pid_t pid, const wire::LentPart& l);
+// caller pulls the part from l.addr instead). `mapped_only`: only a block mapped here
+// already, with no system call (nullopt otherwise, and not counted as a failure).
+std::optional<Buffer> map_shared(pid_t pid, const wire::LentPart& l, bool mapped_only = false);
 
 // Unmaps and closes what neither side used for kSharedIdle (both sides).
 void sweep_shared();

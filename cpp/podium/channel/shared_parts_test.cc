@@ -111,7 +111,10 @@ TEST(SharedParts, APartForOneReceiverIsMappedAndItsBlockServesTheNextOne) {  // 
   EXPECT_EQ(p.kept.error, "");
   EXPECT_EQ(after.shared_mapped - before.shared_mapped, 10u);
   EXPECT_EQ(after.shared_map_failed, before.shared_map_failed);
-  EXPECT_EQ(after.pulls - before.pulls, 10u);  // a lent frame still, mapped on the pullers
+  // A block's first part is mapped on the pullers; a part in a block mapped already is
+  // claimed on the io thread, with no pull. (A second block is made when the ack overtakes
+  // the receiver's release, so not every one of the ten reuses the first.)
+  EXPECT_LT(after.pulls - before.pulls, 10u);
   EXPECT_LE(after.shared_blocks_made - before.shared_blocks_made, 1u);
   EXPECT_EQ(p.returns.size(), 0u);
 }
