@@ -72,6 +72,12 @@ class Sink(Actor):
         return len(self.kept)
 
     @endpoint
+    def sum_and_echo(self, a: np.ndarray) -> tuple:
+        total = int(a.sum(dtype=np.int64))
+        a += 1  # the receiver's own memory
+        return total, a  # back through a shared block of this proc
+
+    @endpoint
     def kept_values(self) -> list:
         return [(int(a[0]), int(a[1]), int(a[-1]), bool(np.all(a[2:] == a[0]))) for a in self.kept]
 
@@ -195,3 +201,31 @@ def test_a_call_to_several_actors_lends_its_arguments_instead_of_copying(spawn, 
     after = _mesh.channel_stats()
     assert after["shared_copied"] == before["shared_copied"]
     assert _poll(lambda: _mesh.channel_stats()["lent_parts"] == 0)
+
+
+def test_concurrent_calls_of_many_sizes_both_ways_arrive_intact(spawn, new_procs):  # CH-29
+    import threading
+    sinks = spawn(Sink, on=new_procs(gpus=2))
+    actors = [sinks.slice(gpus=i) for i in range(2)]
+    errors = []
+
+    def caller(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for k in range(10):
+            a = rng.integers(0, 1000, size=int(rng.integers(1 << 17, 6 << 17)), dtype=np.int64)
+            try:
+                total, back = actors[k % 2].sum_and_echo.call_one(a).get(timeout=T)
+            except Exception as e:  # reported below, with the others
+                errors.append((seed, k, repr(e)))
+                continue
+            if total != int(a.sum()) or not np.array_equal(back, a + 1):
+                errors.append((seed, k, a.nbytes))
+
+    threads = [threading.Thread(target=caller, args=(seed,)) for seed in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=2 * T)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    assert _mesh.channel_stats()["shared_map_failed"] == 0
