@@ -78,6 +78,11 @@ class Sink(Actor):
         return total, a  # back through a shared block of this proc
 
     @endpoint
+    def give_to(self, other, v: int) -> int:
+        """Sends `other` an 8 MiB array of `v` (the part goes in a block of this proc)."""
+        return other.keep.call_one(np.full(MIB, v, dtype=np.int64)).get(timeout=T)
+
+    @endpoint
     def kept_values(self) -> list:
         return [(int(a[0]), int(a[1]), int(a[-1]), bool(np.all(a[2:] == a[0]))) for a in self.kept]
 
@@ -229,3 +234,25 @@ def test_concurrent_calls_of_many_sizes_both_ways_arrive_intact(spawn, new_procs
     assert not any(t.is_alive() for t in threads)
     assert errors == []
     assert _mesh.channel_stats()["shared_map_failed"] == 0
+
+
+def test_a_part_the_receiver_holds_outlives_its_sender(spawn, new_procs):  # CH-29
+    sender = spawn(Sink, on=new_procs(gpus=1))
+    keeper = spawn(Sink, on=new_procs(gpus=1))
+    for v in range(3):
+        assert sender.give_to.call_one(keeper, v).get(timeout=T) == v + 1
+    # The keeper holds blocks of the sender's (the first part went inline: the link's first
+    # frame streams behind its Hello).
+    assert keeper.stats.call_one().get(timeout=T)["shared_mapped"] >= 2
+    pid = sender.pid.call_one().get(timeout=T)
+    os.kill(pid, signal.SIGKILL)
+
+    def gone() -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+
+    assert _poll(gone)
+    assert keeper.kept_values.call_one().get(timeout=T) == [(v, v + 1, v, True) for v in range(3)]
