@@ -2,6 +2,7 @@
 #include "podium/channel/shared_parts.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -66,10 +67,9 @@ struct Sender {
   uint64_t gen = 0, copied = 0, made = 0;      // guarded by mu
 };
 
-Sender& sender() {
-  static auto* s = new Sender();  // lives as long as the process
-  return *s;
-}
+// Each side's state, for the life of the process; a forked child starts afresh (after_fork).
+std::atomic<Sender*> g_sender{new Sender()};
+Sender& sender() { return *g_sender.load(std::memory_order_acquire); }
 
 // Under s.mu: moves the blocks nobody used for kSharedIdle into `old`.
 void expire(Sender& s, Clock::time_point now, std::vector<std::shared_ptr<Block>>& old) {
@@ -164,7 +164,9 @@ std::shared_ptr<Block> take_block(size_t cap, uint64_t& gen) {
 struct SenderRelease {
   std::shared_ptr<Block> block;
   uint64_t gen = 0;
+  pid_t pid = 0;  // the process that copied
   void operator()(const void*) const {
+    if (::getpid() != pid) return;  // a forked child's copy of the Buffer: not its block
     uint64_t lent = gen << 2 | kLent;
     block->header()->word.compare_exchange_strong(lent, gen << 2 | kFree,
                                                   std::memory_order_acq_rel);
@@ -199,9 +201,26 @@ struct Receiver {
   uint64_t mapped = 0, failed = 0;
 };
 
-Receiver& receiver() {
-  static auto* r = new Receiver();  // lives as long as the process
-  return *r;
+std::atomic<Receiver*> g_receiver{new Receiver()};
+Receiver& receiver() { return *g_receiver.load(std::memory_order_acquire); }
+
+// Forks. A child shares every block mapped at the fork with its parent (MAP_SHARED): a part
+// the parent holds must then never be freed for its sender to write again, since the child
+// may still read it where its parent let it go; and the child must neither write nor free
+// blocks that are its parent's. So a release in another process than the claim or the copy
+// does nothing, a receiver that forked since it claimed a block leaves it held (the sender
+// forgets it once idle, its pages go with the last mapping), and a child starts with no
+// blocks and no mappings of its own (the old state is left to the parent).
+std::atomic<uint64_t> g_forks{0};
+
+void watch_forks() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ::pthread_atfork([] { g_forks.fetch_add(1, std::memory_order_acq_rel); }, nullptr, [] {
+      g_sender.store(new Sender(), std::memory_order_release);
+      g_receiver.store(new Receiver(), std::memory_order_release);
+    });
+  });
 }
 
 void expire(Receiver& r, Clock::time_point now, std::vector<std::shared_ptr<Mapping>>& old) {
@@ -251,8 +270,14 @@ struct ReceiverRelease {
   std::shared_ptr<Mapping> m;
   uint64_t gen = 0;
   Key key;
+  pid_t pid = 0;       // the process that claimed
+  uint64_t forks = 0;  // g_forks when it claimed
   void operator()(const void*) const {
-    header_at(m->base)->word.store(gen << 2 | kFree, std::memory_order_release);
+    if (::getpid() != pid) return;  // a forked child's copy of the Buffer
+    // A child forked since may still read the block: it stays held, never written again.
+    if (g_forks.load(std::memory_order_acquire) == forks) {
+      header_at(m->base)->word.store(gen << 2 | kFree, std::memory_order_release);
+    }
     auto& r = receiver();
     std::lock_guard lock(r.mu);
     auto it = r.entries.find(key);
@@ -290,13 +315,15 @@ void share_parts(wire::Envelope& env, size_t min_bytes) {
     static std::once_flag sweeper;
     // Idle blocks go even if this process never sends a large part again (the pullers sweep).
     std::call_once(sweeper, start_pullers);
+    watch_forks();
     uint64_t gen = 0;
     auto b = take_block(cap, gen);
     if (!b) continue;
     std::memcpy(b->data(), p.data(), p.size());
     b->header()->word.store(gen << 2 | kLent, std::memory_order_release);
     size_t len = p.size();
-    p = Buffer(std::shared_ptr<const void>(b->data(), SenderRelease{b, gen}), b->data(), len);
+    p = Buffer(std::shared_ptr<const void>(b->data(), SenderRelease{b, gen, ::getpid()}),
+               b->data(), len);
     env.shared.push_back({uint32_t(i), int32_t(b->fd), b->ino, gen});
     auto& s = sender();
     std::lock_guard lock(s.mu);
@@ -306,6 +333,7 @@ void share_parts(wire::Envelope& env, size_t min_bytes) {
 
 std::optional<Buffer> map_shared(pid_t pid, const wire::LentPart& l, bool mapped_only) {
   if (l.fd < 0 || l.gen == 0 || l.gen >= (uint64_t{1} << 62)) return std::nullopt;
+  watch_forks();
   auto& r = receiver();
   Key key{pid, l.fd, l.ino};
   std::vector<std::shared_ptr<Mapping>> old;  // unmapped after the lock is released
@@ -352,6 +380,7 @@ std::optional<Buffer> map_shared(pid_t pid, const wire::LentPart& l, bool mapped
   }
   if (m->len - kHeaderBytes < l.len) return fail();
   uint64_t lent = l.gen << 2 | kLent;
+  uint64_t forks = g_forks.load(std::memory_order_acquire);  // before the claim
   if (!header_at(m->base)->word.compare_exchange_strong(lent, l.gen << 2 | kHeld,
                                                         std::memory_order_acq_rel)) {
     return fail();
@@ -361,8 +390,9 @@ std::optional<Buffer> map_shared(pid_t pid, const wire::LentPart& l, bool mapped
     ++r.mapped;
   }
   std::byte* data = m->base + kHeaderBytes;
-  return Buffer::received(std::shared_ptr<const void>(data, ReceiverRelease{m, l.gen, key}), data,
-                          l.len);
+  return Buffer::received(
+      std::shared_ptr<const void>(data, ReceiverRelease{m, l.gen, key, ::getpid(), forks}), data,
+      l.len);
 }
 
 void sweep_shared() {

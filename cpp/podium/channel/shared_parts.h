@@ -22,6 +22,9 @@
 //         it. The sender keeps at most shared_limit() bytes of blocks (PODIUM_SHARED_SEND_BYTES;
 //         default as CH-27's warm blocks) and 64 blocks; past that, parts are lent as before.
 //         A block is sealed at its size, so that a receiver's mapping cannot lose its pages.
+//         Forks: a release in another process than the copy or the claim does nothing; a
+//         receiver that forked after it claimed a block leaves it held when it releases it
+//         (the child may still read it); a child starts with no blocks or mappings.
 #pragma once
 
 #include <sys/types.h>

@@ -1,6 +1,7 @@
 // Large parts for one receiver copied into shared blocks that the receiver maps (CH-29,
 // WI-9), instead of being pulled (CH-25).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -200,6 +201,41 @@ TEST(SharedParts, AClaimNeedsTheGenerationLentAndOnlyOneSucceeds) {  // CH-29, W
   auto after = internal::shared_counts();
   EXPECT_EQ(after.copied - before.copied, 3u);
   EXPECT_EQ(after.mapped - before.mapped, 1u);
+}
+
+TEST(SharedParts, ABlockHeldAcrossAForkIsNeverWrittenAgain) {  // CH-29
+  constexpr size_t kOdd = (size_t{7} << 20) + 4096;  // a size class no other test uses
+  auto one_part = [&](char c) {
+    wire::Envelope e;
+    e.parts.push_back(Buffer::from_string(std::string(kOdd, c)));
+    internal::share_parts(e, size_t{1} << 20);
+    return e;
+  };
+  wire::Envelope env = one_part('q');
+  ASSERT_EQ(env.shared.size(), 1u);
+  const wire::SharedRef ref = env.shared[0];
+  wire::LentPart l{0, reinterpret_cast<uint64_t>(env.parts[0].data()), kOdd, ref.fd, ref.ino,
+                   ref.gen};
+  auto got = internal::map_shared(::getpid(), l);
+  ASSERT_TRUE(got);
+  env.parts.clear();  // the sender lets go; the receiver (this process) holds the block
+  pid_t child = ::fork();
+  if (child == 0) {
+    got.reset();  // a child's release of its parent's part does nothing
+    ::_exit(0);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  wire::Envelope second = one_part('r');
+  ASSERT_EQ(second.shared.size(), 1u);
+  EXPECT_NE(second.shared[0].ino, ref.ino);  // still held here
+  got.reset();  // released after a fork: the child may still read it, so it stays held
+  second.parts.clear();
+  wire::Envelope third = one_part('s');
+  ASSERT_EQ(third.shared.size(), 1u);
+  EXPECT_NE(third.shared[0].ino, ref.ino);  // (it would be the first free block of its size)
+  EXPECT_TRUE(third.parts[0].view().front() == 's' && third.parts[0].view().back() == 's');
 }
 
 TEST(SharedParts, IdleBlocksAndMappingsGoWithoutAnotherSend) {  // CH-29
