@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "podium/base/env.h"
 #include "podium/channel/core.h"
 #include "podium/channel/inbound.h"
 #include "podium/channel/inproc.h"
@@ -65,25 +66,12 @@ NetStats Net::stats() const {
 }
 
 size_t Config::default_lend_min_bytes() {
-  const char* v = std::getenv("PODIUM_CMA_PART_MIN");
-  size_t n = size_t{512} << 10;
-  if (v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    unsigned long long parsed = std::strtoull(v, &end, 10);
-    if (end != nullptr && *end == '\0') n = size_t(parsed);
-  }
+  size_t n = size_t(env_number("PODIUM_CMA_PART_MIN").value_or(size_t{512} << 10));
   return n == 0 ? 0 : std::max(n, wire::kMinLendBytes);
 }
 
 size_t Config::default_shared_part_min_bytes() {
-  const char* v = std::getenv("PODIUM_SHARED_PART_MIN");
-  size_t n = size_t{1} << 20;
-  if (v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    unsigned long long parsed = std::strtoull(v, &end, 10);
-    if (end != nullptr && *end == '\0') n = size_t(parsed);
-  }
-  return n;
+  return size_t(env_number("PODIUM_SHARED_PART_MIN").value_or(size_t{1} << 20));
 }
 
 Result<Address> Net::listen(const Address& addr, int fd) {

@@ -1,5 +1,6 @@
 // The puller threads of CH-25: see pull.h.
 #include "podium/channel/pull.h"
+#include "podium/base/env.h"
 #include "podium/channel/shared_parts.h"
 #include "podium/channel/warm_blocks.h"
 
@@ -61,14 +62,6 @@ int read_peer(pid_t pid, std::byte* local, uint64_t remote, size_t len) {
   return 0;
 }
 
-size_t env_size(const char* name, size_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  unsigned long long n = std::strtoull(v, &end, 10);
-  return end != nullptr && *end == '\0' ? size_t(n) : fallback;
-}
-
 // CH-27: a received part's block goes back to the warm blocks when its Buffer is released.
 struct GiveBack {
   size_t len = 0;
@@ -82,8 +75,8 @@ class Pool {
     CPU_ZERO(&set);
     size_t cpus = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
     // As the data plane's copiers (DA-11): at most half the CPUs, two at most by default.
-    size_t threads = env_size("PODIUM_RDMA_CMA_THREADS", cpus >= 4 ? 2 : 1);
-    int nice = int(env_size("PODIUM_RDMA_NICE", 5));
+    size_t threads = size_t(env_number("PODIUM_RDMA_CMA_THREADS").value_or(cpus >= 4 ? 2 : 1));
+    int nice = int(std::min<uint64_t>(env_number("PODIUM_RDMA_NICE").value_or(5), 19));
     threads = std::clamp<size_t>(threads, 1, 16);
     for (size_t i = 0; i < threads; ++i) {
       std::thread([this, nice] { run(nice); }).detach();

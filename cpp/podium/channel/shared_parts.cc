@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "podium/base/env.h"
 #include "podium/channel/pull.h"
 #include "podium/channel/warm_blocks.h"
 
@@ -288,20 +289,11 @@ struct ReceiverRelease {
   }
 };
 
-size_t compute_limit() {
-  const char* v = std::getenv("PODIUM_SHARED_SEND_BYTES");
-  if (v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    unsigned long long n = std::strtoull(v, &end, 10);
-    if (end != nullptr && *end == '\0') return size_t(n);
-  }
-  return warm_limit();
-}
-
 }  // namespace
 
 size_t shared_limit() {
-  static const size_t limit = compute_limit();
+  static const size_t limit =
+      size_t(env_number("PODIUM_SHARED_SEND_BYTES").value_or(warm_limit()));
   return limit;
 }
 

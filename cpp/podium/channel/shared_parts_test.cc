@@ -50,6 +50,19 @@ bool filled_with(const Buffer& b, char c) {
   return b.size() == kPart && b.view().back() == c;
 }
 
+// The descriptor a receiver gets for part `i` of `env` (WI-9), after share_parts().
+wire::LentPart lent_of(const wire::Envelope& env, uint32_t i) {
+  wire::LentPart l{i, reinterpret_cast<uint64_t>(env.parts[i].data()), env.parts[i].size()};
+  for (const wire::SharedRef& ref : env.shared) {
+    if (ref.index == i) {
+      l.fd = ref.fd;
+      l.ino = ref.ino;
+      l.gen = ref.gen;
+    }
+  }
+  return l;
+}
+
 // A receiver that keeps what it was given while `hold` is set.
 struct Kept {
   std::mutex mu;
@@ -171,8 +184,7 @@ TEST(SharedParts, AClaimNeedsTheGenerationLentAndOnlyOneSucceeds) {  // CH-29, W
   EXPECT_TRUE(filled_with(env.parts[1], 'f'));
   // Sealed at its size: nobody can shrink it under a receiver's mapping.
   EXPECT_NE(::ftruncate(ref.fd, 0), 0);
-  wire::LentPart l{1, reinterpret_cast<uint64_t>(env.parts[1].data()), kPart, ref.fd, ref.ino,
-                   ref.gen};
+  wire::LentPart l = lent_of(env, 1);
   wire::LentPart stale = l;
   stale.gen = ref.gen + 1;
   EXPECT_FALSE(internal::map_shared(::getpid(), stale));
@@ -214,8 +226,7 @@ TEST(SharedParts, ABlockHeldAcrossAForkIsNeverWrittenAgain) {  // CH-29
   wire::Envelope env = one_part('q');
   ASSERT_EQ(env.shared.size(), 1u);
   const wire::SharedRef ref = env.shared[0];
-  wire::LentPart l{0, reinterpret_cast<uint64_t>(env.parts[0].data()), kOdd, ref.fd, ref.ino,
-                   ref.gen};
+  wire::LentPart l = lent_of(env, 0);
   auto got = internal::map_shared(::getpid(), l);
   ASSERT_TRUE(got);
   env.parts.clear();  // the sender lets go; the receiver (this process) holds the block
@@ -243,10 +254,7 @@ TEST(SharedParts, IdleBlocksAndMappingsGoWithoutAnotherSend) {  // CH-29
     wire::Envelope env = numbered(2);
     internal::share_parts(env, size_t{1} << 20);
     ASSERT_EQ(env.shared.size(), 1u);
-    const wire::SharedRef ref = env.shared[0];
-    wire::LentPart l{1, reinterpret_cast<uint64_t>(env.parts[1].data()), kPart, ref.fd, ref.ino,
-                     ref.gen};
-    auto got = internal::map_shared(::getpid(), l);
+    auto got = internal::map_shared(::getpid(), lent_of(env, 1));
     ASSERT_TRUE(got);
     EXPECT_GE(internal::shared_counts().blocks, 1u);
     EXPECT_GE(internal::shared_counts().mappings, 1u);
@@ -264,7 +272,7 @@ TEST(SharedParts, APartBelowTheThresholdOrWithNoBlockNameIsLeftAlone) {  // CH-2
   wire::Envelope env = numbered(1);
   internal::share_parts(env, kPart + 1);
   EXPECT_TRUE(env.shared.empty());
-  wire::LentPart plain{1, reinterpret_cast<uint64_t>(env.parts[1].data()), kPart};
+  wire::LentPart plain = lent_of(env, 1);  // names no block
   EXPECT_FALSE(internal::map_shared(::getpid(), plain));
   wire::LentPart bogus = plain;
   bogus.fd = 0;  // stdin: not a sealed memfd

@@ -1,6 +1,8 @@
 // Warm blocks for pulled parts (CH-27): see warm_blocks.h.
 #include "podium/channel/warm_blocks.h"
 
+#include "podium/base/env.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,12 +34,7 @@ Cache& cache() {
 }
 
 size_t compute_limit() {
-  const char* v = std::getenv("PODIUM_WARM_RECV_BYTES");
-  if (v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    unsigned long long n = std::strtoull(v, &end, 10);
-    if (end != nullptr && *end == '\0') return size_t(n);
-  }
+  if (auto n = env_number("PODIUM_WARM_RECV_BYTES")) return size_t(*n);
   long pages = ::sysconf(_SC_PHYS_PAGES);
   long page = ::sysconf(_SC_PAGESIZE);
   size_t eighth = pages > 0 && page > 0 ? size_t(pages) * size_t(page) / 8 : 0;

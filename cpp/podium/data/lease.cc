@@ -4,20 +4,9 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "podium/base/env.h"
+
 namespace podium::data {
-
-namespace {
-
-std::optional<uint64_t> env_number(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  char* end = nullptr;
-  unsigned long long n = std::strtoull(v, &end, 10);
-  if (end == v || *end != '\0') return std::nullopt;
-  return n;
-}
-
-}  // namespace
 
 LeaseConfig LeaseConfig::from_env() {
   LeaseConfig c;

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "podium/base/env.h"
 #include "podium/data/errc.h"
 #include "podium/data/shm_maps.h"
 
@@ -205,11 +206,8 @@ Mode mode() {
 bool enabled() { return mode() != Mode::kOff; }
 
 size_t min_bytes() {
-  const char* env = std::getenv("PODIUM_RDMA_SHM_MIN_BYTES");
-  if (env == nullptr) return kDefaultMinBytes;
-  char* end = nullptr;
-  unsigned long long v = std::strtoull(env, &end, 10);
-  return end != env && *end == '\0' && v > 0 ? static_cast<size_t>(v) : kDefaultMinBytes;
+  auto v = env_number("PODIUM_RDMA_SHM_MIN_BYTES");
+  return v && *v > 0 ? static_cast<size_t>(*v) : kDefaultMinBytes;
 }
 
 Result<std::shared_ptr<SharedPages>> share_pages(const void* addr, size_t size,

@@ -19,6 +19,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "podium/base/env.h"
 #include "podium/host/error.h"
 
 namespace podium::host {
@@ -135,12 +136,9 @@ std::string proc_log_path(std::string_view dir, pid_t pid) {
 }
 
 uint64_t proc_log_max_bytes() {
-  const char* v = std::getenv("PODIUM_PROC_LOG_MAX_BYTES");
-  if (!v || !*v) return LogFile::kDefaultMaxBytes;
-  char* end = nullptr;
-  unsigned long long n = std::strtoull(v, &end, 10);
-  if (end == v || *end) return LogFile::kDefaultMaxBytes;
-  return std::max<uint64_t>(n, LogFile::kMinMaxBytes);
+  auto n = env_number("PODIUM_PROC_LOG_MAX_BYTES");
+  if (!n) return LogFile::kDefaultMaxBytes;
+  return std::max<uint64_t>(*n, LogFile::kMinMaxBytes);
 }
 
 Result<ProcPipeEnds> make_proc_pipes() {

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <optional>
+
 #include <msgpack.hpp>
 
 #include "podium/wire/peer_msgpack.h"
@@ -18,6 +21,34 @@ RawFrame frame_with(FrameKind kind, const T& header, std::vector<std::byte>& sto
   auto b = std::as_bytes(std::span(sb.data(), sb.size()));
   storage.assign(b.begin(), b.end());
   return RawFrame{kind, storage, std::move(parts)};
+}
+
+// The one frame `stream` holds, decoded (nullopt, with the test failed, otherwise).
+std::optional<Message> only_frame(const std::vector<std::byte>& stream) {
+  FrameDecoder dec(FrameLimits{});
+  std::vector<RawFrame> frames;
+  if (!dec.feed(stream, [&](RawFrame&& f) { frames.push_back(std::move(f)); }) ||
+      frames.size() != 1) {
+    ADD_FAILURE() << "not one frame";
+    return std::nullopt;
+  }
+  auto m = decode(std::move(frames[0]));
+  if (!m) {
+    ADD_FAILURE() << m.error().to_string();
+    return std::nullopt;
+  }
+  return std::move(*m);
+}
+
+// A Data frame with one part per `parts` and `lent` as its eighth element, decoded.
+template <class Lent>
+Result<Message> data_with_lent(const Lent& lent, std::vector<Buffer> parts) {
+  std::vector<std::byte> s;
+  std::map<std::string, std::string> none;
+  return decode(frame_with(
+      FrameKind::kData,
+      std::make_tuple(1, 1, std::string("d"), std::string("s"), 0, 0, none, lent), s,
+      std::move(parts)));
 }
 
 TEST(WireMessage, DecodesHeadersPackedByMsgpackCxx) {
@@ -115,12 +146,8 @@ TEST(WireMessage, LentPartsTravelAsDescriptorsAndTheirBytesStayOut) {  // WI-8
   // The caller writes only the parts it does not lend: "small".
   auto small = e.parts[0].span();
   stream.insert(stream.end(), small.begin(), small.end());
-  FrameDecoder dec(FrameLimits{});
-  std::vector<RawFrame> frames;
-  ASSERT_TRUE(dec.feed(stream, [&](RawFrame&& f) { frames.push_back(std::move(f)); }));
-  ASSERT_EQ(frames.size(), 1u);
-  auto m = decode(std::move(frames[0]));
-  ASSERT_TRUE(m) << m.error().to_string();
+  auto m = only_frame(stream);
+  ASSERT_TRUE(m);
   auto& d = std::get<Data>(*m);
   ASSERT_EQ(d.lent.size(), 2u);
   EXPECT_EQ(d.lent[0].index, 1u);
@@ -147,18 +174,15 @@ TEST(WireMessage, LentPartsTravelAsDescriptorsAndTheirBytesStayOut) {  // WI-8
   h.probe_value = 0x1234;
   std::vector<std::byte> hs;
   encode(h, hs);
-  frames.clear();
-  FrameDecoder dec2(FrameLimits{});
-  ASSERT_TRUE(dec2.feed(hs, [&](RawFrame&& f) { frames.push_back(std::move(f)); }));
-  auto hm = decode(std::move(frames.at(0)));
-  ASSERT_TRUE(hm) << hm.error().to_string();
+  auto hm = only_frame(hs);
+  ASSERT_TRUE(hm);
   EXPECT_EQ(std::get<Hello>(*hm).flags, kHelloLend);
   EXPECT_EQ(std::get<Hello>(*hm).probe_addr, 0x7fff0000u);
   EXPECT_EQ(std::get<Hello>(*hm).probe_value, 0x1234u);
   std::vector<std::byte> as;
   encode(HelloAck{5, kAckPull}, as);
   encode(HelloAck{6}, as);
-  frames.clear();
+  std::vector<RawFrame> frames;
   FrameDecoder dec3(FrameLimits{});
   ASSERT_TRUE(dec3.feed(as, [&](RawFrame&& f) { frames.push_back(std::move(f)); }));
   ASSERT_EQ(frames.size(), 2u);
@@ -171,14 +195,10 @@ TEST(WireMessage, LentPartsTravelAsDescriptorsAndTheirBytesStayOut) {  // WI-8
 }
 
 TEST(WireMessage, BadLentDescriptorsAreMalformed) {  // WI-8
-  std::vector<std::byte> s;
-  std::map<std::string, std::string> none;
+  std::vector<std::byte> s;  // the Hello frames' below
   using Lent = std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>;
-  auto data = [&](Lent lent, std::vector<Buffer> parts) {
-    return decode(frame_with(FrameKind::kData,
-                             std::make_tuple(1, 1, std::string("d"), std::string("s"), 0, 0,
-                                             none, lent),
-                             s, std::move(parts)));
+  auto data = [](Lent lent, std::vector<Buffer> parts) {
+    return data_with_lent(lent, std::move(parts));
   };
   EXPECT_TRUE(data({{0, 4096, 10}}, {Buffer{}}));
   // A part with bytes of its own, an index out of range, 0 bytes, out of order, none at all.
@@ -207,12 +227,8 @@ TEST(WireMessage, ALentPartInASharedBlockNamesTheBlock) {  // WI-9
   std::vector<std::byte> stream;
   encode_data(3, e, stream, 65536);
   EXPECT_LE(stream.size(), data_frame_bound(e));
-  FrameDecoder dec(FrameLimits{});
-  std::vector<RawFrame> frames;
-  ASSERT_TRUE(dec.feed(stream, [&](RawFrame&& f) { frames.push_back(std::move(f)); }));
-  ASSERT_EQ(frames.size(), 1u);
-  auto m = decode(std::move(frames[0]));
-  ASSERT_TRUE(m) << m.error().to_string();
+  auto m = only_frame(stream);
+  ASSERT_TRUE(m);
   auto& d = std::get<Data>(*m);
   ASSERT_EQ(d.lent.size(), 2u);
   EXPECT_EQ(d.lent[0].fd, -1);
@@ -221,14 +237,7 @@ TEST(WireMessage, ALentPartInASharedBlockNamesTheBlock) {  // WI-9
   EXPECT_EQ(d.lent[1].gen, 99u);
   EXPECT_EQ(d.lent[1].len, 90000u);
   // Malformed: four or five fields, a descriptor past INT32_MAX.
-  std::vector<std::byte> s;
-  std::map<std::string, std::string> none;
-  auto with = [&](auto lent) {
-    return decode(frame_with(FrameKind::kData,
-                             std::make_tuple(1, 1, std::string("d"), std::string("s"), 0, 0,
-                                             none, lent),
-                             s, {Buffer{}}));
-  };
+  auto with = [](const auto& lent) { return data_with_lent(lent, {Buffer{}}); };
   using Six = std::vector<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>>;
   using Four = std::vector<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>>;
   EXPECT_TRUE(with(Six{{0, 4096, 10, 3, 7, 1}}));
