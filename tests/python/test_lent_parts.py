@@ -139,13 +139,14 @@ def test_many_large_calls_leave_no_lent_part_behind(spawn, new_procs):  # CH-26
 
 
 def test_a_receiver_killed_mid_pull_leaves_the_sender_healthy(spawn, new_procs):  # CH-26
-    pm = new_procs(gpus=1)
-    victim = spawn(Sink, on=pm)
+    # Calls to a mesh of two actors: their parts are lent and pulled, not put in shared
+    # blocks (those go to one receiver only, CH-29, and are acked as soon as mapped).
+    victims = spawn(Sink, on=new_procs(gpus=2))
     other = spawn(Sink, on=new_procs(gpus=1))
-    pid = victim.pid.call_one().get(timeout=T)
+    pid = victims.slice(gpus=0).pid.call_one().get(timeout=T)
     a = np.ones(256 * MIB, dtype=np.uint8)
-    futures = [victim.take.call_one(a) for _ in range(4)]
-    # Lent and not acknowledged: the victim is pulling (or about to).
+    futures = [victims.take.call(a) for _ in range(4)]
+    # Lent and not acknowledged: the victims are pulling (or about to).
     assert _poll(lambda: _mesh.channel_stats()["lent_parts"] > 0)
     os.kill(pid, signal.SIGKILL)
     for f in futures:
