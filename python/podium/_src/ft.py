@@ -115,12 +115,21 @@ def _warm() -> None:
     here), and a process's first backward and optimizer step cost several times a later one
     (a forked proc's first step of the model: 6 ms without this, 3 ms with). Imported in the
     zygote (ZYGOTE_PRELOAD), this is done once for every proc forked from it. On one thread: a pool of intra-op threads started before a fork leaves
-    the forked procs waiting on threads they do not have at their first parallel op."""
+    the forked procs waiting on threads they do not have at their first parallel op.
+
+    In a build of torch with GPU support only the optimizer is made (its imports are most of
+    the cost): there a backward starts autograd's device threads and an optimizer step
+    initializes CUDA (Adam checks for graph capture), and a proc forked from a process that
+    did either cannot train ("Unable to handle autograd's threading in combination with
+    fork-based multiprocessing", "CUDA error: initialization error")."""
+    gpu_build = torch.version.cuda is not None or torch.version.hip is not None
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         model = nn.Linear(1, 1)
         opt = make_optimizer(model)
+        if gpu_build:
+            return
         F.mse_loss(model(torch.zeros(1, 1)), torch.zeros(1, 1)).backward()
         opt.step()
     finally:
