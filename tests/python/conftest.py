@@ -51,6 +51,7 @@ def _record_fault(failure) -> None:
 
 
 import podium.actor  # noqa: E402  (installed package; see the module docstring)
+from podium._src import netns  # noqa: E402
 
 podium.actor.unhandled_fault_hook = _record_fault
 
@@ -220,11 +221,9 @@ def slurm_cluster(tmp_path_factory):
 
 @pytest.fixture
 def network():
-    """network(n) -> netns.Network of n hosts (tests/python/netns.py); every network made is
+    """network(n) -> netns.Network of n hosts (podium/_src/netns.py); every network made is
     deleted after the test, also when it fails. What killed runs left behind is removed
     first."""
-    import netns
-
     reason = netns.unavailable_reason()
     if reason is not None:
         skip_or_fail(reason)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from conftest import skip_or_fail
+from podium._src import netns
 
 
 def _number(x) -> bool:
@@ -23,8 +24,6 @@ def _namespaces() -> set:
 
 
 def test_bench_rdma_net_json_report():  # DA-21
-    import netns
-
     reason = netns.unavailable_reason()
     if reason is not None:
         skip_or_fail(reason)
@@ -40,7 +39,7 @@ def test_bench_rdma_net_json_report():  # DA-21
     assert report["benchmark"] == "rdma-net"
     assert report["pump"] == "c++ (podium-tcp-pump)"
     owner, reader = report["owner"], report["reader"]
-    assert owner[0].startswith("tcp:10.78.") and reader[0].startswith("tcp:10.78.")
+    assert owner[0].startswith("tcp:10.77.") and reader[0].startswith("tcp:10.77.")
     assert owner[0].split(":")[1] != reader[0].split(":")[1]  # two hosts
     assert owner[1] == reader[1] == "eth0"
     assert [row["bytes"] for row in report["sizes"]] == [4096, 16384, 65536, 262144, 1048576]

@@ -20,7 +20,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from podium._src import ft  # noqa: E402
+from conftest import CHILD_TIMEOUT_S  # noqa: E402
+from podium._src import bench_ft_host, ft, netns  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 240
@@ -233,7 +234,9 @@ def _number(x) -> bool:
 
 
 def test_bench_ft_json_report():
-    r = subprocess.run([sys.executable, "-m", "podium", "bench", "ft", "--quick", "--json"],
+    # With one run of a host cut off the network where namespaces can be made (root).
+    r = subprocess.run([sys.executable, "-m", "podium", "bench", "ft", "--quick", "--json",
+                        "--host-cuts", "1"],
                        capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
                        stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr[-4000:]
@@ -265,96 +268,29 @@ def test_bench_ft_json_report():
                                    "worst_steps_lost", "worst_rejoin_s",
                                    "worst_steps_lost_through_rejoin"}
     assert _number(rep["targets"]["worst_steps_lost_through_rejoin"])
-
-
-NETNS_CHILD = textwrap.dedent("""
-    import json, sys, time
-    import torch
-    from podium.actor import attach_to_workers, enable_transport
-    from podium._core import mesh as _mesh
-    from podium._src import ft
-
-    log = lambda m: print(m, file=sys.stderr, flush=True)
-    controller_addr, workers = sys.argv[1], sys.argv[2:]
-    enable_transport(f"tcp://{controller_addr}:0")
-    hosts = attach_to_workers(workers=workers)
-    hosts.initialized.get(timeout=30)
-
-    def spawn(slot, generation):
-        # Group i starts on host i; a replacement goes to the next host.
-        h = slot if generation == 0 else (slot + 1) % len(workers)
-        return hosts.slice(hosts=slice(h, h + 1)).spawn_procs(per_host={"gpus": 1})
-
-    tr = ft.Trainer(groups=3, procs=1, spawn_procs=spawn, step_timeout_s=3.0, log=log)
-    try:
-        tr.start()
-        tr.run(10, progress_every=0)
-        print("CUT?", flush=True)
-        sys.stdin.readline()
-        t_cut = time.monotonic()
-        deadline = t_cut + 90
-        while time.monotonic() < deadline and not any(s == 0 for s, _, _, _ in tr.rejoins):
-            tr.run_step()
-        tr.run(5, progress_every=0)
-        after = [s for s in tr.steps if s.t > t_cut]
-        lost = next((s for s in after if 0 not in s.quorum), None)
-        back = [t for s, _, _, t in tr.rejoins if s == 0]
-        states = {slot: [s for _, s in g.actors.state.call().get(timeout=60).items()]
-                  for slot, g in sorted(tr.live.items())}
-        infos = {slot: [i for _, i in g.actors.info.call().get(timeout=60).items()]
-                 for slot, g in sorted(tr.live.items())}
-        digests = {slot: sorted(set(g.actors.digest.call().get(timeout=60).values()))
-                   for slot, g in tr.live.items()}
-    finally:
-        tr.stop()
-    first = states[min(states)][0]
-    out = {
-        "steps": [[s.step, s.quorum, s.loss] for s in tr.steps],
-        "faults": [],
-        "rejoins": [[s, g, step] for s, g, step, _ in tr.rejoins],
-        "applied": {slot: [i["applied"] for i in v] for slot, v in infos.items()},
-        "generation": {slot: v[0]["generation"] for slot, v in infos.items()},
-        "identical": all(torch.equal(s, first) for v in states.values() for s in v),
-        "vs_reference": float((first - ft.reference(0, tr.steps)["flat"]).abs().max()),
-        "digests": digests,
-        "cut_step": after[0].step if after else None,
-        "lost_step": lost.step if lost else None,
-        "survivors_step_after_s": lost.t - t_cut if lost else None,
-        "rejoin_after_s": back[0] - t_cut if back else None,
-    }
-    print("RESULT " + json.dumps(out), flush=True)
-    """)
+    h, t = rep["lost_host"], rep["targets"]
+    if netns.unavailable_reason() is not None:
+        assert h == {"skipped": netns.unavailable_reason()}, h
+        assert t["lost_host_survivors_continue_within_5_s"] is None
+        return
+    (run,) = h["runs"]
+    assert run["lost_step"] == run["cut_step"] and h["all_continued"], h
+    assert 0 < run["detect_s"] <= run["continue_s"] < run["rejoin_s"], run
+    assert run["detect_cause"], run
+    assert h["worst_continue_s"] == run["continue_s"] == h["continue_s"]["max"]
+    assert t["lost_host_survivors_continue_within_5_s"] == (run["continue_s"] <= 5.0)
 
 
 # FT-3, FT-4 across hosts: a group's host is cut off the network (frames silently dropped);
 # the others finish their step without it once its gradient is late, train on, and a
 # replacement on another host rejoins with their state.
 def test_a_group_on_a_cut_host_is_dropped_and_replaced(network, tmp_path):
-    from conftest import CHILD_TIMEOUT_S
-    from test_multihost_netns import PORT, start_workers, stop_workers
-
-    net = network(3)
-    workers = start_workers(net, env={"PODIUM_ZYGOTE_PRELOAD": ",".join(ft.ZYGOTE_PRELOAD)})
-    c = subprocess.Popen([sys.executable, "-c", NETNS_CHILD, net.controller_addr,
-                          *[f"tcp://{h.addr}:{PORT}" for h in net.hosts]],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    try:
-        line = c.stdout.readline()
-        assert line.startswith("CUT?"), line + c.stderr.read()[-6000:]
-        net.cut(0)
-        c.stdin.write("\n")
-        c.stdin.flush()
-        out, err = c.communicate(timeout=CHILD_TIMEOUT_S * 3)
-    finally:
-        if c.poll() is None:
-            c.kill()
-        stop_workers(workers)
-    lines = [l for l in out.splitlines() if l.startswith("RESULT ")]
-    assert c.returncode == 0 and lines, out[-3000:] + err[-6000:]
-    r = json.loads(lines[0][len("RESULT "):])
-    print(f"host cut: survivors' step done {r['survivors_step_after_s']:.3f} s after the cut, "
-          f"replacement rejoined after {r['rejoin_after_s']:.2f} s")
+    # The run of `podium bench ft`'s lost host (bench_ft_host.py), checked here in full.
+    r = bench_ft_host.cut_once(network(3), timeout_s=CHILD_TIMEOUT_S * 3)
+    print(f"host cut: group 0 dropped {r['detect_s']:.3f} s after the cut "
+          f"({r['detect_cause']}), survivors' step done after {r['continue_s']:.3f} s, "
+          f"replacement rejoined after {r['rejoin_s']:.2f} s")
     assert r["lost_step"] == r["cut_step"], r  # the first step after the cut goes on without it
-    assert r["rejoin_after_s"] is not None and r["generation"]["0"] >= 1, r
+    assert r["rejoin_s"] is not None and r["generation"]["0"] >= 1, r
+    assert r["detect_s"] is not None and r["detect_s"] <= r["continue_s"], r
     _check_run(r, 3)

@@ -1,4 +1,4 @@
-"""Multi-host over real network stacks: each host is a network namespace (tests/python/
+"""Multi-host over real network stacks: each host is a network namespace (podium/_src/
 netns.py, the `network` fixture) running `python -m podium worker`; the controller runs in
 the root namespace. A cut link drops every frame silently (no RST, no ICMP), which only
 heartbeats can detect.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
@@ -17,44 +16,8 @@ import time
 import pytest
 
 from conftest import CHILD_TIMEOUT_S
-
-READY = "podium worker listening on "
-PORT = 7000  # every host is its own network stack: the same port on each
-
-
-def start_workers(net, env=None, persistent: bool = False) -> list[subprocess.Popen]:
-    procs = []
-    try:
-        for h in net.hosts:
-            procs.append(net.popen(h, [sys.executable, "-m", "podium", "worker", "--listen",
-                                       f"tcp://{h.addr}:{PORT}"]
-                                   + (["--persistent"] if persistent else []),
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True,
-                                   env={**os.environ, **(env or {})}, start_new_session=True))
-        for h, p in zip(net.hosts, procs):
-            deadline = time.monotonic() + 30
-            line = ""
-            while time.monotonic() < deadline:
-                line = p.stdout.readline()
-                if not line or line.startswith(READY):
-                    break
-            assert line.strip() == f"{READY}tcp://{h.addr}:{PORT}", line
-    except BaseException:
-        stop_workers(procs)
-        raise
-    return procs
-
-
-def stop_workers(procs) -> None:
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait(timeout=10)
-
+# The workers of each test: one per namespace host, on PORT (podium/_src/netns.py).
+from podium._src.netns import PORT, start_workers, stop_workers  # noqa: F401
 
 CONTROLLER = textwrap.dedent("""
     import os, sys, time

@@ -1,4 +1,4 @@
-"""The network-namespace helpers (tests/python/netns.py): hosts reach each other and the
+"""The network-namespace helpers (podium/_src/netns.py): hosts reach each other and the
 controller over TCP, a cut host is silent (a connect times out, nothing is refused, an open
 connection neither fails nor delivers), restore heals it, and teardown leaves nothing."""
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-import netns
+from podium._src import netns
 
 # A TCP echo server: prints "ready" once listening, echoes one connection at a time.
 ECHO = r"""

@@ -1,4 +1,4 @@
-"""podium.rdma across hosts: each host a network namespace (tests/python/netns.py, the
+"""podium.rdma across hosts: each host a network namespace (podium/_src/netns.py, the
 `network` fixture) running `python -m podium worker`; the controller attaches from the root
 namespace over TCP (the authenticated control plane), and the bytes go over UCX's tcp
 transport between the veth addresses (docs/data.md, "Across hosts").

@@ -14,7 +14,10 @@ same run without; and the time a full restart of all groups takes (stop every gr
 them all again, reload the last state from the controller's copy over the data plane), in the
 same run, as the reference; and what a fault costs the machine by itself: the time a group's
 proc killed with SIGKILL on an idle machine takes to exit (the kernel tearing its memory
-down), in steps. Progress goes to stderr; --json prints one JSON object.
+down), in steps. As root, ``--host-cuts`` runs (default 3) with a group's host cut off the
+network (podium/_src/bench_ft_host.py): the time from the cut to the group's drop, to the
+survivors' next step and to its replacement's rejoin. Progress goes to stderr; --json prints
+one JSON object.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from podium._src import ft
+from podium._src import bench_ft_host, ft
 
 
 def _log(message: str) -> None:
@@ -125,7 +128,7 @@ def _through_rejoin(trainer: Any, step_s: float) -> Dict[int, float]:
 
 
 def run(groups: int, procs: int, steps: int, every: int, kinds: List[str],
-        step_timeout_s: float) -> Dict[str, Any]:
+        step_timeout_s: float, host_cuts: int = 0) -> Dict[str, Any]:
     _log(f"{groups} groups x {procs} procs, {steps} steps without faults")
     clean = _one_run(groups, procs, steps, None, step_timeout_s, restart=False)
     inject = f"every={every} kinds={','.join(kinds)}"
@@ -149,6 +152,9 @@ def run(groups: int, procs: int, steps: int, every: int, kinds: List[str],
     all_next = [f.t_next_step - f.t_fault for f in faulty["trainer"].faults if f.t_next_step]
     all_rej = [f.t_rejoin - f.t_fault for f in faulty["trainer"].faults if f.t_rejoin]
     worst_lost = max([max(0.0, t - step_s) / step_s for t in all_next], default=0.0)
+    lost_host = (bench_ft_host.run(host_cuts, step_timeout_s, log=_log) if host_cuts > 0
+                 else {"skipped": "--host-cuts 0"})
+    host_worst = lost_host.get("worst_continue_s")
     out = {
         "benchmark": "ft",
         "groups": groups, "procs_per_group": procs, "steps": steps, "inject": inject,
@@ -170,12 +176,18 @@ def run(groups: int, procs: int, steps: int, every: int, kinds: List[str],
         "proc_exit_steps": (statistics.median(faulty["exit_s"]) / step_s
                             if faulty["exit_s"] else None),
         "full_restart_steps": faulty["full_restart_s"] / step_s,
+        # A group's host cut off the network: from the cut to the drop, to the survivors'
+        # next step, to the replacement's rejoin (bench_ft_host.py).
+        "lost_host": lost_host,
         "targets": {
             "survivors_lose_at_most_1_step": worst_lost <= 1.0,
             "worst_steps_lost": worst_lost,
             "worst_steps_lost_through_rejoin": max(through.values(), default=None),
             "rejoin_within_10_s": bool(all_rej) and max(all_rej) <= 10.0,
             "worst_rejoin_s": max(all_rej, default=None),
+            "lost_host_survivors_continue_within_5_s": (
+                None if host_worst is None else lost_host["all_continued"] and host_worst <= 5.0),
+            "worst_lost_host_continue_s": host_worst,
         },
     }
     return out
@@ -189,6 +201,8 @@ def main(argv: List[str]) -> int:
     p.add_argument("--every", type=int, default=None, help="a fault every K steps (default 30)")
     p.add_argument("--kinds", default=",".join(ft.FAULT_KINDS))
     p.add_argument("--step-timeout", type=float, default=3.0)
+    p.add_argument("--host-cuts", type=int, default=None,
+                   help="runs with a host cut off the network, as root (default 3; 0 with --quick)")
     p.add_argument("--quick", action="store_true", help="60 steps, a fault every 15 (the test's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     a = p.parse_args(argv)
@@ -196,7 +210,8 @@ def main(argv: List[str]) -> int:
     every = a.every or (15 if a.quick else 30)
     kinds = [k for k in a.kinds.split(",") if k]
     ft.parse_inject(f"every={every} kinds={','.join(kinds)}")
-    r = run(a.groups, a.procs, steps, every, kinds, a.step_timeout)
+    host_cuts = a.host_cuts if a.host_cuts is not None else (0 if a.quick else 3)
+    r = run(a.groups, a.procs, steps, every, kinds, a.step_timeout, host_cuts)
     if a.json:
         print(json.dumps(r))
         return 0
@@ -232,6 +247,15 @@ def main(argv: List[str]) -> int:
         print(f"a group's proc killed on an idle machine takes {e['median'] * 1e3:.1f} ms to "
               f"exit (max {e['max'] * 1e3:.1f}): {r['proc_exit_steps']:.2f} steps of CPU "
               f"taken from the survivors on a machine this small")
+    h = r["lost_host"]
+    if "skipped" in h:
+        print(f"lost host: not measured ({h['skipped']})")
+    else:
+        def s(x: Optional[Dict[str, float]]) -> str:
+            return "never" if x is None else f"{x['median']:.2f} s (max {x['max']:.2f})"
+        print(f"lost host x{len(h['runs'])} (link cut): dropped after {s(h['detect_s'])}, "
+              f"survivors' next step after {s(h['continue_s'])}, replacement rejoined after "
+              f"{s(h['rejoin_s'])}; the step timeout is {h['step_timeout_s']:.1f} s")
     return 0
 
 

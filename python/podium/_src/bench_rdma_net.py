@@ -4,7 +4,7 @@ the same two namespaces, measured in the same run, as the floor (docs/data.md, "
 hosts").
 
 The benchmark makes two namespaces, each with a veth link to a bridge in the root namespace on
-a free 10.78.X.0/24 (the controller, this process, is .1 on the bridge; host A is .2, host B
+a free 10.77.X.0/24 (the controller, this process, is .1 on the bridge; host A is .2, host B
 .3), and deletes them at the end. It starts a `podium worker` in each namespace and attaches
 them over TCP with a fresh secret: an actor on host A owns one buffer per size, an actor on
 host B reads it (``read_into``) and writes it (``write_from``). UCX moves the bytes over its
@@ -24,14 +24,9 @@ JSON object. A benchmark, not a test: it asserts nothing about the figures.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
-import random
-import re
 import secrets
-import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -41,88 +36,11 @@ from typing import Any, Dict, List, Optional
 import podium.actor as pa
 from podium._core import data as _data
 from podium._core import mesh as _mesh
-from podium._src import find_binary
+from podium._src import find_binary, netns
 from podium.rdma import RDMABuffer
 
 _TIMEOUT_S = 300.0
-_PORT = 7000  # the workers' port, in each namespace's own stack
 _PUMP_PORT = 7100
-
-
-def _ip(*args: str, netns: Optional[str] = None, check: bool = True) -> str:
-    argv = ["ip", *(["-n", netns] if netns else []), *args]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=30,
-                         stdin=subprocess.DEVNULL)
-    if check and out.returncode != 0:
-        raise RuntimeError(f"`{' '.join(argv)}` failed: {out.stderr.strip()}")
-    return out.stdout
-
-
-class _Net:
-    """Two namespaces ("hosts" A and B) on a bridge; close() deletes what was made."""
-
-    def __init__(self) -> None:
-        tag = f"{os.getpid():x}{random.randrange(256):02x}"
-        self.bridge = f"pbnb{tag}"[:15]
-        self.hosts: List[Dict[str, str]] = []
-        self._made: List[tuple] = []
-        self._rules: List[List[str]] = []
-        try:
-            net = self._free_subnet()
-            addrs = [str(a) for a in list(net.hosts())[:3]]
-            self.controller_addr = addrs[0]
-            _ip("link", "add", self.bridge, "type", "bridge")
-            self._made.append(("link", self.bridge))
-            _ip("addr", "add", f"{addrs[0]}/24", "dev", self.bridge)
-            _ip("link", "set", self.bridge, "up")
-            for i, name in enumerate("ab"):
-                ns, root, inner = f"pbn{tag}{name}", f"pbv{tag}{name}"[:15], f"pbi{tag}{name}"[:15]
-                _ip("netns", "add", ns)
-                self._made.append(("netns", ns))
-                _ip("link", "add", root, "type", "veth", "peer", "name", inner)
-                self._made.append(("link", root))
-                _ip("link", "set", inner, "netns", ns)
-                _ip("link", "set", inner, "name", "eth0", netns=ns)
-                _ip("addr", "add", f"{addrs[i + 1]}/24", "dev", "eth0", netns=ns)
-                _ip("link", "set", "eth0", "up", netns=ns)
-                _ip("link", "set", "lo", "up", netns=ns)
-                _ip("link", "set", root, "master", self.bridge)
-                _ip("link", "set", root, "up")
-                self.hosts.append({"netns": ns, "addr": addrs[i + 1]})
-            if shutil.which("iptables"):
-                for rule in (["FORWARD", "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"],
-                             ["INPUT", "-i", self.bridge, "-j", "ACCEPT"]):
-                    subprocess.run(["iptables", "-I", *rule], check=True, timeout=30,
-                                   capture_output=True)
-                    self._rules.append(rule)
-        except BaseException:
-            self.close()
-            raise
-
-    @staticmethod
-    def _free_subnet() -> ipaddress.IPv4Network:
-        used = [ipaddress.ip_network(t, strict=False) for args in
-                (("-4", "-o", "addr", "show"), ("-4", "route", "show", "table", "all"))
-                for t in re.findall(r"\b(\d+\.\d+\.\d+\.\d+(?:/\d+)?)", _ip(*args))]
-        for x in random.sample(range(256), 256):
-            net = ipaddress.ip_network(f"10.78.{x}.0/24")
-            if not any(net.overlaps(u) for u in used):
-                return net
-        raise RuntimeError("no free 10.78.X.0/24 subnet on this machine")
-
-    def wrap(self, h: int, argv: List[str]) -> List[str]:
-        return ["ip", "netns", "exec", self.hosts[h]["netns"], *argv]
-
-    def close(self) -> None:
-        for rule in reversed(self._rules):
-            subprocess.run(["iptables", "-D", *rule], timeout=30, capture_output=True)
-        self._rules.clear()
-        for kind, name in reversed(self._made):
-            if kind == "link":
-                _ip("link", "del", name, check=False)
-            else:
-                _ip("netns", "del", name, check=False)
-        self._made.clear()
 
 
 _SERVER = textwrap.dedent("""
@@ -170,11 +88,11 @@ class _Pump:
     """The floor: a TCP server in host A sends N bytes on request over one connection to a
     client in host B, which times request to last byte received."""
 
-    def __init__(self, net: "_Net", max_bytes: int) -> None:
+    def __init__(self, net: netns.Network, max_bytes: int) -> None:
         # podium-tcp-pump (cpp/tools/tcp_pump.cc) where built; else the same protocol in
         # Python, whose sendall/recv_into are one system call per 4 MiB.
         binary = find_binary("podium-tcp-pump")
-        where = [net.hosts[0]["addr"], str(_PUMP_PORT), str(max_bytes)]
+        where = [net.hosts[0].addr, str(_PUMP_PORT), str(max_bytes)]
         if binary is not None:
             self.kind = "c++ (podium-tcp-pump)"
             serve, fetch = [str(binary), "serve", *where], [str(binary), "fetch", *where]
@@ -254,41 +172,6 @@ class NetReader(pa.Actor):
         return time.perf_counter() - t0
 
 
-def _start_workers(net: _Net, env: Dict[str, str]) -> List[subprocess.Popen]:
-    procs: List[subprocess.Popen] = []
-    try:
-        for h in range(2):
-            procs.append(subprocess.Popen(
-                net.wrap(h, [sys.executable, "-m", "podium", "worker", "--listen",
-                             f"tcp://{net.hosts[h]['addr']}:{_PORT}"]),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True, env=env, start_new_session=True))
-        for p in procs:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                line = p.stdout.readline()
-                if not line or line.startswith("podium worker listening on "):
-                    break
-            else:
-                line = ""
-            if not line.startswith("podium worker listening on "):
-                raise RuntimeError(f"a worker did not start: {line.strip()}")
-    except BaseException:
-        _stop_workers(procs)
-        raise
-    return procs
-
-
-def _stop_workers(procs: List[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        p.wait(timeout=30)
-
-
 def _gbps(n: int, s: float) -> float:
     return n / s / 1e9 if s > 0 else 0.0
 
@@ -306,12 +189,12 @@ def _sizes(max_mib: int) -> List[int]:
     return sizes
 
 
-def _measure(net: _Net, sizes: List[int], reps: int) -> Dict[str, Any]:
+def _measure(net: netns.Network, sizes: List[int], reps: int) -> Dict[str, Any]:
     """Per size, best of ``reps`` rounds; each round moves the size once over the TCP pump,
     once as an RDMA read and once as an RDMA write, so that the floor and the figures see the
     same machine load."""
     pa.enable_transport(f"tcp://{net.controller_addr}:0")
-    hosts = pa.attach_to_workers(workers=[f"tcp://{h['addr']}:{_PORT}" for h in net.hosts])
+    hosts = pa.attach_to_workers(workers=[f"tcp://{h.addr}:{netns.PORT}" for h in net.hosts])
     hosts.initialized.get(timeout=60)
     procs = hosts.spawn_procs(per_host={"gpus": 1})
     owner = procs.spawn("rdma_net_owner", NetOwner).slice(hosts=0)
@@ -356,23 +239,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="repetitions per size; best kept (3)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        print("podium bench rdma-net needs root and `ip` (network namespaces, veth, bridge)",
-              file=sys.stderr)
+    reason = netns.unavailable_reason()
+    if reason is not None:
+        print(f"podium bench rdma-net: {reason}", file=sys.stderr)
         return 2
     sizes = _sizes(args.max_mib)
     # One secret for this controller and both workers (SE-1 would make the controller's
     # only once its runtime starts, after the workers).
     os.environ.setdefault("PODIUM_SECRET", secrets.token_hex(32))
-    net = _Net()
+    net = netns.Network(2)
     workers: List[subprocess.Popen] = []
     try:
-        print(f"hosts A {net.hosts[0]['addr']}, B {net.hosts[1]['addr']} (namespaces "
-              f"{net.hosts[0]['netns']}, {net.hosts[1]['netns']})", file=sys.stderr, flush=True)
-        workers = _start_workers(net, dict(os.environ))
+        print(f"hosts A {net.hosts[0].addr}, B {net.hosts[1].addr} (namespaces "
+              f"{net.hosts[0].netns}, {net.hosts[1].netns})", file=sys.stderr, flush=True)
+        workers = netns.start_workers(net, timeout_s=60)
         got = _measure(net, sizes, args.reps)
     finally:
-        _stop_workers(workers)
+        netns.stop_workers(workers)
         net.close()
     rows = []
     for n in sizes:

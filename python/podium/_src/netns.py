@@ -1,4 +1,4 @@
-"""Hosts as network namespaces, for multi-host tests on one machine.
+"""Hosts as network namespaces, for multi-host tests and benchmarks on one machine.
 
 `Network(n)` creates n "hosts": each a network namespace with one veth link to a bridge in the
 root namespace, on a private /24 (10.77.X.0/24, X picked free on this machine). The root
@@ -22,6 +22,11 @@ killed run left behind (namespaces and bridges of pids that are gone).
 Root's firewall: bridged traffic passes the FORWARD chain when br_netfilter is loaded, and
 traffic to the controller passes INPUT. Where `iptables` exists, the network inserts ACCEPT
 rules for its bridge and deletes them in close().
+
+`start_workers(net)` starts a `podium worker` in every host, listening on its address and
+`PORT`, and waits (bounded) until each says so; `stop_workers` kills them. Used by the
+multi-host tests and by the benchmarks that need hosts (`podium bench rdma-net`,
+`podium bench ft`'s lost host).
 """
 
 from __future__ import annotations
@@ -31,12 +36,17 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 CMD_TIMEOUT_S = 20.0
 _PREFIX = "podium-"
+PORT = 7000  # the workers' port: every host is its own network stack, so the same on each
+READY = "podium worker listening on "
 
 
 class NetnsError(RuntimeError):
@@ -291,3 +301,44 @@ def remove_stale() -> list[str]:
             _ip("link", "del", m.group(1), check=False)
             removed.append(m.group(1))
     return removed
+
+
+def start_workers(net: Network, env: Optional[dict] = None, persistent: bool = False,
+                  timeout_s: float = 30.0) -> list[subprocess.Popen]:
+    """A `podium worker` in every host of ``net`` (``env`` added to this process's
+    environment), each in its own session, once each has said it listens on
+    tcp://<host>:PORT; the caller stops them with stop_workers()."""
+    procs: list[subprocess.Popen] = []
+    try:
+        for h in net.hosts:
+            procs.append(net.popen(h, [sys.executable, "-m", "podium", "worker", "--listen",
+                                       f"tcp://{h.addr}:{PORT}"]
+                                   + (["--persistent"] if persistent else []),
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True,
+                                   env={**os.environ, **(env or {})}, start_new_session=True))
+        for h, p in zip(net.hosts, procs):
+            deadline = time.monotonic() + timeout_s
+            line = ""
+            while time.monotonic() < deadline:
+                line = p.stdout.readline()
+                if not line or line.startswith(READY):
+                    break
+            if line.strip() != f"{READY}tcp://{h.addr}:{PORT}":
+                raise NetnsError(f"the worker of {h} did not start: "
+                                 f"{line.strip() or f'exit status {p.poll()}'}")
+    except BaseException:
+        stop_workers(procs)
+        raise
+    return procs
+
+
+def stop_workers(procs: Sequence[subprocess.Popen]) -> None:
+    """Kills each worker's whole session (its procs too) and reaps it."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=10)
