@@ -73,6 +73,35 @@ def test_without_the_zygote_procs_are_children_of_the_controller(tmp_path):
     assert all(i["late"] == "set-after-start" for i in infos)
 
 
+def _run_preloading(tmp_path, preload: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "probe.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PODIUM_ZYGOTE": "1", "PODIUM_ZYGOTE_PRELOAD": preload,
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=CHILD_TIMEOUT_S)
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout.strip().splitlines()[-1])["procs"]) == 3
+    return r
+
+
+# A preloaded module that leaves what a fork cannot carry (a thread started from Python here;
+# CUDA initialized on a GPU build of torch) is named once, with the hazard, in the zygote's
+# output; OpenBLAS's pool (numpy's import) is not a hazard and is not reported.
+def test_a_preloaded_module_that_starts_a_thread_is_named(tmp_path):
+    (tmp_path / "threadmod.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(600,), name='poller', daemon=True).start()\n")
+    r = _run_preloading(tmp_path, "threadmod")
+    warnings = [l for l in r.stderr.splitlines() if l.startswith("podium zygote: ")]
+    assert len(warnings) == 1, r.stderr
+    assert "after preloading threadmod (PODIUM_ZYGOTE_PRELOAD): 1 thread(s) started from " \
+           "Python (poller)" in warnings[0], warnings
+    r = _run_preloading(tmp_path, "numpy")
+    assert "podium zygote: " not in r.stderr, r.stderr
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -15,6 +15,8 @@ import gc
 import importlib
 import os
 import sys
+import threading
+from typing import List
 
 from podium._core import host as _host
 from podium._core.base import CoreError
@@ -31,8 +33,38 @@ def _preload() -> None:
             print(f"podium zygote: cannot preload {name!r}: {e}", file=sys.stderr)
 
 
+def _fork_hazards() -> List[str]:
+    """What the preloaded modules left that a fork cannot carry into a proc: threads started
+    from Python (a fork copies only the calling thread), and CUDA initialized (a forked child
+    cannot use it: "CUDA error: initialization error"). OpenBLAS's pool, started by importing
+    numpy or torch, parks its threads around a fork and is not one."""
+    out = []
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if others:
+        out.append(f"{len(others)} thread(s) started from Python ({', '.join(others)})")
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_initialized():  # is_initialized() initializes nothing
+        out.append("CUDA initialized")
+    return out
+
+
+def _warn_fork_hazards() -> None:
+    """Said once, naming the modules preloaded: procs forked from here would otherwise fail
+    far from the cause."""
+    hazards = _fork_hazards()
+    if hazards:
+        names = os.environ.get("PODIUM_ZYGOTE_PRELOAD", "") or "(none named)"
+        print(f"podium zygote: after preloading {names} (PODIUM_ZYGOTE_PRELOAD): "
+              f"{'; '.join(hazards)}. A fork copies only the calling thread and cannot carry "
+              f"CUDA, so procs forked from the zygote lack these and may fail where they use "
+              f"them. Preload only modules that start no thread and touch no GPU when "
+              f"imported, or set PODIUM_ZYGOTE=0.", file=sys.stderr, flush=True)
+
+
 def main() -> int:
     _preload()
+    _warn_fork_hazards()
     # Whatever the imports made is inherited by every proc: moved out of the collector's reach,
     # a proc's collections do not write to (and so copy) every inherited object's page.
     gc.collect()
