@@ -80,6 +80,10 @@ def cut_once(net: netns.Network, step_timeout_s: float = 3.0, timeout_s: float =
     return r
 
 
+def _s(seconds: Optional[float]) -> str:
+    return "never" if seconds is None else f"{seconds:.3f} s"
+
+
 def _stats(values: List[float]) -> Optional[Dict[str, float]]:
     if not values:
         return None
@@ -103,8 +107,8 @@ def run(reps: int, step_timeout_s: float = 3.0,
             r = cut_once(net, step_timeout_s, log=log)
         cut = {k: r[k] for k in ("detect_s", "detect_cause", "continue_s", "rejoin_s",
                                  "cut_step", "lost_step", "step_s_median")}
-        log(f"  dropped after {r['detect_s']:.3f} s ({r['detect_cause']}); survivors' step "
-            f"after {r['continue_s']:.3f} s; replacement rejoined after {r['rejoin_s']:.2f} s")
+        log(f"  dropped after {_s(r['detect_s'])} ({r['detect_cause']}); survivors' step "
+            f"after {_s(r['continue_s'])}; replacement rejoined after {_s(r['rejoin_s'])}")
         cuts.append(cut)
     worst = max((c["continue_s"] for c in cuts if c["continue_s"] is not None), default=None)
     return {
