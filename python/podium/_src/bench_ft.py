@@ -154,6 +154,14 @@ def run(groups: int, procs: int, steps: int, every: int, kinds: List[str],
     worst_lost = max([max(0.0, t - step_s) / step_s for t in all_next], default=0.0)
     lost_host = (bench_ft_host.run(host_cuts, step_timeout_s, log=_log) if host_cuts > 0
                  else {"skipped": "--host-cuts 0"})
+    if "runs" in lost_host:
+        cuts = lost_host["runs"]
+        for key in ("detect_s", "continue_s", "rejoin_s"):
+            lost_host[key] = _stats([c[key] for c in cuts if c[key] is not None])
+        lost_host["worst_continue_s"] = max(
+            (c["continue_s"] for c in cuts if c["continue_s"] is not None), default=None)
+        lost_host["all_continued"] = all(
+            c["continue_s"] is not None and c["lost_step"] == c["cut_step"] for c in cuts)
     host_worst = lost_host.get("worst_continue_s")
     out = {
         "benchmark": "ft",

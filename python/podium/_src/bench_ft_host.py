@@ -84,16 +84,9 @@ def _s(seconds: Optional[float]) -> str:
     return "never" if seconds is None else f"{seconds:.3f} s"
 
 
-def _stats(values: List[float]) -> Optional[Dict[str, float]]:
-    if not values:
-        return None
-    return {"n": len(values), "median": statistics.median(values), "min": min(values),
-            "max": max(values)}
-
-
 def run(reps: int, step_timeout_s: float = 3.0,
         log: Callable[[str], None] = lambda m: None) -> Dict[str, Any]:
-    """``reps`` runs, each on a network of its own; the figures of each and their spread.
+    """``reps`` runs, each on a network of its own: the figures of each (bench_ft summarizes).
     Where namespaces cannot be made (not root, no `ip`), says why and measures nothing."""
     reason = netns.unavailable_reason()
     if reason is not None:
@@ -110,17 +103,7 @@ def run(reps: int, step_timeout_s: float = 3.0,
         log(f"  dropped after {_s(r['detect_s'])} ({r['detect_cause']}); survivors' step "
             f"after {_s(r['continue_s'])}; replacement rejoined after {_s(r['rejoin_s'])}")
         cuts.append(cut)
-    worst = max((c["continue_s"] for c in cuts if c["continue_s"] is not None), default=None)
-    return {
-        "runs": cuts,
-        "step_timeout_s": step_timeout_s,
-        "detect_s": _stats([c["detect_s"] for c in cuts if c["detect_s"] is not None]),
-        "continue_s": _stats([c["continue_s"] for c in cuts if c["continue_s"] is not None]),
-        "rejoin_s": _stats([c["rejoin_s"] for c in cuts if c["rejoin_s"] is not None]),
-        "worst_continue_s": worst,
-        "all_continued": all(c["continue_s"] is not None and c["lost_step"] == c["cut_step"]
-                             for c in cuts),
-    }
+    return {"runs": cuts, "step_timeout_s": step_timeout_s}
 
 
 def _controller(argv: List[str]) -> int:
@@ -128,11 +111,8 @@ def _controller(argv: List[str]) -> int:
     Prints "CUT?" after STEPS_BEFORE steps, reads the time of the cut from stdin, trains until
     the cut host's group is back and STEPS_AFTER steps more, and prints one RESULT line."""
     addr, step_timeout_s, workers = argv[0], float(argv[1]), argv[2:]
-    drops: List[tuple] = []
 
     def log(message: str) -> None:
-        if f"group {CUT_HOST} (" in message and " dropped: " in message:
-            drops.append((time.monotonic(), message.split(" dropped: ", 1)[1]))
         print(message, file=sys.stderr, flush=True)
 
     enable_transport(f"tcp://{addr}:0")
@@ -155,6 +135,7 @@ def _controller(argv: List[str]) -> int:
         while time.monotonic() < deadline and not any(s == CUT_HOST for s, _, _, _ in tr.rejoins):
             tr.run_step()
         tr.run(STEPS_AFTER, progress_every=0)
+        drops = [(t, why) for t, slot, _, why in tr.drops if slot == CUT_HOST and t > t_cut]
         after = [s for s in tr.steps if s.t > t_cut]
         lost = next((s for s in after if CUT_HOST not in s.quorum), None)
         back = [t for s, _, _, t in tr.rejoins if s == CUT_HOST]

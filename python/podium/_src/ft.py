@@ -438,6 +438,7 @@ class Trainer:
         self.faults: List[FaultRecord] = []
         self.rejoins: List[Tuple[int, int, int, float]] = []  # (slot, generation, step, t)
         self.failures: List[Any] = []
+        self.drops: List[Tuple[float, int, int, str]] = []  # (t, slot, generation, why)
         self._ready: List[Group] = []
         self._lock = threading.Lock()
         self._ready_cv = threading.Condition(self._lock)  # a replacement is ready
@@ -486,6 +487,7 @@ class Trainer:
         """FT-3: out of the quorum now; its procs stopped and a replacement made off-thread."""
         if self.live.get(g.slot) is g:
             del self.live[g.slot]
+        self.drops.append((time.monotonic(), g.slot, g.generation, why))
         self.log(f"step {self.step}: group {g.slot} (generation {g.generation}, pid {g.pid}) "
                  f"dropped: {why}")
 
