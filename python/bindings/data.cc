@@ -109,7 +109,9 @@ void bind_data(nb::module_& m) {
                                                                     win.begin, win.end))
                                         : nb::none();
         return nb::make_tuple(added.id, added.token, addr, size, nb::bytes(rkey.data(), rkey.size()),
-                              nb::bytes(w.data(), w.size()), writable, window);
+                              nb::bytes(w.data(), w.size()), writable, window,
+                              region.memory == data::Memory::kHost ? bulk_address()
+                                                                   : std::string());
       },
       nb::arg("obj"), nb::arg("owner"), nb::arg("share") = true,
       "Registers the C-contiguous buffer `obj` (or a tensor's region (address, size, tensor"
@@ -165,6 +167,13 @@ void bind_data(nb::module_& m) {
       },
       nb::arg("owner"), nb::arg("id"), nb::arg("write"),
       "Seconds left of this process's lease on buffer `id` of the proc `owner` (0: none).");
+  m.def("set_tcp_path", &set_tcp_path, nb::arg("on"),
+        "DA-49: whether this process's own transfers take podium's TCP path between hosts "
+        "(PODIUM_RDMA_TCP until then); off, they go through UCX. For tests and benchmarks.");
+  m.def("tcp_stats", &bulk_stats,
+        "Counters of podium's TCP path between hosts (DA-48, DA-49): transfers that took it, "
+        "those finished by their caller, handed over, failed; idle connections kept; and, "
+        "where this process serves one, its server's address and counters (DA-45).");
   m.def(
       "lease_stats",
       [] {

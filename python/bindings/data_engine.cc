@@ -68,6 +68,25 @@ std::string control_plane_device() {
 
 }  // namespace
 
+// DA-48: the numeric address of the control plane's host, when a local interface holds it.
+std::string control_plane_ip() {
+  const auto& addr = mesh::Runtime::get().proc().id().addr;
+  if (addr.transport != channel::Transport::kTcp) return {};
+  std::string host = addr.target;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty() || host == "0.0.0.0" || host == "::") host = podium::default_host_address();
+  if (interface_of(host).empty()) return {};
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, nullptr, &res) != 0 || res == nullptr) return {};
+  char ip[NI_MAXHOST] = "";
+  bool ok = ::getnameinfo(res->ai_addr, res->ai_addrlen, ip, sizeof ip, nullptr, 0,
+                          NI_NUMERICHOST) == 0;
+  ::freeaddrinfo(res);
+  return ok ? std::string(ip) : std::string();
+}
+
 // This process's engine (DA-1), restricted to the control plane's device (DA-21): made
 // only once the runtime runs, since the device follows from the proc's address.
 Result<data::Engine*> instance() {

@@ -34,6 +34,9 @@ using Clock = std::chrono::steady_clock;
 Result<data::Engine*> instance();
 // instance(), or a Python exception.
 data::Engine& engine();
+// DA-48: the numeric address of the control plane's host, when it listens on TCP and a local
+// interface holds that address; else "".
+std::string control_plane_ip();
 // Whether UCX can start here, before the runtime runs (a throwaway engine, made once).
 std::pair<bool, std::string> probe();
 
@@ -91,8 +94,10 @@ struct Region {
 Region region_from_python(nanobind::handle obj, bool writable);
 
 // One operation as podium.rdma hands it over (see transfer's doc).
+// The last element: the owner's TCP bulk address ("" when it has none, DA-48).
 using PyOp = std::tuple<bool, std::string, uint64_t, std::string, uint64_t, nanobind::bytes, nanobind::bytes,
-                        nanobind::object, size_t, bool, int, bool, nanobind::object, bool>;
+                        nanobind::object, size_t, bool, int, bool, nanobind::object, bool,
+                        std::string>;
 
 // One-sided operations, checked by their owners or under their leases (see the "transfer"
 // binding's doc).
@@ -105,5 +110,24 @@ void install_revoke_handler();
 // A holder's drop of buffer `id` of the proc `owner`: this process's leases of it go first.
 CoreFuture drop(const std::string& owner, uint64_t id, const std::string& token,
                 double timeout_s);
+
+// --- data_tcp.cc ---------------------------------------------------------------------------
+
+// DA-48: this process's TCP bulk address ("HOST:PORT"), its server started on the first call;
+// "" where it has none (a Unix-socket control plane, PODIUM_RDMA_TCP=0, an address no local
+// interface holds, or a server that could not start: logged once).
+const std::string& bulk_address();
+// DA-46: runs `then` once no request of this process's TCP bulk server is in flight on
+// buffer `id` (at once where there is no server).
+void after_bulk_idle(uint64_t id, std::function<void()> then);
+// DA-49: whether every operation of a transfer goes over podium's TCP path.
+bool bulk_eligible(const std::vector<PyOp>& py_ops);
+// DA-49: the operations, each to its owner's TCP bulk server.
+CoreFuture bulk_transfer(const std::vector<PyOp>& py_ops, double timeout_s);
+// DA-49: whether this process's transfers take podium's TCP path (PODIUM_RDMA_TCP, until
+// this is called: tests and the benchmark compare both paths in one run).
+void set_tcp_path(bool on);
+// Counters of the TCP path, for tests and the benchmark.
+nanobind::dict bulk_stats();
 
 }  // namespace podium::python::dataplane

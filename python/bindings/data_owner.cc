@@ -210,8 +210,12 @@ void install_handlers() {
       }
       // DA-27: the memory stays registered, and the drop unanswered, until the leases end;
       // DA-42: or until every lessee confirmed their revocation, if sooner.
-      retire(std::move(*r), [&proc, port = std::move(port)] {
-        if (!port.empty()) proc.send_reply(port, 0, std::vector<Buffer>{});
+      // DA-46: and until no request of this process's TCP bulk server moves its bytes.
+      uint64_t id = h.numbers[0];
+      retire(std::move(*r), [&proc, id, port = std::move(port)] {
+        after_bulk_idle(id, [&proc, port] {
+          if (!port.empty()) proc.send_reply(port, 0, std::vector<Buffer>{});
+        });
       });
     });
   });

@@ -435,7 +435,7 @@ void install_revoke_handler() {
 // failed: the caller then runs it as a transfer, which reports why.
 std::optional<uint64_t> copy_leased_now(const PyOp& py, double timeout_s) {
   const auto& [write, owner, id, token, remote_addr, rkey, worker, local, size, same_host, pid,
-               remote_cuda, window, checksum] = py;
+               remote_cuda, window, checksum, bulk] = py;
   if (!same_host || pid <= 0 || remote_cuda || (checksum && write) || size == 0 ||
       !(timeout_s > 0)) {
     return std::nullopt;  // (no time at all: the engine's timeout says so)
@@ -472,6 +472,7 @@ std::optional<uint64_t> copy_leased_now(const PyOp& py, double timeout_s) {
 
 CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   release_deferred();
+  if (bulk_eligible(py_ops)) return bulk_transfer(py_ops, timeout_s);  // DA-49
   install_revoke_handler();
   auto p = std::make_shared<Plan>();
   p->eng = &engine();
@@ -483,7 +484,7 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   uint64_t total = 0;
   for (size_t i = 0; i < py_ops.size(); ++i) {
     const auto& [write, owner, id, token, remote_addr, rkey, worker, local, size, same_host,
-                 pid, remote_cuda, window, checksum] = py_ops[i];
+                 pid, remote_cuda, window, checksum, bulk] = py_ops[i];
     auto [pinned, memory] = region_from_python(local, !write);
     if (pinned.size() < size) {
       throw nb::value_error("transfer: the local buffer is smaller than the operation");

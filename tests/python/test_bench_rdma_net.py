@@ -1,6 +1,7 @@
 """`podium bench rdma-net`: podium.rdma between two network-namespace hosts, next to raw TCP
 between the same namespaces. One run prints one JSON object; the test checks its shape, that
-each side's UCX was restricted to its veth (DA-21), and that the namespaces it made are gone
+each side's UCX was restricted to its veth (DA-21), that podium's TCP path moved the
+transfers it times (DA-49), and that the namespaces it made are gone
 afterwards, never the figures (a benchmark, not a test)."""
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ def test_bench_rdma_net_json_report():  # DA-21
     assert owner[1] == reader[1] == "eth0"
     assert [row["bytes"] for row in report["sizes"]] == [4096, 16384, 65536, 262144, 1048576]
     for row in report["sizes"]:
-        for key in ("read_gbps", "write_gbps", "tcp_gbps", "read_vs_tcp", "write_vs_tcp"):
+        for key in ("read_gbps", "write_gbps", "tcp_gbps", "read_vs_tcp", "write_vs_tcp",
+                    "ucx_read_gbps", "ucx_write_gbps"):
             assert _number(row[key]) and row[key] > 0, row
+    # podium's TCP path moved the timed transfers (DA-49): 2 warm-up ones and 2 per size, each
+    # finished by its caller (none over 4 MiB); UCX's beside them did not count.
+    tcp = report["reader_tcp"]
+    assert tcp["transfers"] == 2 + 2 * 5 and tcp["failed"] == 0, tcp
     assert not {n for n in _namespaces() - before if n.startswith("pbn")}

@@ -1,17 +1,20 @@
 """podium.rdma across hosts: each host a network namespace (podium/_src/netns.py, the
 `network` fixture) running `python -m podium worker`; the controller attaches from the root
-namespace over TCP (the authenticated control plane), and the bytes go over UCX's tcp
-transport between the veth addresses (docs/data.md, "Across hosts").
+namespace over TCP (the authenticated control plane), and the bytes go over podium's own TCP
+path between the veth addresses (DA-45..DA-50), or, with PODIUM_RDMA_TCP=0, over UCX's tcp
+transport (docs/data.md, "Across hosts").
 
 The namespaces share this machine's kernel, name and pid namespace, so without RD-6 podium
 would take them for one host and copy with CMA; these tests check that it does not: every
-transfer here goes through UCX, restricted to the interface of the control plane (DA-21).
+transfer here goes over TCP, on the interface of the control plane only (DA-21, DA-48).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -34,6 +37,7 @@ COMMON = textwrap.dedent("""
     import podium.actor
 
     T = 60
+    TCP = os.environ.get("PODIUM_RDMA_TCP", "1") != "0"  # podium's TCP path (DA-49), else UCX
 
     def digest(b):
         return hashlib.sha256(b).hexdigest()
@@ -61,6 +65,10 @@ COMMON = textwrap.dedent("""
         @endpoint
         def lease_stats(self):
             return _data.lease_stats()
+
+        @endpoint
+        def tcp_stats(self):
+            return _data.tcp_stats()
 
         @endpoint
         def read(self, buf):
@@ -92,10 +100,18 @@ COMMON = textwrap.dedent("""
         a, b = nodes.slice(hosts=0), nodes.slice(hosts=1)
         return a, b
 
-    def in_flight(fut, before):
-        # The transfer is past its owner's check and has chunks in UCX's hands.
+    def progress(owner):
+        # What moves once a transfer is in flight: the requests the owner's TCP bulk server
+        # took (DA-45), or the chunks this process handed to UCX.
+        if TCP:
+            return owner.tcp_stats.call_one().get(timeout=T)["requests"]
+        return _data.stats()["chunks"]
+
+    def in_flight(fut, owner, before):
+        # The transfer reached its owner's server, or is past its owner's check with chunks
+        # in UCX's hands.
         deadline = time.monotonic() + 30
-        while _data.stats()["chunks"] == before and time.monotonic() < deadline:
+        while progress(owner) == before and time.monotonic() < deadline:
             if fut.done():
                 return False
             time.sleep(0.0005)
@@ -132,9 +148,12 @@ CONTROLLER = COMMON + textwrap.dedent("""
     got, put = b.action.call_one(own, buf, 300_000).get(timeout=T)
     print("ACTION", got == a.digest.call_one("small").get(timeout=T), put == digest(mine),
           flush=True)
-    # DA-42 across hosts: the drop of the buffer that B and the controller hold leases of is
-    # answered once both confirmed their revocation.
-    before = a.lease_stats.call_one().get(timeout=T)["released_on_revocation"]
+    # DA-42 across hosts over UCX: the drop of the buffer that B and the controller hold
+    # leases of is answered once both confirmed their revocation. Over podium's TCP path no
+    # reader asked the owner for a check or a lease: its server checked every request (DA-49).
+    stats = a.lease_stats.call_one().get(timeout=T)
+    print("CHECKS", stats["checks_answered"], flush=True)
+    before = stats["released_on_revocation"]
     buf.drop().get(timeout=T)
     print("REVOKED", a.lease_stats.call_one().get(timeout=T)["released_on_revocation"] - before,
           flush=True)
@@ -148,10 +167,20 @@ CONTROLLER = COMMON + textwrap.dedent("""
     big.write_from(memoryview(src)).get(timeout=T)
     print("BIG_WRITE", a.digest.call_one("big").get(timeout=T) == digest(src), flush=True)
     print("B_BIG_READ", b.read.call_one(big).get(timeout=T) == digest(src), flush=True)
-    # Through UCX endpoints, not CMA: the owner is on another host for the data plane (RD-6).
+    # Over TCP, not CMA: the owner is on another host for the data plane (RD-6); through
+    # podium's TCP path and no UCX endpoint, or through UCX endpoints only.
     from podium._src import rdma as _rdma
-    print("UCX_ONLY", _data.stats()["endpoints"] >= 1 and big._owner.node != _rdma._node(),
-          flush=True)
+    other = big._owner.node != _rdma._node()
+    if TCP:
+        # C_READ, C_WRITE and its read, BIG_READ, BIG_WRITE: 5 transfers of this process.
+        mine = (_data.stats()["endpoints"], _data.tcp_stats()["transfers"], big._bulk,
+                a.tcp_stats.call_one().get(timeout=T)["address"])
+        print("TCP_PATH", other and mine[0] == 0 and mine[1] == 5 and mine[2] == mine[3],
+              mine, flush=True)
+        print("BULK_ADDRESS", big._bulk, flush=True)
+    else:
+        print("UCX_ONLY", other and _data.stats()["endpoints"] >= 1 and not big._bulk,
+              flush=True)
 
     # The listeners UCX opened, for the test to look at while everything is up.
     print("LISTENERS?", flush=True)
@@ -164,8 +193,10 @@ CONTROLLER = COMMON + textwrap.dedent("""
     outcome = "never in flight"
     for attempt in range(5):
         before = _data.stats()
+        failed = _data.tcp_stats()["failed"]
+        mark = progress(a)
         fut = huge.read_into(memoryview(sink), timeout=2)
-        if not in_flight(fut, before["chunks"]):
+        if not in_flight(fut, a, mark):
             fut.get(timeout=T)
             continue
         os.kill(pid_a, signal.SIGSTOP)
@@ -178,9 +209,14 @@ CONTROLLER = COMMON + textwrap.dedent("""
             os.kill(pid_a, signal.SIGCONT)
         if outcome == "finished":
             continue  # the 256 MiB beat the stop (a loaded machine): once more
-        print("TIMEOUTS", _data.stats()["timeouts"] - before["timeouts"], flush=True)
+        if TCP:
+            print("TIMEOUTS", _data.tcp_stats()["failed"] - failed, flush=True)
+        else:
+            print("TIMEOUTS", _data.stats()["timeouts"] - before["timeouts"], flush=True)
         break
     print("TIMED_OUT", outcome, flush=True)
+    print("REFUSED_AUTH", a.tcp_stats.call_one().get(timeout=T).get("refused_auth", 0),
+          flush=True)
     # The owner serves again, over a new endpoint.
     huge.read_into(memoryview(sink), timeout=T).get(timeout=T)
     print("AFTER_TIMEOUT", digest(sink) == a.digest.call_one("huge").get(timeout=T),
@@ -195,20 +231,53 @@ def _listeners(net, h: int, pid: int) -> list[str]:
     return sorted(line.split()[3] for line in out.splitlines() if f"pid={pid}," in line)
 
 
-def _run(net, workers, script: str) -> subprocess.Popen:
+def _run(net, workers, script: str, env: dict) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", script, net.controller_addr,
          *[f"tcp://{h.addr}:{PORT}" for h in net.hosts]],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **env})
 
 
-# RD-6, DA-21: reads, writes and actions between hosts over UCX's tcp transport, on the
-# interface of the control plane only; DA-5: a timeout across hosts.
-def test_reads_writes_and_actions_between_namespace_hosts(network):
+def _knock(address: str) -> tuple[bytes, bytes, bytes]:
+    """DA-45 from outside the job: connects to a TCP bulk port, answers its challenge with a
+    proof made without the secret, then sends a well-formed request anyway. Returns the
+    challenge, the verdict and whatever came after it (b"": the port closed)."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        challenge = _recv_exactly(s, 37)
+        s.sendall(os.urandom(64))
+        verdict = _recv_exactly(s, 33)
+        try:
+            s.sendall(b"PDBK\x01\0\0\0" + struct.pack("<QQQ", 1, 0, 4096) + b"0" * 32)
+            rest = s.recv(4096)
+        except (ConnectionResetError, BrokenPipeError):
+            rest = b""
+        return challenge, verdict, rest
+
+
+def _recv_exactly(s: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+# RD-6, DA-21, DA-48: reads, writes and actions between hosts over podium's TCP path (DA-49)
+# and, with PODIUM_RDMA_TCP=0, over UCX's tcp transport, on the interface of the control plane
+# only; DA-5, DA-47: a timeout across hosts; DA-45: the TCP bulk port refuses a peer without
+# the job's secret.
+@pytest.mark.parametrize("path", ["tcp", "ucx"])
+def test_reads_writes_and_actions_between_namespace_hosts(network, path):
     net = network(2)
-    workers = start_workers(net)
-    c = _run(net, workers, CONTROLLER)
+    env = {"PODIUM_RDMA_TCP": "1" if path == "tcp" else "0"}
+    workers = start_workers(net, env=env)
+    c = _run(net, workers, CONTROLLER, env)
     lines: list[str] = []
+    knocked = None
     try:
         while True:
             line = c.stdout.readline()
@@ -223,6 +292,9 @@ def test_reads_writes_and_actions_between_namespace_hosts(network):
         root = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, timeout=20)
         ctl_listening = sorted(l.split()[3] for l in root.stdout.splitlines()
                                if f"pid={ctl[1]}," in l)
+        bulk = [l.split()[1] for l in lines if l.startswith("BULK_ADDRESS")]
+        if bulk:
+            knocked = _knock(bulk[0])
         c.stdin.write("\n")
         c.stdin.flush()
         out, err = c.communicate(timeout=CHILD_TIMEOUT_S * 2)
@@ -238,19 +310,28 @@ def test_reads_writes_and_actions_between_namespace_hosts(network):
         assert proc.startswith(f"tcp:{net.hosts[i].addr}:"), where
         assert dev == "eth0", where
     assert ctl[2] == net.bridge, ctl
-    # What each process listens on: its control-plane port and UCX's tcp port, both on the
-    # host's own address only (nothing on 0.0.0.0, nothing on loopback).
+    # What each process listens on, all on the host's own address only (nothing on 0.0.0.0,
+    # nothing on loopback): its control-plane port, UCX's tcp port, and, where it made a
+    # buffer (A), podium's TCP bulk port (DA-48).
     for i, name in enumerate(("A", "B")):
         addrs = listening[name]
         assert addrs and all(a.startswith(f"{net.hosts[i].addr}:") for a in addrs), listening
-        assert len(addrs) == 2, listening  # podium's port and UCX's
+        assert len(addrs) == (3 if path == "tcp" and name == "A" else 2), listening
     assert ctl_listening and all(a.startswith(f"{net.controller_addr}:")
                                  for a in ctl_listening), ctl_listening
     for key in ("B_READ", "C_READ", "B_WRITE", "C_WRITE", "BIG_READ", "BIG_WRITE",
-                "B_BIG_READ", "UCX_ONLY"):
+                "B_BIG_READ", "TCP_PATH" if path == "tcp" else "UCX_ONLY"):
         assert f"{key} True" in text, (key, text, err)
     assert "ACTION True True" in text, text + err
-    assert "REVOKED 1" in text, text + err  # DA-42: confirmed by both lessees across hosts
+    if path == "tcp":
+        assert bulk and bulk[0] in listening["A"], (bulk, listening)
+        assert "CHECKS 0" in text, text  # DA-49: no owner's check, no lease
+        assert "REVOKED 0" in text, text
+        challenge, verdict, rest = knocked
+        assert challenge[:5] == b"PDMA\x01" and verdict == b"\0" * 33 and rest == b"", knocked
+        assert "REFUSED_AUTH 1" in text, text
+    else:
+        assert "REVOKED 1" in text, text + err  # DA-42: confirmed by both lessees across hosts
     m = re.search(r"TIMED_OUT (.*)", text)
     assert m and m.group(1).startswith("TIMEOUT "), text + err
     assert "did not finish within" in m.group(1) and "check" not in m.group(1), m.group(1)
@@ -266,9 +347,9 @@ KILL = COMMON + textwrap.dedent("""
     big = a.make.call_one("big", 256 << 20).get(timeout=T)
     small = a.make.call_one("small", 4096).get(timeout=T)
     sink = bytearray(big.size())
-    before = _data.stats()["chunks"]
+    mark = progress(a)
     fut = big.read_into(memoryview(sink), timeout=T)
-    mid = in_flight(fut, before)
+    mid = in_flight(fut, a, mark)
     # Host A dies: its worker and its proc.
     os.kill(pid_a, signal.SIGKILL)
     os.killpg(worker_a_pgid, signal.SIGKILL)

@@ -80,6 +80,14 @@ Status BufferTable::check(uint64_t id, std::string_view token, bool write) const
   return check_locked(id, token, write);
 }
 
+Result<std::shared_ptr<Registration>> BufferTable::acquire(uint64_t id, std::string_view token,
+                                                           bool write) const {
+  std::lock_guard lock(mu_);
+  auto st = check_locked(id, token, write);
+  if (!st) return std::unexpected(st.error());
+  return live_.at(id).reg;
+}
+
 Status BufferTable::check(std::span<const Access> accesses, LeaseClock::duration lease,
                           LeaseClock::time_point now, size_t* failed, std::string_view grantee,
                           LeaseClock::duration hold) {

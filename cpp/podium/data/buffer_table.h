@@ -60,6 +60,10 @@ class BufferTable {
                                   bool writable);
   // DA-7: ok when buffer `id` is live, `token` is its token, and a write may write it.
   [[nodiscard]] Status check(uint64_t id, std::string_view token, bool write) const;
+  // DA-7, then the buffer's registration (its address and size): for the owner's own TCP
+  // bulk server (tcp_bulk.h, DA-45), which serves the bytes itself and so needs no lease.
+  [[nodiscard]] Result<std::shared_ptr<Registration>> acquire(uint64_t id, std::string_view token,
+                                                              bool write) const;
   struct Access {
     uint64_t id = 0;
     std::string_view token;

@@ -7,15 +7,19 @@ The benchmark makes two namespaces, each with a veth link to a bridge in the roo
 a free 10.77.X.0/24 (the controller, this process, is .1 on the bridge; host A is .2, host B
 .3), and deletes them at the end. It starts a `podium worker` in each namespace and attaches
 them over TCP with a fresh secret: an actor on host A owns one buffer per size, an actor on
-host B reads it (``read_into``) and writes it (``write_from``). UCX moves the bytes over its
-tcp transport between the veth addresses (RD-6: the namespaces are different hosts for the
-data plane; DA-21: UCX is restricted to each proc's veth; DA-22: 1 MiB TCP segments).
+host B reads it (``read_into``) and writes it (``write_from``). podium's own TCP path moves the
+bytes between the veth addresses (RD-6: the namespaces are different hosts for the data
+plane; DA-45..DA-50: the owner's TCP bulk server), and, in the same rounds unless
+``--no-ucx``, UCX over its tcp transport, the path it replaced (``_data.set_tcp_path(False)``
+in the reader; DA-21: UCX restricted to each proc's veth; DA-22: 1 MiB TCP segments).
 
 The floor: a TCP server in host A sends N bytes on request over one connection to a client in
 host B, which times request to last byte received (kernel-autotuned socket buffers,
 TCP_NODELAY, send and receive calls of up to 4 MiB): `podium-tcp-pump` (cpp/tools/
-tcp_pump.cc, plain sockets), or where it is not built the same protocol in Python sockets. Per size, ``--reps`` rounds each move the size once through the pump, once as a
-read and once as a write (best of each kept), so the floor and the figures see the same load.
+tcp_pump.cc, plain sockets), or where it is not built the same protocol in Python sockets.
+Per size, ``--reps`` rounds each move the size once through the pump, once as a read and once
+as a write over podium's path, and once each over UCX (best of each kept), so the floor and
+the figures see the same load.
 
 Sizes: 4 KiB, then x4, up to ``--max-mib``. Progress goes to stderr; ``--json`` prints one
 JSON object. A benchmark, not a test: it asserts nothing about the figures.
@@ -160,6 +164,12 @@ class NetReader(pa.Actor):
         self.mem = memoryview(bytearray(n))
 
     @pa.endpoint
+    def path(self, tcp: bool) -> Dict[str, Any]:
+        """podium's TCP path (DA-49) for this proc's transfers, or UCX's."""
+        _data.set_tcp_path(tcp)
+        return _data.tcp_stats()
+
+    @pa.endpoint
     def read(self, buf: RDMABuffer) -> float:
         t0 = time.perf_counter()
         buf.read_into(self.mem, timeout=_TIMEOUT_S).get(timeout=_TIMEOUT_S)
@@ -189,10 +199,10 @@ def _sizes(max_mib: int) -> List[int]:
     return sizes
 
 
-def _measure(net: netns.Network, sizes: List[int], reps: int) -> Dict[str, Any]:
+def _measure(net: netns.Network, sizes: List[int], reps: int, ucx: bool) -> Dict[str, Any]:
     """Per size, best of ``reps`` rounds; each round moves the size once over the TCP pump,
-    once as an RDMA read and once as an RDMA write, so that the floor and the figures see the
-    same machine load."""
+    once as an RDMA read and once as an RDMA write over podium's TCP path, and (``ucx``) once
+    each over UCX, so that the floor and the figures see the same machine load."""
     pa.enable_transport(f"tcp://{net.controller_addr}:0")
     hosts = pa.attach_to_workers(workers=[f"tcp://{h.addr}:{netns.PORT}" for h in net.hosts])
     hosts.initialized.get(timeout=60)
@@ -208,29 +218,41 @@ def _measure(net: netns.Network, sizes: List[int], reps: int) -> Dict[str, Any]:
         # on first use (tens of ms here), a cost per peer, not per transfer.
         warm = owner.make.call_one(4096).get(timeout=_TIMEOUT_S)
         reader.prepare.call_one(4096).get(timeout=_TIMEOUT_S)
-        reader.read.call_one(warm).get(timeout=_TIMEOUT_S)
-        reader.write.call_one(warm).get(timeout=_TIMEOUT_S)
+        for tcp in ([True, False] if ucx else [True]):
+            reader.path.call_one(tcp).get(timeout=_TIMEOUT_S)
+            reader.read.call_one(warm).get(timeout=_TIMEOUT_S)
+            reader.write.call_one(warm).get(timeout=_TIMEOUT_S)
+        reader.path.call_one(True).get(timeout=_TIMEOUT_S)
         warm.drop().get(timeout=_TIMEOUT_S)
         owner.free.call_one(4096).get(timeout=_TIMEOUT_S)
         for n in sizes:
             buf = owner.make.call_one(n).get(timeout=_TIMEOUT_S)
             reader.prepare.call_one(n).get(timeout=_TIMEOUT_S)
-            best = [float("inf")] * 3  # tcp, read, write
+            best = [float("inf")] * 5  # tcp, read, write, UCX read, UCX write
             for _ in range(reps):
                 best[0] = min(best[0], pump.seconds(n))
                 best[1] = min(best[1], reader.read.call_one(buf).get(timeout=_TIMEOUT_S))
                 best[2] = min(best[2], reader.write.call_one(buf).get(timeout=_TIMEOUT_S))
+                if ucx:
+                    reader.path.call_one(False).get(timeout=_TIMEOUT_S)
+                    best[3] = min(best[3], reader.read.call_one(buf).get(timeout=_TIMEOUT_S))
+                    best[4] = min(best[4], reader.write.call_one(buf).get(timeout=_TIMEOUT_S))
+                    reader.path.call_one(True).get(timeout=_TIMEOUT_S)
             buf.drop().get(timeout=_TIMEOUT_S)
             owner.free.call_one(n).get(timeout=_TIMEOUT_S)
             reader.prepare.call_one(0).get(timeout=_TIMEOUT_S)
             rows[n] = best
             print(f"  {n >> 10:>8} KiB: tcp {_gbps(n, best[0]):6.2f} GB/s, read "
-                  f"{_gbps(n, best[1]):6.2f} GB/s, write {_gbps(n, best[2]):6.2f} GB/s",
+                  f"{_gbps(n, best[1]):6.2f} GB/s, write {_gbps(n, best[2]):6.2f} GB/s"
+                  + (f"; over UCX read {_gbps(n, best[3]):6.2f}, write "
+                     f"{_gbps(n, best[4]):6.2f}" if ucx else ""),
                   file=sys.stderr, flush=True)
+        stats = reader.path.call_one(True).get(timeout=_TIMEOUT_S)
     finally:
         pump.close()
     procs.stop().get(timeout=_TIMEOUT_S)
-    return {"rows": rows, "where": where, "ucx": _data.ucx_version(), "pump": pump.kind}
+    return {"rows": rows, "where": where, "ucx": _data.ucx_version(), "pump": pump.kind,
+            "reader_tcp": stats}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -238,6 +260,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--max-mib", type=int, default=1024, help="largest size, MiB (1024)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per size; best kept (3)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--no-ucx", dest="ucx", action="store_false",
+                    help="only podium's TCP path, not UCX's beside it")
     args = ap.parse_args(argv)
     reason = netns.unavailable_reason()
     if reason is not None:
@@ -253,32 +277,41 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"hosts A {net.hosts[0].addr}, B {net.hosts[1].addr} (namespaces "
               f"{net.hosts[0].netns}, {net.hosts[1].netns})", file=sys.stderr, flush=True)
         workers = netns.start_workers(net, timeout_s=60)
-        got = _measure(net, sizes, args.reps)
+        got = _measure(net, sizes, args.reps, args.ucx)
     finally:
         netns.stop_workers(workers)
         net.close()
     rows = []
     for n in sizes:
-        tcp_s, read_s, write_s = got["rows"][n]
+        tcp_s, read_s, write_s, ucx_read_s, ucx_write_s = got["rows"][n]
         tcp = _gbps(n, tcp_s)
-        rows.append({"bytes": n, "read_gbps": _sig(_gbps(n, read_s)),
-                     "write_gbps": _sig(_gbps(n, write_s)), "tcp_gbps": _sig(tcp),
-                     "read_vs_tcp": _sig(_gbps(n, read_s) / tcp) if tcp else None,
-                     "write_vs_tcp": _sig(_gbps(n, write_s) / tcp) if tcp else None})
+        row = {"bytes": n, "read_gbps": _sig(_gbps(n, read_s)),
+               "write_gbps": _sig(_gbps(n, write_s)), "tcp_gbps": _sig(tcp),
+               "read_vs_tcp": _sig(_gbps(n, read_s) / tcp) if tcp else None,
+               "write_vs_tcp": _sig(_gbps(n, write_s) / tcp) if tcp else None}
+        if args.ucx:
+            row.update({"ucx_read_gbps": _sig(_gbps(n, ucx_read_s)),
+                        "ucx_write_gbps": _sig(_gbps(n, ucx_write_s))})
+        rows.append(row)
     report = {"benchmark": "rdma-net", "ucx": got["ucx"], "reps": args.reps,
               "owner": got["where"]["owner"], "reader": got["where"]["reader"],
               "tls": os.environ.get("UCX_TLS", "UCX's default"),
               "lease_ms": _data.lease_config()[0],  # 0: every transfer checked (DA-28)
               "floor": "raw TCP, one connection, host A to host B, interleaved with the "
-                       "transfers", "pump": got["pump"], "sizes": rows}
+                       "transfers", "pump": got["pump"],
+              "path": "podium's TCP path (DA-49)" + (", and UCX's beside it" if args.ucx else ""),
+              "reader_tcp": got["reader_tcp"], "sizes": rows}
     if args.json:
         print(json.dumps(report))
     else:
         print(f"{'size':>10} {'read GB/s':>10} {'write GB/s':>11} {'TCP GB/s':>9} "
-              f"{'read/TCP':>9} {'write/TCP':>10}")
+              f"{'read/TCP':>9} {'write/TCP':>10}"
+              + (f" {'UCX read':>9} {'UCX write':>10}" if args.ucx else ""))
         for r in rows:
             print(f"{r['bytes'] >> 10:>6} KiB {r['read_gbps']:>10.2f} {r['write_gbps']:>11.2f} "
-                  f"{r['tcp_gbps']:>9.2f} {r['read_vs_tcp']:>9.2f} {r['write_vs_tcp']:>10.2f}")
+                  f"{r['tcp_gbps']:>9.2f} {r['read_vs_tcp']:>9.2f} {r['write_vs_tcp']:>10.2f}"
+                  + (f" {r['ucx_read_gbps']:>9.2f} {r['ucx_write_gbps']:>10.2f}"
+                     if args.ucx else ""))
     return 0
 
 

@@ -5,10 +5,12 @@ An ``RDMABuffer`` registers a region of its owner's memory (a memoryview, any C-
 buffer, or a 1-D contiguous torch tensor: CPU, or CUDA where UCX has CUDA support) with the
 process's UCX data plane
 (podium._core.data). The object is a small reference: owner (actor id, proc, rank, host, pid),
-buffer id, capability token, address, size, remote key and the owner's UCX worker address. It
-pickles, so it travels to other actors as an endpoint argument or result, over podium's
-authenticated control plane. A reader asks the owner to check the token, then reads or writes
-the bytes one-sidedly (``read_into``, ``write_from``, ``RDMAAction``).
+buffer id, capability token, address, size, remote key, the owner's UCX worker address and its
+TCP bulk address (DA-48). It pickles, so it travels to other actors as an endpoint argument or
+result, over podium's authenticated control plane. A reader asks the owner to check the token,
+then reads or writes the bytes one-sidedly (``read_into``, ``write_from``, ``RDMAAction``);
+between hosts without RDMA hardware, the owner's TCP bulk server checks the token with each
+request and moves the bytes itself (DA-49).
 
   RD-1 Every argument is checked before anything moves: a local buffer that is empty, not
     contiguous, read-only where it must be written, or too small for the transfer raises
@@ -244,7 +246,7 @@ class RDMABuffer:
     endpoints. Its memory stays registered until ``drop()`` or its owner actor stops."""
 
     __slots__ = ("_owner", "_id", "_token", "_addr", "_size", "_rkey", "_worker", "_cuda",
-                 "_window", "_dropped", "__weakref__")
+                 "_window", "_bulk", "_dropped", "__weakref__")
 
     def __init__(self, data: Any) -> None:
         self._register(data, share=True)
@@ -263,7 +265,8 @@ class RDMABuffer:
         self._owner = _Owner(ins.actor_id, _mesh.this_proc_id(), rank.rank if len(rank) else 0,
                              str(rank), _hostname(), os.getpid(), _node())
         (self._id, self._token, self._addr, self._size, self._rkey, self._worker,
-         _writable, self._window) = _data.register_buffer(_arg(view), ins.actor_id, share)
+         _writable, self._window, self._bulk) = _data.register_buffer(_arg(view), ins.actor_id,
+                                                                      share)
         self._cuda = isinstance(view, _TensorRegion) and view.cuda
         self._dropped = False
 
@@ -281,14 +284,14 @@ class RDMABuffer:
         b = cls.__new__(cls)
         b._owner = _Owner(*owner)
         (b._id, b._token, b._addr, b._size, b._rkey, b._worker, b._cuda,
-         b._window) = ref
+         b._window, b._bulk) = ref
         b._dropped = False
         return b
 
     def __reduce__(self):
         return (RDMABuffer._rebuild, (self._owner.state(), (
             self._id, self._token, self._addr, self._size, self._rkey, self._worker,
-            self._cuda, self._window)))
+            self._cuda, self._window, self._bulk)))
 
     @property
     def backend(self) -> str:
@@ -426,11 +429,12 @@ def _submit(queued: List[_Op], timeout: float, one: bool) -> Future[Any]:
         b._check_live()
         o = b._owner
         ops.append((w, o.proc, b._id, b._token, b._addr, b._rkey, b._worker, _arg(v), n,
-                    o.node == here, o.pid, b._cuda, b._window, s))
+                    o.node == here, o.pid, b._cuda, b._window, s, b._bulk))
         kinds.append(("write" if w else "read", b))
         any_summed = any_summed or s
-    if len(ops) == 1:
-        total = _data.copy_now(ops[0], float(timeout))  # DA-43: copied at once, under its lease
+    if len(ops) == 1 and ops[0][9]:
+        # DA-43: a same-host one is copied at once, under its lease.
+        total = _data.copy_now(ops[0], float(timeout))
         if total is not None:
             return _done((total if one else [total]) if any_summed else None)
     summed = [op[4] for op in queued] if any_summed else None  # RD-8, rare

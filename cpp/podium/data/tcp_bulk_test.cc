@@ -1,0 +1,250 @@
+// The data plane's own TCP path (tcp_bulk.h): a real BulkServer on loopback, real
+// registrations, real sockets.
+#include "podium/data/tcp_bulk.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "podium/channel/auth.h"
+
+namespace podium::data {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// Polls `cond` until it holds or `limit` passed.
+template <class F>
+bool wait_for(F cond, std::chrono::milliseconds limit = 10s) {
+  auto end = Clock::now() + limit;
+  while (Clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return cond();
+}
+
+class TcpBulkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto e = Engine::make({});
+    ASSERT_TRUE(e) << e.error().message;
+    engine_ = std::move(*e);
+    auto s = BulkServer::start({"127.0.0.1", "the secret", 0}, table_);
+    ASSERT_TRUE(s) << s.error().message;
+    server_ = std::move(*s);
+  }
+  BufferTable::Added add(std::vector<uint8_t>& mem, bool writable = true) {
+    auto r = engine_->register_memory(mem.data(), mem.size(), nullptr);
+    EXPECT_TRUE(r);
+    auto a = table_.add(*r, "owner[0]", writable);
+    EXPECT_TRUE(a);
+    return *a;
+  }
+  Status run(BulkPool& pool, BulkKind kind, const BufferTable::Added& b, void* local,
+             uint64_t length, uint64_t offset = 0, std::chrono::milliseconds timeout = 10s,
+             BulkCall::Gone gone = {}) {
+    BulkCall call(pool, server_->address(), BulkRequest{kind, b.id, offset, length, b.token},
+                  static_cast<std::byte*>(local), Clock::now() + timeout, std::move(gone));
+    EXPECT_TRUE(call.advance(Clock::time_point::max()));
+    return call.status();
+  }
+  std::unique_ptr<Engine> engine_;
+  BufferTable table_;
+  std::unique_ptr<BulkServer> server_;
+};
+
+std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 31 + seed + (i >> 12));
+  return v;
+}
+
+TEST_F(TcpBulkTest, GetsAndPutsMoveEveryByteAndReuseTheConnection) {  // DA-45, DA-47
+  for (size_t n : {size_t{1}, size_t{4096}, size_t{3} << 20}) {
+    auto mem = pattern(n, 7);
+    auto b = add(mem);
+    BulkPool pool("the secret");
+    std::vector<uint8_t> got(n);
+    ASSERT_TRUE(run(pool, BulkKind::kGet, b, got.data(), n)) << n;
+    EXPECT_EQ(got, mem) << n;
+    auto src = pattern(n, 99);
+    ASSERT_TRUE(run(pool, BulkKind::kPut, b, src.data(), n)) << n;
+    EXPECT_EQ(mem, src) << n;
+    EXPECT_EQ(pool.idle(), 1u);  // both on one connection, kept between requests
+  }
+  // A range inside the buffer.
+  auto mem = pattern(10000, 3);
+  auto b = add(mem);
+  BulkPool pool("the secret");
+  std::vector<uint8_t> got(100);
+  ASSERT_TRUE(run(pool, BulkKind::kGet, b, got.data(), 100, 5000));
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), mem.begin() + 5000));
+  EXPECT_EQ(server_->stats().refused, 0u);
+}
+
+TEST_F(TcpBulkTest, AWrongSecretIsRefusedBeforeAnyRequest) {  // DA-45
+  auto mem = pattern(4096, 1);
+  auto b = add(mem);
+  BulkPool pool("not the secret");
+  std::vector<uint8_t> got(4096, 0);
+  auto st = run(pool, BulkKind::kGet, b, got.data(), 4096);
+  ASSERT_FALSE(st);
+  EXPECT_TRUE(st.error().is(DataErrc::kRefused)) << st.error().message;
+  EXPECT_NE(st.error().message.find("secret"), std::string::npos) << st.error().message;
+  EXPECT_EQ(got, std::vector<uint8_t>(4096, 0));
+  EXPECT_TRUE(wait_for([&] { return server_->stats().refused_auth == 1; }));
+  EXPECT_EQ(server_->stats().requests, 0u);
+  EXPECT_EQ(pool.idle(), 0u);
+}
+
+TEST_F(TcpBulkTest, ARefusedRequestIsAnsweredAndTheConnectionServesTheNext) {  // DA-45, DA-7
+  auto mem = pattern(8192, 5);
+  auto b = add(mem);
+  auto ro_mem = pattern(4096, 6);
+  auto ro = add(ro_mem, false);
+  BulkPool pool("the secret");
+  std::vector<uint8_t> buf(1 << 20, 0);
+  auto forged = b;
+  forged.token[0] = forged.token[0] == '0' ? '1' : '0';
+  auto st = run(pool, BulkKind::kGet, forged, buf.data(), 8192);
+  ASSERT_FALSE(st);
+  EXPECT_TRUE(st.error().is(DataErrc::kRefused)) << st.error().message;
+  // A refused put's bytes are read and dropped: the connection stays in step.
+  st = run(pool, BulkKind::kPut, forged, buf.data(), 8192);
+  ASSERT_FALSE(st);
+  EXPECT_TRUE(st.error().is(DataErrc::kRefused));
+  st = run(pool, BulkKind::kPut, ro, buf.data(), 4096);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find("read-only"), std::string::npos) << st.error().message;
+  EXPECT_EQ(ro_mem, pattern(4096, 6));
+  st = run(pool, BulkKind::kGet, b, buf.data(), 100, 8100);  // past the end
+  ASSERT_FALSE(st);
+  EXPECT_TRUE(st.error().is(DataErrc::kInvalidArgument)) << st.error().message;
+  st = run(pool, BulkKind::kPut, b, buf.data(), 1 << 20);  // far past the end
+  ASSERT_FALSE(st);
+  EXPECT_TRUE(st.error().is(DataErrc::kInvalidArgument));
+  EXPECT_EQ(mem, pattern(8192, 5));  // nothing written by a refused request
+  ASSERT_TRUE(run(pool, BulkKind::kGet, b, buf.data(), 8192));
+  EXPECT_TRUE(std::equal(mem.begin(), mem.end(), buf.begin()));
+  EXPECT_EQ(pool.idle(), 1u);
+  EXPECT_EQ(server_->stats().authenticated, 1u);  // one connection served all six
+  EXPECT_EQ(server_->stats().refused, 5u);
+}
+
+TEST_F(TcpBulkTest, ADropWaitsForARequestInFlightAndRefusesTheNext) {  // DA-46, DA-8
+  size_t n = size_t{64} << 20;
+  std::vector<uint8_t> mem(n, 1);
+  auto b = add(mem);
+  BulkPool pool("the secret");
+  std::vector<uint8_t> src(n, 2);
+  BulkCall call(pool, server_->address(), BulkRequest{BulkKind::kPut, b.id, 0, n, b.token},
+                reinterpret_cast<std::byte*>(src.data()), Clock::now() + 30s, {});
+  // Sends the request and what the socket takes, then stops: the put is in flight.
+  EXPECT_FALSE(call.advance(Clock::now() + 1ms));
+  ASSERT_TRUE(wait_for([&] { return server_->stats().requests == 1; }));
+  auto retired = table_.drop(b.id, b.token);
+  ASSERT_TRUE(retired);
+  std::atomic<bool> idle{false};
+  server_->after_idle(b.id, [&] { idle = true; });
+  EXPECT_FALSE(idle.load());  // the put still moves bytes into the memory
+  ASSERT_TRUE(call.advance(Clock::time_point::max()));
+  ASSERT_TRUE(call.status()) << call.status().error().message;
+  EXPECT_TRUE(wait_for([&] { return idle.load(); }));
+  EXPECT_EQ(mem, src);
+  std::vector<uint8_t> got(16);
+  auto st = run(pool, BulkKind::kGet, b, got.data(), 16);
+  ASSERT_FALSE(st);
+  EXPECT_TRUE(st.error().is(DataErrc::kDropped)) << st.error().message;
+  // A buffer with nothing in flight is idle at once.
+  std::atomic<bool> at_once{false};
+  server_->after_idle(12345, [&] { at_once = true; });
+  EXPECT_TRUE(at_once.load());
+}
+
+// A TCP port that accepts and then says nothing.
+struct Silent {
+  UniqueFd fd;
+  std::string address;
+  Silent() {
+    fd = UniqueFd(::socket(AF_INET, SOCK_STREAM, 0));
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    ::listen(fd.get(), 8);
+    socklen_t len = sizeof sa;
+    ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len);
+    address = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+  }
+};
+
+TEST_F(TcpBulkTest, ACallNeverWaitsPastItsDeadline) {  // DA-47
+  Silent silent;
+  BulkPool pool("the secret");
+  std::vector<uint8_t> got(4096);
+  auto t0 = Clock::now();
+  BulkCall call(pool, silent.address, BulkRequest{BulkKind::kGet, 1, 0, 4096, std::string(32, 'a')},
+                reinterpret_cast<std::byte*>(got.data()), t0 + 300ms, {});
+  ASSERT_TRUE(call.advance(Clock::time_point::max()));
+  ASSERT_FALSE(call.status());
+  EXPECT_TRUE(call.status().error().is(DataErrc::kTimeout)) << call.status().error().message;
+  EXPECT_LT(Clock::now() - t0, 5s);
+  EXPECT_EQ(pool.idle(), 0u);
+}
+
+TEST_F(TcpBulkTest, AnOwnerKnownGoneFailsTheCallWithTheRuntimesError) {  // DA-47, RD-2
+  Silent silent;
+  BulkPool pool("the secret");
+  std::vector<uint8_t> got(4096);
+  std::atomic<int> asked{0};
+  BulkCall call(pool, silent.address, BulkRequest{BulkKind::kGet, 1, 0, 4096, std::string(32, 'a')},
+                reinterpret_cast<std::byte*>(got.data()), Clock::now() + 60s,
+                [&]() -> std::optional<Error> {
+                  if (++asked < 3) return std::nullopt;
+                  return make_error(DataErrc::kTransferFailed, "proc X: killed by SIGKILL");
+                });
+  ASSERT_TRUE(call.advance(Clock::time_point::max()));
+  ASSERT_FALSE(call.status());
+  EXPECT_EQ(call.status().error().message, "proc X: killed by SIGKILL");
+}
+
+TEST_F(TcpBulkTest, UnprovenConnectionsAreCapped) {  // DA-45
+  sockaddr_storage sa{};
+  std::vector<UniqueFd> held;
+  auto colon = server_->address().rfind(':');
+  sockaddr_in in{};
+  in.sin_family = AF_INET;
+  in.sin_port = htons(static_cast<uint16_t>(std::stoi(server_->address().substr(colon + 1))));
+  in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  (void)sa;
+  for (size_t i = 0; i < kMaxUnauthenticated + 6; ++i) {
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
+    ASSERT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&in), sizeof in), 0);
+    held.push_back(std::move(fd));
+    if (i < kMaxUnauthenticated) {
+      ASSERT_TRUE(wait_for([&] { return server_->stats().accepted == i + 1; }));
+    }
+  }
+  EXPECT_TRUE(wait_for([&] { return server_->stats().refused_auth == 6; }));
+  EXPECT_TRUE(wait_for([&] { return server_->stats().connections == kMaxUnauthenticated; }));
+  // A real reader still gets in.
+  auto mem = pattern(4096, 9);
+  auto b = add(mem);
+  BulkPool pool("the secret");
+  std::vector<uint8_t> got(4096);
+  ASSERT_TRUE(run(pool, BulkKind::kGet, b, got.data(), 4096));
+  EXPECT_EQ(got, mem);
+}
+
+}  // namespace
+}  // namespace podium::data

@@ -1,0 +1,318 @@
+// podium._core.data, the data plane's own path over TCP between hosts (tcp_bulk.h; docs/data.md,
+// "Across hosts: podium's TCP path"): the owner's server, and the reader's transfers to it.
+//
+//   DA-48 A proc whose control plane listens on TCP serves its buffers on a TCP bulk server
+//         of its own, started with its first buffer, on the numeric address of its control
+//         plane's host (a wildcard stands for default_host_address()); a buffer's reference
+//         carries that server's "HOST:PORT". No server where the control plane is a Unix
+//         socket (a job of one host), where no local interface holds the address (a NAT'ed
+//         DIAL@BIND address), or with PODIUM_RDMA_TCP=0; then the reference carries "" and
+//         UCX moves the bytes, as before. The server proves, and asks, the job's secret
+//         (DA-45).
+//   DA-49 A transfer goes over podium's TCP path when every operation is on an owner of
+//         another host (RD-6) with a TCP bulk address, between host memory on both sides, and
+//         PODIUM_RDMA_TCP is not 0; no owner's check precedes it and no lease is asked (the
+//         owner's server checks each request, DA-45). The runtime's knowledge that an owner's
+//         proc ended fails it first (RD-2). A transfer of one operation of at most
+//         kCallerCopyBytes is worked on by its caller, with the GIL released, for at most
+//         kInlineBudget, and handed to the podium-tcp-rd threads only if it has not finished
+//         by then; every other transfer runs on those threads, each operation on its own
+//         connection, in parallel. The first failure wins, tagged with its operation; a
+//         summed read is summed over the local bytes once they all arrived (DA-41).
+//
+// Threads: any Python thread calls in; the podium-tcp-rd threads (at most kMaxWorkers, made
+// as needed, `PODIUM_RDMA_NICE` steps below the process, DA-11) finish what callers hand over.
+// None takes the GIL: a pinned Python buffer is released later under the GIL (common.h).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <spdlog/spdlog.h>
+#include <pthread.h>
+
+#include "common.h"
+#include "data_internal.h"
+#include "future.h"
+#include "podium/actor/proc.h"
+#include "podium/data/checksum.h"
+#include "podium/data/cma.h"
+#include "podium/data/tcp_bulk.h"
+#include "podium/mesh/job_config.h"
+#include "podium/mesh/runtime.h"
+
+namespace podium::python::dataplane {
+namespace {
+
+// DA-49: how long a caller works on its own small transfer before handing it over.
+constexpr auto kInlineBudget = std::chrono::milliseconds(5);
+constexpr size_t kMaxWorkers = 8;
+
+// PODIUM_RDMA_TCP at the first call, until set_tcp_path() changes it.
+std::atomic<bool>& tcp_on() {
+  static std::atomic<bool> on{[] {
+    const char* env = std::getenv("PODIUM_RDMA_TCP");
+    return env == nullptr || std::string(env) != "0";
+  }()};
+  return on;
+}
+bool tcp_enabled() { return tcp_on().load(std::memory_order_relaxed); }
+
+int data_nice() {
+  const char* env = std::getenv("PODIUM_RDMA_NICE");
+  if (env == nullptr || *env == '\0') return data::kDefaultNice;
+  return std::clamp(std::atoi(env), 0, 19);
+}
+
+std::string secret() {
+  auto s = mesh::internal::job_secret();
+  return s ? *s : std::string();
+}
+
+std::atomic<uint64_t> g_tcp_transfers{0}, g_tcp_inline{0}, g_tcp_handed{0}, g_tcp_failed{0};
+
+struct Server {
+  std::once_flag once;
+  std::unique_ptr<data::BulkServer> server;
+  std::string address;
+};
+Server& server() {
+  static auto* s = new Server();  // lives as long as the process, as table() does
+  return *s;
+}
+
+data::BulkPool& pool() {
+  static auto* p = new data::BulkPool(secret());
+  return *p;
+}
+
+// The podium-tcp-rd threads: they run what callers hand over (DA-49).
+struct Workers {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> queue;  // guarded by mu
+  size_t threads = 0, idle = 0;             // guarded by mu
+
+  void post(std::function<void()> f) {
+    bool spawn = false;
+    {
+      std::lock_guard lock(mu);
+      queue.push_back(std::move(f));
+      if (idle == 0 && threads < kMaxWorkers) {
+        ++threads;
+        spawn = true;
+      }
+    }
+    if (spawn) {
+      std::thread([this] { run(); }).detach();
+    } else {
+      cv.notify_one();
+    }
+  }
+  void run() {
+    pthread_setname_np(pthread_self(), "podium-tcp-rd");
+    data::cma::lower_priority(data_nice());  // DA-11
+    std::unique_lock lock(mu);
+    for (;;) {
+      ++idle;
+      cv.wait(lock, [this] { return !queue.empty(); });
+      --idle;
+      auto f = std::move(queue.front());
+      queue.pop_front();
+      lock.unlock();
+      f();
+      lock.lock();
+    }
+  }
+};
+Workers& workers() {
+  static auto* w = new Workers();
+  return *w;
+}
+
+// One transfer over the TCP path: its calls, and the one reply.
+struct Bulk {
+  actor::Promise<mesh::Replies> promise;
+  std::vector<std::unique_ptr<data::BulkCall>> calls;
+  std::vector<std::shared_ptr<Buffer>> keep;  // the local regions, pinned until the end
+  std::vector<bool> summed;
+  bool any_summed = false;
+  std::atomic<size_t> left{0};
+  std::atomic<bool> finished{false};
+
+  void finish(const Status& st, std::vector<Buffer> parts = {}) {
+    if (finished.exchange(true)) return;
+    if (!st) ++g_tcp_failed;
+    promise.set(st ? mesh::Replies{mesh::Reply(std::move(parts))}
+                   : mesh::Replies{mesh::Reply(std::unexpected(st.error()))});
+  }
+  // Call `i` ended: the first failure finishes the transfer; the last success does.
+  void ended(size_t i) {
+    const auto& st = calls[i]->status();
+    if (!st) {
+      finish(std::unexpected(tagged(i, st.error())));
+    }
+    if (left.fetch_sub(1) != 1 || finished.load()) return;
+    std::vector<Buffer> parts;
+    if (any_summed) {  // DA-41
+      std::vector<uint64_t> sums(calls.size(), 0);
+      for (size_t k = 0; k < sums.size(); ++k) {
+        if (summed[k]) sums[k] = data::word_sum(keep[k]->data(), summed_size[k]);
+      }
+      parts.push_back(Buffer::copy_of(data::encode_sums(sums)));
+    }
+    finish({}, std::move(parts));
+  }
+  std::vector<size_t> summed_size;
+};
+
+// Runs call `i` on a podium-tcp-rd thread until it ends.
+void hand_over(const std::shared_ptr<Bulk>& b, size_t i) {
+  workers().post([b, i] {
+    b->calls[i]->advance(std::chrono::steady_clock::time_point::max());
+    b->ended(i);
+  });
+}
+
+}  // namespace
+
+const std::string& bulk_address() {
+  auto& s = server();
+  std::call_once(s.once, [&s] {
+    if (!tcp_enabled()) return;  // a server is started only where the path was on at first
+    std::string ip = control_plane_ip();
+    if (ip.empty()) return;
+    auto started = data::BulkServer::start({ip, secret(), data_nice()}, table());
+    if (!started) {
+      spdlog::warn("podium data: no TCP bulk server on {} ({}); transfers from other hosts use "
+                   "UCX's TCP transport",
+                   ip, started.error().message);
+      return;
+    }
+    s.server = std::move(*started);
+    s.address = s.server->address();
+  });
+  return s.address;
+}
+
+void after_bulk_idle(uint64_t id, std::function<void()> then) {
+  auto* srv = server().server.get();
+  if (srv == nullptr) {
+    then();
+    return;
+  }
+  srv->after_idle(id, [then = std::move(then)] {
+    // From the server's thread to the proc's loop, where the drop's other work runs.
+    if (mesh::Runtime::current() != nullptr) {
+      asio::post(mesh::Runtime::get().proc().io(), then);
+    } else {
+      then();
+    }
+  });
+}
+
+bool bulk_eligible(const std::vector<PyOp>& py_ops) {
+  if (py_ops.empty() || !tcp_enabled()) return false;
+  for (const auto& op : py_ops) {
+    const auto& local = std::get<7>(op);
+    bool same_host = std::get<9>(op), remote_cuda = std::get<11>(op);
+    // A tuple region (address, size, tensor[, cuda]) of CUDA memory stays with UCX (DA-23).
+    bool local_cuda = false;
+    if (nb::isinstance<nb::tuple>(local)) {
+      auto t = nb::borrow<nb::tuple>(local);
+      local_cuda = t.size() == 3 || (t.size() == 4 && nb::cast<bool>(t[3]));
+    }
+    if (same_host || remote_cuda || local_cuda || std::get<14>(op).empty()) return false;
+  }
+  return true;
+}
+
+CoreFuture bulk_transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
+  auto b = std::make_shared<Bulk>();
+  CoreFuture result(b->promise.future());
+  result.completed_off_loop();  // DA-35: data-plane threads, or the caller, complete it
+  auto deadline = std::chrono::steady_clock::now() + seconds_to_ns(timeout_s);
+  ++g_tcp_transfers;
+  uint64_t total = 0;
+  std::vector<std::string> owners;
+  for (size_t i = 0; i < py_ops.size(); ++i) {
+    const auto& [write, owner, id, token, remote_addr, rkey, worker, local, size, same_host,
+                 pid, remote_cuda, window, checksum, bulk] = py_ops[i];
+    auto [pinned, memory] = region_from_python(local, !write);
+    if (pinned.size() < size) {
+      throw nb::value_error("transfer: the local buffer is smaller than the operation");
+    }
+    if (checksum && write) throw nb::value_error("transfer: only a read can be summed");
+    auto kept = std::make_shared<Buffer>(std::move(pinned));
+    auto* local_bytes = const_cast<std::byte*>(kept->data());
+    b->keep.push_back(std::move(kept));
+    b->summed.push_back(checksum);
+    b->summed_size.push_back(size);
+    b->any_summed = b->any_summed || checksum;
+    data::BulkRequest req{write ? data::BulkKind::kPut : data::BulkKind::kGet, id, 0, size,
+                          token};
+    // RD-2: the runtime's knowledge that the owner's proc ended, asked while the call waits.
+    auto gone = [owner = owner]() -> std::optional<Error> {
+      if (mesh::Runtime::current() == nullptr) return std::nullopt;
+      return mesh::Runtime::get().proc_dead(owner);
+    };
+    b->calls.push_back(std::make_unique<data::BulkCall>(pool(), bulk, std::move(req),
+                                                        local_bytes, deadline, std::move(gone)));
+    owners.push_back(owner);
+    total += size;
+  }
+  b->left = b->calls.size();
+  for (size_t i = 0; i < owners.size(); ++i) {  // RD-2, before anything moves
+    if (auto dead = mesh::Runtime::get().proc_dead(owners[i])) {
+      b->finish(std::unexpected(tagged(i, *dead)));
+      return result;
+    }
+  }
+  nb::gil_scoped_release unlocked;
+  if (b->calls.size() == 1 && total <= data::kCallerCopyBytes) {
+    if (b->calls[0]->advance(std::chrono::steady_clock::now() + kInlineBudget)) {
+      ++g_tcp_inline;
+      b->ended(0);
+      return result;
+    }
+    ++g_tcp_handed;
+  }
+  for (size_t i = 0; i < b->calls.size(); ++i) hand_over(b, i);
+  return result;
+}
+
+void set_tcp_path(bool on) { tcp_on() = on; }
+
+nb::dict bulk_stats() {
+  nb::dict d;
+  d["transfers"] = g_tcp_transfers.load();
+  d["inline"] = g_tcp_inline.load();
+  d["handed_over"] = g_tcp_handed.load();
+  d["failed"] = g_tcp_failed.load();
+  d["idle_connections"] = pool().idle();
+  d["address"] = server().address;
+  if (auto* srv = server().server.get()) {
+    auto s = srv->stats();
+    d["accepted"] = s.accepted;
+    d["authenticated"] = s.authenticated;
+    d["refused_auth"] = s.refused_auth;
+    d["requests"] = s.requests;
+    d["refused"] = s.refused;
+    d["bytes"] = s.bytes;
+    d["connections"] = s.connections;
+  }
+  return d;
+}
+
+}  // namespace podium::python::dataplane
