@@ -156,6 +156,7 @@ struct BulkServer::Impl {
     c.interest = events;
   }
 
+  void close(std::list<Conn>::iterator it, const std::string& why) { close(it, why.c_str()); }
   void close(std::list<Conn>::iterator it, const char* why) {
     if (why != nullptr) {
       warnings().warn("podium data: closed the TCP bulk connection from {}: {}", it->peer, why);
@@ -352,6 +353,7 @@ struct BulkServer::Impl {
             return true;
           }
           c.in_len += static_cast<size_t>(r);
+          c.since = Clock::now();  // DA-45: a stall counts from the last byte of a request
           if (c.in_len < c.in_want) continue;
           if (c.st == St::kResponse) {
             auto ok = auth::verify_response(
@@ -426,11 +428,11 @@ struct BulkServer::Impl {
       if (!it->proven && now - it->since > auth::kAuthTimeout) {
         ++refused_auth;
         close(it, "it did not prove the job's secret within 10 s");
-      } else if (it->proven && it->st != St::kHeader && now - it->since > kStallTimeout) {
-        close(it, "no progress inside a request for 60 s");
-      } else if (it->proven && it->st == St::kHeader && it->in_len > 0 &&
-                 now - it->since > kStallTimeout) {
-        close(it, "half a request for 60 s");
+      } else if (it->proven && (it->st != St::kHeader || it->in_len > 0) &&
+                 now - it->since > config.stall_timeout) {
+        close(it, "no progress inside a request for " +
+                      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                         config.stall_timeout).count()) + " s");
       }
       it = next;
     }

@@ -35,8 +35,8 @@
 //         against the BufferTable (DA-7: live buffer, token, write permission) and its range
 //         against the buffer's size before one byte moves; a refused request is answered with
 //         the error (a refused put's bytes are read and discarded) and the connection serves
-//         the next. A connection that makes no progress for kStallTimeout inside a request is
-//         closed.
+//         the next. A connection that moves no byte for Config::stall_timeout (kStallTimeout)
+//         inside a request is closed; one idle between requests is kept however long.
 //   DA-46 A request counts as in flight on its buffer from before its check until its last
 //         byte moved or its connection closed; after_idle(id) runs its callback once none is:
 //         a drop answered after it (data_owner.cc) leaves no request of this server touching
@@ -98,6 +98,8 @@ class BulkServer {
     std::string host;    // the address to listen on (the control plane's host address)
     std::string secret;  // the job's secret (CH-8); empty: the job runs insecure (SE-2)
     int nice = 0;        // the thread's nice steps below the process (DA-11)
+    // DA-45: a connection inside a request that moves no byte for this long is closed.
+    std::chrono::milliseconds stall_timeout = kStallTimeout;
   };
   // Listens on `host`, port 0, and starts the thread.
   [[nodiscard]] static Result<std::unique_ptr<BulkServer>> start(Config config,

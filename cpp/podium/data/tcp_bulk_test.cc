@@ -171,6 +171,34 @@ TEST_F(TcpBulkTest, ADropWaitsForARequestInFlightAndRefusesTheNext) {  // DA-46,
   EXPECT_TRUE(at_once.load());
 }
 
+// DA-45: the stall bound counts from a request's last byte, never from the idle time
+// before it: a kept connection idle for longer than the bound still serves.
+TEST_F(TcpBulkTest, AConnectionIdleLongerThanTheStallBoundStillServes) {
+  server_.reset();
+  auto s = BulkServer::start({"127.0.0.1", "the secret", 0, 100ms}, table_);
+  ASSERT_TRUE(s) << s.error().message;
+  server_ = std::move(*s);
+  size_t n = size_t{32} << 20;
+  std::vector<uint8_t> mem(n, 1);
+  auto b = add(mem);
+  BulkPool pool("the secret");
+  std::vector<uint8_t> src(n, 2);
+  ASSERT_TRUE(run(pool, BulkKind::kGet, b, src.data(), 16));
+  std::this_thread::sleep_for(400ms);  // the connection idles in the pool, 4 bounds long
+  ASSERT_EQ(pool.idle(), 1u);
+  auto st = run(pool, BulkKind::kPut, b, src.data(), n);
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(mem, src);
+  // A request that stops halfway is closed after the bound: its half-read put goes no further.
+  std::vector<uint8_t> other(n, 3);
+  BulkCall call(pool, server_->address(), BulkRequest{BulkKind::kPut, b.id, 0, n, b.token},
+                reinterpret_cast<std::byte*>(other.data()), Clock::now() + 30s, {});
+  EXPECT_FALSE(call.advance(Clock::now() + 1ms));
+  ASSERT_TRUE(wait_for([&] { return server_->stats().connections == 0; }));
+  ASSERT_TRUE(call.advance(Clock::time_point::max()));
+  EXPECT_FALSE(call.status());
+}
+
 // A TCP port that accepts and then says nothing.
 struct Silent {
   UniqueFd fd;
