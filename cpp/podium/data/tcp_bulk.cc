@@ -37,9 +37,6 @@ namespace {
 
 using namespace bulk_wire;  // NOLINT: the wire's helpers
 
-// Bytes one connection moves per turn of the server's loop before the others get theirs.
-constexpr size_t kTurnBytes = size_t{4} << 20;
-
 std::string reply_head(uint32_t status, uint64_t length) {
   std::string out(kBulkReplyBytes, '\0');
   auto* p = reinterpret_cast<std::byte*>(out.data());
@@ -277,12 +274,6 @@ struct BulkServer::Impl {
     Conn& c = *it;
     size_t moved = 0;
     for (;;) {
-      if (moved >= kTurnBytes) {
-        // The others' turn; level-triggered epoll brings this one back, for what it waits on.
-        bool writing = c.st == St::kChallenge || c.st == St::kVerdict || c.st == St::kReply;
-        watch(c, writing ? EPOLLOUT : EPOLLIN);
-        return true;
-      }
       switch (c.st) {
         case St::kChallenge:
         case St::kVerdict:
@@ -294,7 +285,7 @@ struct BulkServer::Impl {
             iov[n++] = {c.out.data() + c.out_off, c.out.size() - c.out_off};
           }
           if (c.st == St::kReply && c.left > 0) {
-            iov[n++] = {c.data, static_cast<size_t>(std::min<uint64_t>(c.left, kTurnBytes))};
+            iov[n++] = {c.data, static_cast<size_t>(std::min<uint64_t>(c.left, config.turn_bytes))};
           }
           if (n == 0) {
             if (c.st == St::kChallenge) {
@@ -315,6 +306,11 @@ struct BulkServer::Impl {
               await_header(c);
             }
             continue;
+          }
+          if (moved >= config.turn_bytes) {
+            // The others' turn (bytes are left to write: epoll brings this one back).
+            watch(c, EPOLLOUT);
+            return true;
           }
           msghdr mh{};
           mh.msg_iov = iov;
@@ -394,8 +390,15 @@ struct BulkServer::Impl {
             }
             continue;
           }
+          if (moved >= config.turn_bytes) {
+            // The others' turn (bytes are left to read: epoll brings this one back). Checked
+            // only here, with bytes left: a request whose last byte ended a turn is answered
+            // now, not after an event that will never come.
+            watch(c, EPOLLIN);
+            return true;
+          }
           std::byte* into = c.st == St::kData ? c.data : scratch.data();
-          size_t want = c.st == St::kData ? std::min<uint64_t>(c.left, kTurnBytes)
+          size_t want = c.st == St::kData ? std::min<uint64_t>(c.left, config.turn_bytes)
                                           : std::min<uint64_t>(c.left, scratch.size());
           ssize_t r = ::recv(c.fd.get(), into, want, 0);
           if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
@@ -431,8 +434,7 @@ struct BulkServer::Impl {
       } else if (it->proven && (it->st != St::kHeader || it->in_len > 0) &&
                  now - it->since > config.stall_timeout) {
         close(it, "no progress inside a request for " +
-                      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                         config.stall_timeout).count()) + " s");
+                      std::to_string(config.stall_timeout.count()) + " ms");
       }
       it = next;
     }

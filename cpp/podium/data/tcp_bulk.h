@@ -76,6 +76,7 @@ inline constexpr size_t kBulkReplyBytes = 16;
 inline constexpr size_t kMaxUnauthenticated = 64;                      // DA-45
 inline constexpr std::chrono::seconds kStallTimeout{60};              // DA-45
 inline constexpr std::chrono::milliseconds kPollSlice{50};             // DA-47
+inline constexpr size_t kTurnBytes = size_t{4} << 20;
 inline constexpr size_t kMaxBulkMessage = 1024;  // an error reply's message, at most
 inline constexpr std::chrono::microseconds kDefaultTcpSpin{100};       // DA-50
 
@@ -100,6 +101,8 @@ class BulkServer {
     int nice = 0;        // the thread's nice steps below the process (DA-11)
     // DA-45: a connection inside a request that moves no byte for this long is closed.
     std::chrono::milliseconds stall_timeout = kStallTimeout;
+    // Bytes one connection moves per turn of the loop before the others get theirs.
+    size_t turn_bytes = kTurnBytes;
   };
   // Listens on `host`, port 0, and starts the thread.
   [[nodiscard]] static Result<std::unique_ptr<BulkServer>> start(Config config,
