@@ -124,6 +124,10 @@ void after_bulk_idle(uint64_t id, std::function<void()> then);
 bool bulk_eligible(const std::vector<PyOp>& py_ops);
 // DA-49: the operations, each to its owner's TCP bulk server.
 CoreFuture bulk_transfer(const std::vector<PyOp>& py_ops, double timeout_s);
+// DA-49: a transfer with operations both ways: those bulk_eligible over the TCP path, the
+// others through `rest`, at once; one reply for all.
+CoreFuture split_transfer(const std::vector<PyOp>& py_ops, double timeout_s,
+                          const std::function<CoreFuture(const std::vector<PyOp>&, double)>& rest);
 // DA-49: whether this process's transfers take podium's TCP path (PODIUM_RDMA_TCP, until
 // this is called: tests and the benchmark compare both paths in one run).
 void set_tcp_path(bool on);

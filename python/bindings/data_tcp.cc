@@ -294,6 +294,90 @@ CoreFuture bulk_transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
 
 void set_tcp_path(bool on) { tcp_on() = on; }
 
+namespace {
+
+// Operation `k` of a part is operation `index[k]` of the whole: its tag says so (tagged()).
+Error retag(const Error& e, const std::vector<size_t>& index) {
+  const auto& m = e.message;
+  size_t op = index.front();
+  std::string text = m;
+  if (m.size() > 2 && m[0] == '\x1f') {
+    size_t end = m.find('\x1f', 1);
+    if (end != std::string::npos) {
+      size_t k = std::stoul(m.substr(1, end - 1));
+      if (k < index.size()) op = index[k];
+      text = m.substr(end + 1);
+    }
+  }
+  return tagged(op, Error{e.subsystem, e.code, text});
+}
+
+}  // namespace
+
+CoreFuture split_transfer(const std::vector<PyOp>& py_ops, double timeout_s,
+                          const std::function<CoreFuture(const std::vector<PyOp>&, double)>& rest) {
+  std::vector<PyOp> tcp_ops, other_ops;
+  std::vector<size_t> tcp_index, other_index;
+  for (size_t i = 0; i < py_ops.size(); ++i) {
+    if (bulk_eligible({py_ops[i]})) {
+      tcp_ops.push_back(py_ops[i]);
+      tcp_index.push_back(i);
+    } else {
+      other_ops.push_back(py_ops[i]);
+      other_index.push_back(i);
+    }
+  }
+  struct Join {
+    actor::Promise<mesh::Replies> promise;
+    std::mutex mu;
+    size_t left = 2;
+    bool failed = false;
+    std::vector<uint64_t> sums;
+    bool any_summed = false;
+  };
+  auto join = std::make_shared<Join>();
+  join->sums.assign(py_ops.size(), 0);
+  for (const auto& op : py_ops) join->any_summed = join->any_summed || std::get<13>(op);
+  CoreFuture result(join->promise.future());
+  auto part = [join](std::vector<size_t> index) {
+    return [join, index = std::move(index)](const Result<mesh::Replies>& r) {
+      std::optional<Error> err;
+      if (!r) {
+        err = retag(r.error(), index);
+      } else if (auto e = r->first_error()) {
+        err = retag(*e->second, index);
+      }
+      std::lock_guard lock(join->mu);
+      if (join->failed) return;
+      if (err) {  // the first failure wins (AC-4)
+        join->failed = true;
+        join->promise.set(mesh::Replies{mesh::Reply(std::unexpected(*err))});
+        return;
+      }
+      const auto& parts = (*r)[0];
+      if (parts && !parts->empty()) {  // DA-41: this part's sums, 8 little-endian bytes each
+        auto raw = parts->front().view();
+        for (size_t k = 0; k < index.size() && 8 * k + 8 <= raw.size(); ++k) {
+          uint64_t v = 0;
+          for (int b = 7; b >= 0; --b) v = (v << 8) | static_cast<uint8_t>(raw[8 * k + b]);
+          join->sums[index[k]] = v;
+        }
+      }
+      if (--join->left > 0) return;
+      std::vector<Buffer> out;
+      if (join->any_summed) out.push_back(Buffer::copy_of(data::encode_sums(join->sums)));
+      join->promise.set(mesh::Replies{mesh::Reply(std::move(out))});
+    };
+  };
+  auto tcp = bulk_transfer(tcp_ops, timeout_s);
+  auto other = rest(other_ops, timeout_s);
+  // DA-35: its waiter drives the loop only where the checked part would have it do so.
+  if (!other.drives_loop()) result.completed_off_loop();
+  tcp.future().on_ready(part(std::move(tcp_index)));
+  other.future().on_ready(part(std::move(other_index)));
+  return result;
+}
+
 nb::dict bulk_stats() {
   nb::dict d;
   d["transfers"] = g_tcp_transfers.load();

@@ -470,9 +470,23 @@ std::optional<uint64_t> copy_leased_now(const PyOp& py, double timeout_s) {
   return sum;
 }
 
+namespace {
+// The operations that go through the owners' checks and the engine (UCX, CMA, shared pages).
+CoreFuture checked_transfer(const std::vector<PyOp>& py_ops, double timeout_s);
+}  // namespace
+
 CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   release_deferred();
-  if (bulk_eligible(py_ops)) return bulk_transfer(py_ops, timeout_s);  // DA-49
+  // DA-49: every operation over podium's TCP path, some of them, or none.
+  if (bulk_eligible(py_ops)) return bulk_transfer(py_ops, timeout_s);
+  for (const auto& op : py_ops) {
+    if (bulk_eligible({op})) return split_transfer(py_ops, timeout_s, checked_transfer);
+  }
+  return checked_transfer(py_ops, timeout_s);
+}
+
+namespace {
+CoreFuture checked_transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   install_revoke_handler();
   auto p = std::make_shared<Plan>();
   p->eng = &engine();
@@ -560,6 +574,7 @@ CoreFuture transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   }
   return result;
 }
+}  // namespace
 
 // Asks `owner` to drop buffer `id` (the "drop" binding): this process's leases of it go first.
 CoreFuture drop(const std::string& owner, uint64_t id, const std::string& token,

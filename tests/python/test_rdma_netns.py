@@ -148,6 +148,28 @@ CONTROLLER = COMMON + textwrap.dedent("""
     got, put = b.action.call_one(own, buf, 300_000).get(timeout=T)
     print("ACTION", got == a.digest.call_one("small").get(timeout=T), put == digest(mine),
           flush=True)
+    # One action over an owner of another host and one of this host (the controller's own
+    # buffer): over podium's TCP path the two parts run at once, joined (DA-49); the sums come
+    # back in the order queued, and a failure names its own operation's buffer.
+    def word_sum(b):
+        b = bytes(b) + bytes(-len(b) % 8)
+        return sum(int.from_bytes(b[i:i + 8], "little") for i in range(0, len(b), 8)) % 2**64
+    x, y = bytearray(buf.size()), bytearray(len(mine))
+    sums = RDMAAction().read_remote(memoryview(x), buf, checksum=True).read_remote(
+        memoryview(y), own, checksum=True).submit(timeout=T).get(timeout=T)
+    print("MIXED", digest(x) == a.digest.call_one("small").get(timeout=T), bytes(y) == mine,
+          sums == [word_sum(x), word_sum(y)], flush=True)
+    import pickle
+    gone = RDMABuffer(memoryview(bytearray(4096)))
+    ghost = pickle.loads(pickle.dumps(gone))
+    gone.drop().get(timeout=T)
+    try:
+        RDMAAction().read_remote(memoryview(x), buf).read_remote(
+            memoryview(bytearray(4096)), ghost).submit(timeout=T).get(timeout=T)
+        print("MIXED_ERR none", flush=True)
+    except RuntimeError as e:
+        print("MIXED_ERR", "dropped" in str(e) and f"RDMABuffer {ghost._id} " in str(e),
+              flush=True)
     # DA-42 across hosts over UCX: the drop of the buffer that B and the controller hold
     # leases of is answered once both confirmed their revocation. Over podium's TCP path no
     # reader asked the owner for a check or a lease: its server checked every request (DA-49).
@@ -172,10 +194,11 @@ CONTROLLER = COMMON + textwrap.dedent("""
     from podium._src import rdma as _rdma
     other = big._owner.node != _rdma._node()
     if TCP:
-        # C_READ, C_WRITE and its read, BIG_READ, BIG_WRITE: 5 transfers of this process.
+        # C_READ, C_WRITE and its read, the TCP parts of MIXED and MIXED_ERR, BIG_READ,
+        # BIG_WRITE: 7 transfers of this process.
         mine = (_data.stats()["endpoints"], _data.tcp_stats()["transfers"], big._bulk,
                 a.tcp_stats.call_one().get(timeout=T)["address"])
-        print("TCP_PATH", other and mine[0] == 0 and mine[1] == 5 and mine[2] == mine[3],
+        print("TCP_PATH", other and mine[0] == 0 and mine[1] == 7 and mine[2] == mine[3],
               mine, flush=True)
         print("BULK_ADDRESS", big._bulk, flush=True)
     else:
@@ -323,6 +346,7 @@ def test_reads_writes_and_actions_between_namespace_hosts(network, path):
                 "B_BIG_READ", "TCP_PATH" if path == "tcp" else "UCX_ONLY"):
         assert f"{key} True" in text, (key, text, err)
     assert "ACTION True True" in text, text + err
+    assert "MIXED True True True" in text and "MIXED_ERR True" in text, text + err
     if path == "tcp":
         assert bulk and bulk[0] in listening["A"], (bulk, listening)
         assert "CHECKS 0" in text, text  # DA-49: no owner's check, no lease
