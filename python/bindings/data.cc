@@ -234,9 +234,10 @@ void bind_data(nb::module_& m) {
         d["window_bytes"] = s.window_bytes;
         d["caller_copied"] = s.caller_copied;
         d["windows"] = reader_window_count();
+        d["ucx_tcp"] = engine().ucx_tcp();  // DA-51
         return d;
       },
-      "The engine's counters.");
+      "The engine's counters, and whether UCX's tcp transport runs in it (DA-51).");
 }
 
 }  // namespace podium::python

@@ -96,8 +96,15 @@ Result<data::Engine*> instance() {
   }
   static std::once_flag once;
   static std::string devices;
-  std::call_once(once, [] { devices = control_plane_device(); });
-  return data::Engine::instance(devices);
+  static bool without_tcp = false;
+  std::call_once(once, [] {
+    devices = control_plane_device();
+    // DA-51: podium's TCP path stands in for UCX's tcp transport, unless both are asked for
+    // (PODIUM_RDMA_UCX_TCP=1: benchmarks comparing the two).
+    const char* both = std::getenv("PODIUM_RDMA_UCX_TCP");
+    without_tcp = tcp_path_on() && !(both != nullptr && std::string(both) == "1");
+  });
+  return data::Engine::instance(devices, without_tcp);
 }
 
 data::Engine& engine() {

@@ -120,6 +120,8 @@ const std::string& bulk_address();
 // DA-46: runs `then` once no request of this process's TCP bulk server is in flight on
 // buffer `id` (at once where there is no server).
 void after_bulk_idle(uint64_t id, std::function<void()> then);
+// DA-49: whether podium's TCP path is on in this process (PODIUM_RDMA_TCP, set_tcp_path).
+bool tcp_path_on();
 // DA-49: whether every operation of a transfer goes over podium's TCP path.
 bool bulk_eligible(const std::vector<PyOp>& py_ops);
 // DA-49: the operations, each to its owner's TCP bulk server.

@@ -293,6 +293,7 @@ CoreFuture bulk_transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
 }
 
 void set_tcp_path(bool on) { tcp_on() = on; }
+bool tcp_path_on() { return tcp_enabled(); }
 
 namespace {
 

@@ -71,6 +71,10 @@ COMMON = textwrap.dedent("""
             return _data.tcp_stats()
 
         @endpoint
+        def stats(self):
+            return _data.stats()
+
+        @endpoint
         def read(self, buf):
             out = bytearray(buf.size())
             buf.read_into(memoryview(out)).get(timeout=T)
@@ -126,6 +130,8 @@ CONTROLLER = COMMON + textwrap.dedent("""
         print("WHERE", name, proc, pid, dev, flush=True)
     _data.available()
     print("CONTROLLER", _mesh.this_proc_id(), os.getpid(), _data.net_devices(), flush=True)
+    print("UCX_TCP", [n.stats.call_one().get(timeout=T)["ucx_tcp"] for n in (a, b)]
+          + [_data.stats()["ucx_tcp"]], flush=True)
 
     # An actor on host A owns a buffer; an actor on host B and the controller read and write it.
     buf = a.make.call_one("small", 1 << 20).get(timeout=T)
@@ -334,12 +340,13 @@ def test_reads_writes_and_actions_between_namespace_hosts(network, path):
         assert dev == "eth0", where
     assert ctl[2] == net.bridge, ctl
     # What each process listens on, all on the host's own address only (nothing on 0.0.0.0,
-    # nothing on loopback): its control-plane port, UCX's tcp port, and, where it made a
-    # buffer (A), podium's TCP bulk port (DA-48).
+    # nothing on loopback): its control-plane port, and over podium's TCP path, where it made
+    # a buffer (A), podium's TCP bulk port (DA-48), and nothing of UCX's (DA-51); over UCX,
+    # UCX's tcp port.
     for i, name in enumerate(("A", "B")):
         addrs = listening[name]
         assert addrs and all(a.startswith(f"{net.hosts[i].addr}:") for a in addrs), listening
-        assert len(addrs) == (3 if path == "tcp" and name == "A" else 2), listening
+        assert len(addrs) == (2 if path == "ucx" or name == "A" else 1), listening
     assert ctl_listening and all(a.startswith(f"{net.controller_addr}:")
                                  for a in ctl_listening), ctl_listening
     for key in ("B_READ", "C_READ", "B_WRITE", "C_WRITE", "BIG_READ", "BIG_WRITE",
@@ -347,6 +354,8 @@ def test_reads_writes_and_actions_between_namespace_hosts(network, path):
         assert f"{key} True" in text, (key, text, err)
     assert "ACTION True True" in text, text + err
     assert "MIXED True True True" in text and "MIXED_ERR True" in text, text + err
+    # DA-51: UCX's tcp transport runs only where podium's TCP path is off.
+    assert f"UCX_TCP {[path == 'ucx'] * 3}" in text, text
     if path == "tcp":
         assert bulk and bulk[0] in listening["A"], (bulk, listening)
         assert "CHECKS 0" in text, text  # DA-49: no owner's check, no lease
@@ -433,17 +442,18 @@ class _Local(Actor):
     @endpoint
     def where(self):
         buf = RDMABuffer(memoryview(bytearray(4096)))  # starts the data plane
+        bulk = buf._bulk
         buf.drop().get(timeout=30)
-        return os.getpid(), _data.net_devices()
+        return os.getpid(), _data.net_devices(), _data.stats()["ucx_tcp"], bulk
 
 
-# DA-21 on one host: procs on Unix sockets (the default) keep UCX's TCP listener on loopback.
-def test_a_one_host_job_keeps_ucx_on_loopback(spawn):
-    if os.environ.get("UCX_NET_DEVICES"):
-        pytest.skip("UCX_NET_DEVICES is set: the environment chooses the devices")
-    pid, dev = spawn(_Local).slice(gpus=0).where.call_one().get(timeout=30)
-    assert dev == "lo"
+# DA-21, DA-51 on one host: procs on Unix sockets (the default) run UCX restricted to
+# loopback and without its tcp transport (podium's TCP path is on), so the data plane opens
+# no TCP listener at all; and no TCP bulk server either (DA-48: no TCP control plane).
+def test_a_one_host_job_opens_no_tcp_listener_for_its_data_plane(spawn):
+    if os.environ.get("UCX_NET_DEVICES") or os.environ.get("UCX_TLS"):
+        pytest.skip("UCX_NET_DEVICES or UCX_TLS is set: the environment chooses")
+    pid, dev, ucx_tcp, bulk = spawn(_Local).slice(gpus=0).where.call_one().get(timeout=30)
+    assert dev == "lo" and ucx_tcp is False and bulk == ""
     out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, timeout=20).stdout
-    addrs = [l.split()[3] for l in out.splitlines() if f"pid={pid}," in l]
-    assert addrs and all(a.startswith("127.0.0.1:") or a.startswith("[::1]:")
-                         for a in addrs), addrs
+    assert [l.split()[3] for l in out.splitlines() if f"pid={pid}," in l] == [], out

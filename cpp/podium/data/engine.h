@@ -122,6 +122,11 @@
 //        opens on every device it uses) to those devices (ucp_config_modify before ucp_init).
 //   DA-22 UCX's TCP segments are 1 MiB (UCX_TCP_TX_SEG_SIZE, UCX_TCP_RX_SEG_SIZE) unless the
 //        environment sets them: UCX emulates RMA over TCP with one message per segment.
+//   DA-51 With EngineConfig::without_tcp (podium's own TCP path carries host memory between
+//        hosts, DA-49) and UCX_TLS not in the environment, UCX runs without its tcp transport
+//        ("^tcp"), so it opens no TCP listener, which would authenticate nothing; a UCX with
+//        CUDA support keeps it (GPU memory between hosts without RDMA hardware goes through
+//        UCX's tcp transport): the context is made again without the exclusion.
 #pragma once
 
 #include <atomic>
@@ -163,6 +168,9 @@ struct EngineConfig {
   // DA-21: the network devices UCX may use (UCX_NET_DEVICES' syntax: "eth0", "eth0,ib0"),
   // when the environment does not set UCX_NET_DEVICES itself. Empty: UCX's default (all).
   std::string net_devices;
+  // DA-51: leave out UCX's tcp transport (and so its unauthenticated listener), unless
+  // UCX_TLS is set or this UCX has CUDA support.
+  bool without_tcp = false;
 };
 
 // One registered (ucp_mem_map'd) region. Unmapped when the last shared_ptr to it drops (DA-2).
@@ -230,7 +238,9 @@ class Engine {
   // PODIUM_RDMA_CHUNK_BYTES, PODIUM_RDMA_CMA_THREADS and PODIUM_RDMA_NICE, when set;
   // `net_devices` as EngineConfig's, DA-21). Later calls return the same engine, or the same
   // error, whatever they pass.
-  [[nodiscard]] static Result<Engine*> instance(std::string_view net_devices = {});
+  // `without_tcp` as EngineConfig's (DA-51).
+  [[nodiscard]] static Result<Engine*> instance(std::string_view net_devices = {},
+                                                bool without_tcp = false);
   // A separate engine (tests, benchmarks).
   [[nodiscard]] static Result<std::unique_ptr<Engine>> make(EngineConfig config = {});
   ~Engine();
@@ -242,6 +252,8 @@ class Engine {
   // The network devices UCX was restricted to (DA-21): EngineConfig::net_devices, or
   // UCX_NET_DEVICES from the environment; empty: UCX's default (every device).
   const std::string& net_devices() const;
+  // DA-51: whether UCX's tcp transport may run in this engine (false: left out).
+  bool ucx_tcp() const;
   // The UCX version this engine runs on ("1.13.1").
   static std::string ucx_version();
   // DA-10: whether same-host operations are copied with CMA (PODIUM_RDMA_CMA is not 0, and

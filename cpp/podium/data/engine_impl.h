@@ -129,6 +129,7 @@ struct Engine::Impl {
 
   bool tcp_only = false;  // UCX_TLS names TCP and no shared-memory transport (DA-9)
   bool cuda_memory = false;  // DA-23: UCX reaches CUDA memory (set once, before any thread)
+  bool ucx_tcp = true;       // DA-51: UCX's tcp transport may run (set once, before any thread)
   bool cma_enabled = false;  // DA-10; turned off for good by a CMA copy the kernel refuses
   mutable std::mutex mu;  // every UCX call and everything below
   bool stopping = false;

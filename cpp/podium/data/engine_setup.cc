@@ -10,6 +10,70 @@ std::string Engine::ucx_version() {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
 }
 
+namespace {
+
+bool has_cuda(ucp_context_h ctx) {
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  return ucp_context_query(ctx, &attr) == UCS_OK &&
+         (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
+// UCX's context for `config`: impl.ctx, impl.net_devices (DA-21, DA-22, DA-24); without UCX's
+// tcp transport when `exclude_tcp` (DA-51).
+Status init_context(const EngineConfig& config, Engine::Impl& impl, bool exclude_tcp) {
+  const char* tls_env = std::getenv("UCX_TLS");
+  ucp_config_t* cfg = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
+  if (st != UCS_OK) return std::unexpected(ucx_error(DataErrc::kUnavailable, "ucp_config_read", st));
+  // DA-21: the environment's choice wins; else the devices the caller named.
+  if (const char* env = std::getenv("UCX_NET_DEVICES"); env != nullptr && *env != '\0') {
+    impl.net_devices = env;
+  } else if (!config.net_devices.empty()) {
+    st = ucp_config_modify(cfg, "NET_DEVICES", config.net_devices.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(cfg);
+      return std::unexpected(ucx_error(
+          DataErrc::kUnavailable, "UCX refused NET_DEVICES=" + config.net_devices, st));
+    }
+    impl.net_devices = config.net_devices;
+  }
+  // DA-22: UCX's TCP segments, large unless the environment sets them (see engine.h). The
+  // names are the tcp transport's own (UCX applies them to every transport that has them);
+  // set only where tcp may run, since UCX warns about options no transport takes.
+  std::string tls = tls_env ? tls_env : "";
+  if (exclude_tcp) {
+    st = ucp_config_modify(cfg, "TLS", "^tcp");
+    if (st != UCS_OK) {
+      ucp_config_release(cfg);
+      return std::unexpected(ucx_error(DataErrc::kUnavailable, "UCX refused TLS=^tcp", st));
+    }
+  } else if (tls.empty() || tls[0] == '^' || tls.find("tcp") != std::string::npos ||
+             tls.find("all") != std::string::npos) {
+    for (const auto& [name, value] : kTcpSegDefaults) {
+      if (std::getenv(("UCX_TCP_" + std::string(name)).c_str()) == nullptr) {
+        ucp_config_modify(cfg, name, value);
+      }
+    }
+  }
+  // DA-24: UCX's pipelined RMA protocols, unless the environment says otherwise. Only where
+  // the option is known to exist: an older UCX keeps the unknown name and warns about it.
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  if (std::getenv("UCX_RMA_PPLN_ENABLE") == nullptr && (major > 1 || minor >= kRmaPplnMinor)) {
+    (void)ucp_config_modify(cfg, "RMA_PPLN_ENABLE", "y");
+  }
+  ucp_params_t p{};
+  p.field_mask = UCP_PARAM_FIELD_FEATURES;
+  p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  st = ucp_init(&p, cfg, &impl.ctx);
+  ucp_config_release(cfg);
+  if (st != UCS_OK) return std::unexpected(ucx_error(DataErrc::kUnavailable, "ucp_init", st));
+  return {};
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::make(EngineConfig config) {
   if (config.chunk_bytes == 0 || config.window == 0) {
     return std::unexpected(
@@ -34,47 +98,23 @@ Result<std::unique_ptr<Engine>> Engine::make(EngineConfig config) {
     }
     impl->tls_restricted_to_tcp(t, shm);
   }
-  ucp_config_t* cfg = nullptr;
-  ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
-  if (st != UCS_OK) return std::unexpected(ucx_error(DataErrc::kUnavailable, "ucp_config_read", st));
-  // DA-21: the environment's choice wins; else the devices the caller named.
-  if (const char* env = std::getenv("UCX_NET_DEVICES"); env != nullptr && *env != '\0') {
-    impl->net_devices = env;
-  } else if (!config.net_devices.empty()) {
-    st = ucp_config_modify(cfg, "NET_DEVICES", config.net_devices.c_str());
-    if (st != UCS_OK) {
-      ucp_config_release(cfg);
-      return std::unexpected(ucx_error(
-          DataErrc::kUnavailable, "UCX refused NET_DEVICES=" + config.net_devices, st));
-    }
-    impl->net_devices = config.net_devices;
-  }
-  // DA-22: UCX's TCP segments, large unless the environment sets them (see engine.h). The
-  // names are the tcp transport's own (UCX applies them to every transport that has them);
-  // set only where tcp may run, since UCX warns about options no transport takes.
+  // DA-51: UCX's tcp transport left out where podium's TCP path stands in for it, except
+  // in a UCX with CUDA support.
   const char* tls_env = std::getenv("UCX_TLS");
-  std::string tls = tls_env ? tls_env : "";
-  if (tls.empty() || tls[0] == '^' || tls.find("tcp") != std::string::npos ||
-      tls.find("all") != std::string::npos) {
-    for (const auto& [name, value] : kTcpSegDefaults) {
-      if (std::getenv(("UCX_TCP_" + std::string(name)).c_str()) == nullptr) {
-        ucp_config_modify(cfg, name, value);
-      }
+  bool exclude_tcp = config.without_tcp && (tls_env == nullptr || *tls_env == '\0');
+  if (auto made = init_context(config, *impl, exclude_tcp); !made) {
+    return std::unexpected(made.error());
+  }
+  if (exclude_tcp && has_cuda(impl->ctx)) {
+    ucp_cleanup(impl->ctx);
+    impl->ctx = nullptr;
+    exclude_tcp = false;
+    if (auto made = init_context(config, *impl, false); !made) {
+      return std::unexpected(made.error());
     }
   }
-  // DA-24: UCX's pipelined RMA protocols, unless the environment says otherwise. Only where
-  // the option is known to exist: an older UCX keeps the unknown name and warns about it.
-  unsigned major = 0, minor = 0, release = 0;
-  ucp_get_version(&major, &minor, &release);
-  if (std::getenv("UCX_RMA_PPLN_ENABLE") == nullptr && (major > 1 || minor >= kRmaPplnMinor)) {
-    (void)ucp_config_modify(cfg, "RMA_PPLN_ENABLE", "y");
-  }
-  ucp_params_t p{};
-  p.field_mask = UCP_PARAM_FIELD_FEATURES;
-  p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
-  st = ucp_init(&p, cfg, &impl->ctx);
-  ucp_config_release(cfg);
-  if (st != UCS_OK) return std::unexpected(ucx_error(DataErrc::kUnavailable, "ucp_init", st));
+  impl->ucx_tcp = !exclude_tcp;
+  ucs_status_t st = UCS_OK;
   ucp_context_attr_t attr{};
   attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
   impl->cuda_memory = ucp_context_query(impl->ctx, &attr) == UCS_OK &&
@@ -113,8 +153,8 @@ void stop_instance() {
 }
 }  // namespace
 
-Result<Engine*> Engine::instance(std::string_view net_devices) {
-  std::call_once(g_instance_once, [net_devices] {
+Result<Engine*> Engine::instance(std::string_view net_devices, bool without_tcp) {
+  std::call_once(g_instance_once, [net_devices, without_tcp] {
     auto env = [](const char* name, long long low, long long high, auto fallback) {
       const char* c = std::getenv(name);
       long long v = c ? std::atoll(c) : 0;
@@ -122,6 +162,7 @@ Result<Engine*> Engine::instance(std::string_view net_devices) {
     };
     EngineConfig config;
     config.net_devices = std::string(net_devices);
+    config.without_tcp = without_tcp;  // DA-51
     config.chunk_bytes = env("PODIUM_RDMA_CHUNK_BYTES", 1, 1LL << 40, config.chunk_bytes);
     config.nice = env("PODIUM_RDMA_NICE", 0, 19, config.nice);
     config.copiers = env("PODIUM_RDMA_CMA_THREADS", 1, 16, config.copiers);  // DA-11
@@ -142,6 +183,8 @@ Result<Engine*> Engine::instance(std::string_view net_devices) {
 const std::string& Engine::address() const { return impl_->address; }
 
 const std::string& Engine::net_devices() const { return impl_->net_devices; }
+
+bool Engine::ucx_tcp() const { return impl_->ucx_tcp; }
 
 
 bool Engine::supports(Memory memory) const {

@@ -16,7 +16,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <dirent.h>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -541,6 +543,58 @@ TEST(EngineThreads, DefaultCopiersTakeAtMostHalfTheCpus) {  // DA-11
   ASSERT_TRUE(e) << e.error().message;
   EXPECT_EQ((*e)->stats().copiers, Engine::default_copiers());
   (*e)->stop();
+}
+
+// DA-51: without_tcp leaves UCX's tcp transport out, so the engine listens on no TCP port,
+// unless UCX_TLS in the environment chooses; a UCX with CUDA support keeps it.
+std::vector<std::string> tcp_listeners_of_this_process() {
+  // The inodes of this process's sockets, then the listening ones among /proc/net/tcp{,6}.
+  std::set<std::string> mine;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0) mine.insert(target.substr(8, target.size() - 9));
+  }
+  std::vector<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string sl, local, remote, state, queues, tr, retr, uid, timeout, inode;
+      fields >> sl >> local >> remote >> state >> queues >> tr >> retr >> uid >> timeout >> inode;
+      if (state == "0A" && mine.count(inode) != 0) out.push_back(local);  // 0A: LISTEN
+    }
+  }
+  return out;
+}
+
+TEST(EngineTransports, WithoutTcpUcxOpensNoTcpListener) {  // DA-51
+  if (std::getenv("UCX_TLS") != nullptr) GTEST_SKIP() << "UCX_TLS is set: it chooses";
+  auto before = tcp_listeners_of_this_process();
+  EngineConfig config;
+  config.without_tcp = true;
+  auto e = Engine::make(config);
+  ASSERT_TRUE(e) << e.error().message;
+  if ((*e)->supports(Memory::kCuda)) {
+    EXPECT_TRUE((*e)->ucx_tcp());  // kept for GPU memory between hosts
+  } else {
+    EXPECT_FALSE((*e)->ucx_tcp());
+    EXPECT_EQ(tcp_listeners_of_this_process(), before);
+  }
+  (*e)->stop();
+  auto with = Engine::make({});
+  ASSERT_TRUE(with) << with.error().message;
+  EXPECT_TRUE((*with)->ucx_tcp());
+  EXPECT_GT(tcp_listeners_of_this_process().size(), before.size());  // UCX's own port
+  (*with)->stop();
+  ::setenv("UCX_TLS", "tcp,self", 1);  // the environment wins over without_tcp
+  auto chosen = Engine::make(config);
+  ::unsetenv("UCX_TLS");
+  ASSERT_TRUE(chosen) << chosen.error().message;
+  EXPECT_TRUE((*chosen)->ucx_tcp());
+  (*chosen)->stop();
 }
 
 TEST(EngineInstance, OneEnginePerProcess) {  // DA-1

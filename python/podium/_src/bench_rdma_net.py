@@ -271,6 +271,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     # One secret for this controller and both workers (SE-1 would make the controller's
     # only once its runtime starts, after the workers).
     os.environ.setdefault("PODIUM_SECRET", secrets.token_hex(32))
+    if args.ucx:  # DA-51: UCX keeps its tcp transport beside podium's TCP path, to compare
+        os.environ["PODIUM_RDMA_UCX_TCP"] = "1"
     net = netns.Network(2)
     workers: List[subprocess.Popen] = []
     try:
