@@ -1,7 +1,8 @@
 """podium.rdma across hosts: each host a network namespace (podium/_src/netns.py, the
 `network` fixture) running `python -m podium worker`; the controller attaches from the root
 namespace over TCP (the authenticated control plane), and the bytes go over podium's own TCP
-path between the veth addresses (DA-45..DA-50), or, with PODIUM_RDMA_TCP=0, over UCX's tcp
+path between the veth addresses (DA-45, DA-47, DA-48, DA-49, DA-51), or, with
+PODIUM_RDMA_TCP=0, over UCX's tcp
 transport (docs/data.md, "Across hosts").
 
 The namespaces share this machine's kernel, name and pid namespace, so without RD-6 podium

@@ -140,8 +140,14 @@ class BulkServer {
 // Idle authenticated connections to owners, by "HOST:PORT" (DA-47).
 class BulkPool {
  public:
-  explicit BulkPool(std::string secret) : secret_(std::move(secret)) {}
+  // `spin`: DA-50's, for the calls through this pool.
+  explicit BulkPool(std::string secret,
+                    std::chrono::steady_clock::duration spin = default_spin())
+      : secret_(std::move(secret)), spin_(spin) {}
   const std::string& secret() const { return secret_; }
+  std::chrono::steady_clock::duration spin() const { return spin_; }
+  // DA-50: PODIUM_RDMA_TCP_SPIN_US, else kDefaultTcpSpin.
+  static std::chrono::steady_clock::duration default_spin();
   // An idle connection to `address`, if one is kept.
   UniqueFd take(const std::string& address);
   // Keeps `fd` (after a complete reply) for the next request to `address`.
@@ -151,6 +157,7 @@ class BulkPool {
  private:
   static constexpr size_t kKeptPerAddress = 8;
   std::string secret_;
+  std::chrono::steady_clock::duration spin_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::vector<UniqueFd>> idle_;  // guarded by mu_
 };
@@ -159,9 +166,6 @@ class BulkPool {
 // until it finished (DA-47).
 class BulkCall {
  public:
-  using Clock_duration = std::chrono::steady_clock::duration;
-  // DA-50: PODIUM_RDMA_TCP_SPIN_US, else kDefaultTcpSpin.
-  static Clock_duration spin_from_env();
   using Gone = std::function<std::optional<Error>()>;
   // `local`: where a get's bytes go, or a put's come from (request.length bytes).
   BulkCall(BulkPool& pool, std::string address, BulkRequest request, std::byte* local,
@@ -201,8 +205,7 @@ class BulkCall {
   uint32_t code_ = 0;    // the reply's status
   std::string message_;
   Status status_;
-  Clock_duration spin_ = spin_from_env();
-  Clock_duration spun_{};
+  std::chrono::steady_clock::duration spun_{};  // DA-50: of pool_.spin()
   bool waited_ = false;  // the first wait for the reply was made
 };
 

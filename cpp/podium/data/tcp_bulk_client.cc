@@ -55,12 +55,12 @@ BulkCall::BulkCall(BulkPool& pool, std::string address, BulkRequest request, std
 
 BulkCall::~BulkCall() = default;
 
-BulkCall::Clock_duration BulkCall::spin_from_env() {
-  static const Clock_duration spin = [] {
+Clock::duration BulkPool::default_spin() {
+  static const Clock::duration spin = [] {
     const char* env = std::getenv("PODIUM_RDMA_TCP_SPIN_US");
     long us = env != nullptr && *env != '\0' ? std::strtol(env, nullptr, 10)
                                               : static_cast<long>(kDefaultTcpSpin.count());
-    return std::chrono::duration_cast<Clock_duration>(std::chrono::microseconds(std::max(0L, us)));
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::microseconds(std::max(0L, us)));
   }();
   return spin;
 }
@@ -104,10 +104,11 @@ bool BulkCall::wait(short events, Clock::time_point until, bool* late) {
     pollfd p{fd_.get(), events, 0};
     // DA-50: a short spin before the sleep, so that a reply that comes within it is taken
     // without the wake-up of a thread, and of its CPU, that went to sleep.
-    if (spin_ > Clock::duration::zero() && spun_ < spin_) {
+    auto spin = pool_.spin();
+    if (spin > Clock::duration::zero() && spun_ < spin) {
       auto t0 = Clock::now();
       int r = 0;
-      while ((r = ::poll(&p, 1, 0)) == 0 && Clock::now() - t0 < spin_ - spun_) {
+      while ((r = ::poll(&p, 1, 0)) == 0 && Clock::now() - t0 < spin - spun_) {
       }
       spun_ += Clock::now() - t0;
       if (r > 0) return true;

@@ -11,6 +11,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <ctime>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -293,6 +294,32 @@ TEST_F(TcpBulkTest, ACallNeverWaitsPastItsDeadline) {  // DA-47
   EXPECT_TRUE(call.status().error().is(DataErrc::kTimeout)) << call.status().error().message;
   EXPECT_LT(Clock::now() - t0, 5s);
   EXPECT_EQ(pool.idle(), 0u);
+}
+
+double thread_cpu_ms() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// DA-50: a call spins at most its pool's spin before it sleeps: with 50 ms, a call that waits
+// 300 ms for a silent peer burns some CPU; with none, next to nothing (it sleeps in poll).
+TEST_F(TcpBulkTest, ACallSpinsOnlyItsPoolsSpinBeforeItSleeps) {
+  Silent silent;
+  std::vector<uint8_t> got(4096);
+  auto waited_cpu_ms = [&](std::chrono::milliseconds spin) {
+    BulkPool pool("the secret", spin);
+    BulkCall call(pool, silent.address,
+                  BulkRequest{BulkKind::kGet, 1, 0, 4096, std::string(32, 'a')},
+                  reinterpret_cast<std::byte*>(got.data()), Clock::now() + 300ms, {});
+    double t0 = thread_cpu_ms();
+    EXPECT_TRUE(call.advance(Clock::time_point::max()));
+    EXPECT_TRUE(call.status().error().is(DataErrc::kTimeout));
+    return thread_cpu_ms() - t0;
+  };
+  // The silent peer never answers the handshake: the dial's waits are what spin.
+  EXPECT_GT(waited_cpu_ms(50ms), 5.0);
+  EXPECT_LT(waited_cpu_ms(0ms), 5.0);
 }
 
 TEST_F(TcpBulkTest, AnOwnerKnownGoneFailsTheCallWithTheRuntimesError) {  // DA-47, RD-2
