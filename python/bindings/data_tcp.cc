@@ -99,6 +99,7 @@ struct Server {
   std::once_flag once;
   std::unique_ptr<data::BulkServer> server;
   std::string address;
+  std::atomic<data::BulkServer*> live{nullptr};  // `server`, published once started
 };
 Server& server() {
   static auto* s = new Server();  // lives as long as the process, as table() does
@@ -216,12 +217,13 @@ const std::string& bulk_address() {
     }
     s.server = std::move(*started);
     s.address = s.server->address();
+    s.live.store(s.server.get(), std::memory_order_release);
   });
   return s.address;
 }
 
 void after_bulk_idle(uint64_t id, std::function<void()> then) {
-  auto* srv = server().server.get();
+  auto* srv = server().live.load(std::memory_order_acquire);
   if (srv == nullptr) {
     then();
     return;
@@ -407,8 +409,9 @@ nb::dict bulk_stats() {
   d["handed_over"] = g_tcp_handed.load();
   d["failed"] = g_tcp_failed.load();
   d["idle_connections"] = pool().idle();
-  d["address"] = server().address;
-  if (auto* srv = server().server.get()) {
+  auto* live = server().live.load(std::memory_order_acquire);
+  d["address"] = live != nullptr ? live->address() : std::string();
+  if (auto* srv = server().live.load(std::memory_order_acquire)) {
     auto s = srv->stats();
     d["accepted"] = s.accepted;
     d["authenticated"] = s.authenticated;

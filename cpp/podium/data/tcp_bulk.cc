@@ -108,6 +108,7 @@ struct BulkServer::Impl {
   std::thread thread;
   std::atomic<bool> stopping{false};
   std::list<Conn> conns;  // the thread's own
+  std::optional<Clock::time_point> accept_paused_until;  // the thread's own: out of fds
   std::unordered_map<int, std::list<Conn>::iterator> by_fd;
   std::vector<std::byte> scratch = std::vector<std::byte>(size_t{256} << 10);
 
@@ -171,7 +172,19 @@ struct BulkServer::Impl {
       socklen_t len = sizeof sa;
       int fd = ::accept4(listener.get(), reinterpret_cast<sockaddr*>(&sa), &len,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;  // EAGAIN, or EMFILE: the next turn tries again
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of descriptors: the listener stays readable, so level-triggered epoll would
+          // spin on it. It rests 100 ms instead (as the control plane's, CH-14).
+          warnings().warn("podium data: the TCP bulk server cannot accept ({}); retrying in "
+                          "100 ms", std::strerror(errno));
+          epoll_event ev{};
+          ev.data.fd = listener.get();
+          ::epoll_ctl(epoll.get(), EPOLL_CTL_MOD, listener.get(), &ev);
+          accept_paused_until = Clock::now() + std::chrono::milliseconds(100);
+        }
+        return;  // EAGAIN: all accepted
+      }
       ++accepted;
       char host[NI_MAXHOST] = "?", port[NI_MAXSERV] = "?";
       ::getnameinfo(reinterpret_cast<sockaddr*>(&sa), len, host, sizeof host, port, sizeof port,
@@ -445,7 +458,14 @@ struct BulkServer::Impl {
     cma::lower_priority(config.nice);  // DA-11
     epoll_event events[64];
     while (!stopping.load()) {
-      int n = ::epoll_wait(epoll.get(), events, 64, 1000);
+      int n = ::epoll_wait(epoll.get(), events, 64, accept_paused_until ? 100 : 1000);
+      if (accept_paused_until && Clock::now() >= *accept_paused_until) {
+        accept_paused_until.reset();
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = listener.get();
+        ::epoll_ctl(epoll.get(), EPOLL_CTL_MOD, listener.get(), &ev);
+      }
       for (int i = 0; i < n; ++i) {
         int fd = events[i].data.fd;
         if (fd == listener.get()) {
@@ -513,6 +533,7 @@ void BulkServer::stop() {
   uint64_t one = 1;
   (void)!::write(impl_->wake.get(), &one, sizeof one);
   if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->listener.reset();  // a stopped server accepts nothing: dialers are refused at once
 }
 
 void BulkServer::after_idle(uint64_t id, std::function<void()> then) {

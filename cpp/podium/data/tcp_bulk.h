@@ -148,9 +148,11 @@ class BulkPool {
   std::chrono::steady_clock::duration spin() const { return spin_; }
   // DA-50: PODIUM_RDMA_TCP_SPIN_US, else kDefaultTcpSpin.
   static std::chrono::steady_clock::duration default_spin();
-  // An idle connection to `address`, if one is kept.
+  // An idle connection to `address`, if one is kept and its owner has not closed it.
   UniqueFd take(const std::string& address);
-  // Keeps `fd` (after a complete reply) for the next request to `address`.
+  // Keeps `fd` (after a complete reply) for the next request to `address`. At most once a
+  // second, it also closes kept connections whose owner closed them (an owner that ended):
+  // a job that outlives many owners keeps no descriptor for the dead ones.
   void give(const std::string& address, UniqueFd fd);
   size_t idle() const;
 
@@ -160,6 +162,7 @@ class BulkPool {
   std::chrono::steady_clock::duration spin_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::vector<UniqueFd>> idle_;  // guarded by mu_
+  std::chrono::steady_clock::time_point pruned_{};                 // guarded by mu_
 };
 
 // One request from this process to an owner's BulkServer: advanced by whoever holds it

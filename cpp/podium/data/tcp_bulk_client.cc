@@ -22,17 +22,39 @@ using namespace bulk_wire;  // NOLINT: the wire's helpers
 
 // --- the reader's side ---------------------------------------------------------------------
 
+namespace {
+
+// A kept connection whose owner closed it (or sent what no request asked for): readable
+// between requests.
+bool closed_by_peer(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) != 0;
+}
+
+}  // namespace
+
 UniqueFd BulkPool::take(const std::string& address) {
   std::lock_guard lock(mu_);
   auto it = idle_.find(address);
-  if (it == idle_.end() || it->second.empty()) return UniqueFd();
-  UniqueFd fd = std::move(it->second.back());
-  it->second.pop_back();
-  return fd;
+  while (it != idle_.end() && !it->second.empty()) {
+    UniqueFd fd = std::move(it->second.back());
+    it->second.pop_back();
+    if (!closed_by_peer(fd.get())) return fd;
+  }
+  return UniqueFd();
 }
 
 void BulkPool::give(const std::string& address, UniqueFd fd) {
   std::lock_guard lock(mu_);
+  auto now = Clock::now();
+  if (now - pruned_ >= std::chrono::seconds(1)) {
+    pruned_ = now;
+    for (auto it = idle_.begin(); it != idle_.end();) {
+      auto& kept = it->second;
+      std::erase_if(kept, [](const UniqueFd& f) { return closed_by_peer(f.get()); });
+      it = kept.empty() ? idle_.erase(it) : std::next(it);
+    }
+  }
   auto& kept = idle_[address];
   if (kept.size() < kKeptPerAddress) kept.push_back(std::move(fd));
 }

@@ -265,6 +265,36 @@ TEST_F(TcpBulkTest, AConnectionIdleLongerThanTheStallBoundStillServes) {
   EXPECT_TRUE(idle.load());
 }
 
+// A kept connection whose owner ended is not reused, and is closed by the pool's next prune:
+// a job that outlives many owners keeps no descriptor for the dead ones.
+TEST_F(TcpBulkTest, KeptConnectionsToAnEndedOwnerAreDropped) {
+  auto mem = pattern(4096, 4);
+  auto b = add(mem);
+  BulkPool pool("the secret");
+  std::vector<uint8_t> got(4096);
+  ASSERT_TRUE(run(pool, BulkKind::kGet, b, got.data(), 4096));
+  auto other = BulkServer::start({"127.0.0.1", "the secret", 0}, table_);
+  ASSERT_TRUE(other) << other.error().message;
+  auto via = [&](BulkServer& server) {
+    BulkCall call(pool, server.address(), BulkRequest{BulkKind::kGet, b.id, 0, 4096, b.token},
+                  reinterpret_cast<std::byte*>(got.data()), Clock::now() + 10s, {});
+    EXPECT_TRUE(call.advance(Clock::time_point::max()));
+    return call.status();
+  };
+  server_->stop();  // the owner ends: its side of the kept connection closes
+  ASSERT_EQ(pool.idle(), 1u);
+  std::this_thread::sleep_for(1100ms);  // the next give() prunes
+  ASSERT_TRUE(via(**other));
+  EXPECT_EQ(pool.idle(), 1u);  // the other server's only
+  // A kept connection whose owner ended is not reused (that would fail as "the owner closed
+  // the connection"): it is skipped, and the dial that follows is refused.
+  (*other)->stop();
+  auto st = via(**other);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find("connect to"), std::string::npos) << st.error().message;
+  EXPECT_EQ(pool.idle(), 0u);
+}
+
 // A TCP port that accepts and then says nothing.
 struct Silent {
   UniqueFd fd;
