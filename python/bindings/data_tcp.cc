@@ -106,8 +106,14 @@ Server& server() {
   return *s;
 }
 
+void after_fork_in_child();
+
 data::BulkPool& pool() {
-  static auto* p = new data::BulkPool(secret());
+  static auto* p = [] {
+    static std::once_flag fork_once;
+    std::call_once(fork_once, [] { ::pthread_atfork(nullptr, nullptr, after_fork_in_child); });
+    return new data::BulkPool(secret());
+  }();
   return *p;
 }
 
@@ -153,6 +159,22 @@ struct Workers {
 Workers& workers() {
   static auto* w = new Workers();
   return *w;
+}
+
+// A child forked from a process that used the TCP path has none of its threads: the
+// podium-tcp-rd threads and the bulk server are the parent's. The child makes its own
+// workers as needed, and shares no connection with the parent (BulkPool::forget_after_fork);
+// its buffers are not served over TCP (the server's port is the parent's): UCX, or an error
+// naming the buffer, reaches them.
+void after_fork_in_child() {
+  auto* w = &workers();
+  new (&w->mu) std::mutex();
+  new (&w->cv) std::condition_variable();
+  w->queue.clear();
+  w->threads = w->idle = 0;
+  pool().forget_after_fork();
+  server().live.store(nullptr, std::memory_order_relaxed);
+  server().address.clear();  // the port is the parent's: the child's buffers do not name it
 }
 
 // One transfer over the TCP path: its calls, and the one reply.

@@ -155,6 +155,10 @@ class BulkPool {
   // a job that outlives many owners keeps no descriptor for the dead ones.
   void give(const std::string& address, UniqueFd fd);
   size_t idle() const;
+  // In a child just forked: forgets the kept connections (closing this process's copies
+  // only), which the parent still uses: two processes on one connection would mix their
+  // requests. Called only where no other thread runs (a fork's child handler).
+  void forget_after_fork();
 
  private:
   static constexpr size_t kKeptPerAddress = 8;

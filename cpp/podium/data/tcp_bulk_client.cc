@@ -59,6 +59,11 @@ void BulkPool::give(const std::string& address, UniqueFd fd) {
   if (kept.size() < kKeptPerAddress) kept.push_back(std::move(fd));
 }
 
+void BulkPool::forget_after_fork() {
+  new (&mu_) std::mutex();  // another thread of the parent may have held it at the fork
+  idle_.clear();            // closes the child's copies; the parent's stay open
+}
+
 size_t BulkPool::idle() const {
   std::lock_guard lock(mu_);
   size_t n = 0;

@@ -5,6 +5,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -293,6 +295,29 @@ TEST_F(TcpBulkTest, KeptConnectionsToAnEndedOwnerAreDropped) {
   ASSERT_FALSE(st);
   EXPECT_NE(st.error().message.find("connect to"), std::string::npos) << st.error().message;
   EXPECT_EQ(pool.idle(), 0u);
+}
+
+// A child forked after the parent kept a connection forgets it (its copy closed), and the
+// parent's connection serves on: two processes never share one.
+TEST_F(TcpBulkTest, AForkedChildForgetsTheKeptConnections) {
+  auto mem = pattern(4096, 8);
+  auto b = add(mem);
+  BulkPool pool("the secret");
+  std::vector<uint8_t> got(4096);
+  ASSERT_TRUE(run(pool, BulkKind::kGet, b, got.data(), 4096));
+  ASSERT_EQ(pool.idle(), 1u);
+  pid_t child = ::fork();
+  if (child == 0) {
+    pool.forget_after_fork();
+    ::_exit(pool.idle() == 0 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(pool.idle(), 1u);
+  ASSERT_TRUE(run(pool, BulkKind::kGet, b, got.data(), 4096));  // the same connection
+  EXPECT_EQ(got, mem);
+  EXPECT_EQ(server_->stats().accepted, 1u);
 }
 
 // A TCP port that accepts and then says nothing.
