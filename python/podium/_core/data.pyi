@@ -5,7 +5,7 @@ from collections.abc import Sequence
 import podium._core.mesh
 
 
-def copy_now(op: tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool, object, bool], timeout_s: float) -> int | None:
+def copy_now(op: tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool, object, bool, str], timeout_s: float) -> int | None:
     """
     DA-43: copies the one operation `op` (as transfer() takes each) at once on this thread when it is a same-host one under a usable lease that its caller may copy whole (DA-31); then the sum of a summed read (DA-41), else 0. None when that does not apply or the copy failed: transfer() it then, which also reports the failure.
     """
@@ -68,12 +68,22 @@ def lease_left(owner: str, id: int, write: bool) -> float:
     Seconds left of this process's lease on buffer `id` of the proc `owner` (0: none).
     """
 
+def set_tcp_path(on: bool) -> None:
+    """
+    DA-49: whether this process's own transfers take podium's TCP path between hosts (PODIUM_RDMA_TCP until then); off, they go through UCX. For tests and benchmarks.
+    """
+
+def tcp_stats() -> dict:
+    """
+    Counters of podium's TCP path between hosts (DA-48, DA-49): transfers that took it, those finished by their caller, handed over, failed; idle connections kept; and, where this process serves one, its server's address and counters (DA-45).
+    """
+
 def lease_stats() -> dict:
     """
     Counters of leases (DA-26..DA-28, DA-42): checks this process answered as an owner, drops and releases it delayed for a lease, transfers it ran under leases and checked, leases held, drops and owner stops whose buffers it released once every lessee confirmed a revocation (before the leases' end), revocations it answered as a reader, revocations it asked for that a lessee did not confirm (its proc ended, the message failed).
     """
 
-def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool, object, bool]], timeout_s: float) -> podium._core.mesh.CoreFuture:
+def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool, object, bool, str]], timeout_s: float) -> podium._core.mesh.CoreFuture:
     """
     Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, worker_address, local, size, same_host, owner_pid, remote_cuda, window, checksum): checked by their owners, then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10; window: the buffer's shared pages, register_buffer's, DA-30). A CoreFuture of one reply; with a summed read (checksum, DA-41), its one part holds every operation's word sum (DA-40), 8 bytes little-endian each.
     """
@@ -90,4 +100,6 @@ def wait_given_back() -> None:
     """
 
 def stats() -> dict:
-    """The engine's counters."""
+    """
+    The engine's counters, and whether UCX's tcp transport runs in it (DA-51).
+    """
