@@ -52,6 +52,10 @@ inline constexpr int64_t kMaxLeaseMs = 30000;  // the longest lease an owner gra
 // not answer a revocation (DA-42): a drop then waits that long for it.
 inline constexpr int64_t kCheckedHoldMs = 250;
 
+// `e`, tagged with the index k of an operation of a part (or untagged: its first), tagged
+// again with index[k], that operation's index in the whole (a split transfer, an owner's
+// group of operations).
+Error retag(const Error& e, const std::vector<size_t>& index);
 // `e` tagged with the index of the operation it names ("\x1f<op>\x1f...": podium.rdma reads it).
 Error tagged(size_t op, const Error& e);
 

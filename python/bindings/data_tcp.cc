@@ -340,8 +340,6 @@ CoreFuture bulk_transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
 void set_tcp_path(bool on) { tcp_on() = on; }
 bool tcp_path_on() { return tcp_enabled(); }
 
-namespace {
-
 // Operation `k` of a part is operation `index[k]` of the whole: its tag says so (tagged()).
 Error retag(const Error& e, const std::vector<size_t>& index) {
   const auto& m = e.message;
@@ -357,8 +355,6 @@ Error retag(const Error& e, const std::vector<size_t>& index) {
   }
   return tagged(op, Error{e.subsystem, e.code, text});
 }
-
-}  // namespace
 
 CoreFuture split_transfer(const std::vector<PyOp>& py_ops, double timeout_s,
                           const std::function<CoreFuture(const std::vector<PyOp>&, double)>& rest) {

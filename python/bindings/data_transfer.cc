@@ -276,21 +276,7 @@ void succeed(const std::shared_ptr<Plan>& p) {
 // The error of an owner's check, or of its proc's end, tagged with the operation it names:
 // the owner's tag is the index within its group; a proc's end has none.
 Error owner_error(const Plan& p, size_t g, const Error& err) {
-  const auto& idx = p.members[g];
-  const auto& msg = err.message;
-  size_t op = idx[0];
-  std::string text = msg;
-  if (msg.size() > 2 && msg[0] == '\x1f') {
-    size_t end = msg.find('\x1f', 1);
-    if (end != std::string::npos) {
-      size_t k = std::stoul(msg.substr(1, end - 1));
-      if (k < idx.size()) op = idx[k];
-      text = msg.substr(end + 1);
-    }
-  }
-  Error e = err;
-  e.message = text;
-  return tagged(op, e);
+  return retag(err, p.members[g]);
 }
 
 // Asks every owner to check its operations' tokens (and, with lease_ms, for a lease), then
