@@ -219,7 +219,14 @@ struct Executor::Impl {
         reclaim_now = false;
         break;
       }
-      drive_cv.wait_for(l, kReclaimAfter);
+      if (loop == Loop::kDriven || handover_pending) {
+        // A caller holds the loop (a proc's main thread, all the while it serves) or is
+        // taking it: its release or its giving up wakes this thread (drive()), so a parked
+        // runner makes no timed wake-ups however long a caller drives.
+        drive_cv.wait(l);
+      } else {
+        drive_cv.wait_until(l, last_release + kReclaimAfter);
+      }
     }
     me->parked.store(false, std::memory_order_relaxed);
     return !drive_stopping;
@@ -369,6 +376,7 @@ bool Executor::drive(const std::function<bool()>& done,
     auto give_up = [&] {
       im.handover_pending = false;
       im.last_release = std::chrono::steady_clock::now();
+      im.drive_cv.notify_all();  // the parked primary waits for this untimed
     };
     if (state == Impl::Loop::kRunner) {
       im.loop = Impl::Loop::kParkRequested;
@@ -422,6 +430,7 @@ bool Executor::drive(const std::function<bool()>& done,
       im.release_waiters.pop_front();
     }
   }
+  im.drive_cv.notify_all();  // the parked primary: the loop is free (it reclaims kReclaimAfter on)
   if (wake) wake();
   return done();
 }

@@ -5,8 +5,14 @@
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
-#include <thread>
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
 
 #include "podium/actor/signal.h"
 #include "podium/channel/test_util.h"
@@ -99,6 +105,51 @@ TEST(Executor, AnUntimedWaitDrivesTheLoopThenHandsItBack) {
   asio::post(io, [&] { later.set(); });
   EXPECT_TRUE(later.wait_for(2s));  // timed: does not drive
   Executor::set_drivable(nullptr);
+  ex.stop();
+}
+
+// The voluntary context switches of this process's threads but the caller's.
+long switches_but(pid_t skip) {
+  long n = 0;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
+    if (t.path().filename() == std::to_string(skip)) continue;
+    std::ifstream in(t.path() / "status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) n += std::stol(line.substr(24));
+    }
+  }
+  return n;
+}
+
+TEST(Executor, AParkedRunnerSleepsWhileACallerDrives) {  // AC-22
+  asio::io_context io;
+  Executor ex(io);
+  ex.start();
+  Signal driving, release;
+  std::atomic<pid_t> driver_tid{0};
+  std::thread driver([&] {
+    driver_tid = static_cast<pid_t>(::gettid());
+    ex.drive([&] {
+      if (Executor::current() == &ex) driving.set();
+      return release.is_set();
+    }, std::chrono::steady_clock::now() + 10s);
+  });
+  ASSERT_TRUE(driving.wait_for(5s));
+  std::this_thread::sleep_for(200ms);  // the watchdog parks after 100 ms without handlers
+  long before = switches_but(driver_tid.load());
+  std::this_thread::sleep_for(500ms);
+  long during = switches_but(driver_tid.load()) - before;
+  // This thread's own sleep and the read of /proc are a handful; a runner waking every
+  // kReclaimAfter (1 ms) would make about 500.
+  EXPECT_LT(during, 50);
+  release.set();
+  asio::post(io, [] {});
+  driver.join();
+  // Released: the primary takes the loop back (kReclaimAfter later) and runs what comes.
+  Signal ran;
+  asio::post(io, [&] { ran.set(); });
+  EXPECT_TRUE(ran.wait_for(5s));
   ex.stop();
 }
 
