@@ -194,6 +194,11 @@ void bind_data(nb::module_& m) {
       "confirmed a revocation (before the leases' end), revocations it answered as a reader, "
       "revocations it asked for that a lessee did not confirm (its proc ended, the message "
       "failed).");
+  m.def("bulk_now", &bulk_now, nb::arg("ops"), nb::arg("timeout_s"),
+        "DA-52: runs `ops` (one operation, as transfer() takes it) over podium's TCP path when "
+        "it goes that way (DA-49): its sum (0 when not summed, DA-41) when its caller finished "
+        "it at once, else the CoreFuture it runs under (handed over, or failed); None when it "
+        "does not go over the TCP path (transfer() it then).");
   m.def("transfer", &transfer, nb::arg("ops"), nb::arg("timeout_s"),
         "Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, "
         "worker_address, local, size, same_host, owner_pid, remote_cuda, window, checksum): "

@@ -130,6 +130,10 @@ bool tcp_path_on();
 bool bulk_eligible(const std::vector<PyOp>& py_ops);
 // DA-49: the operations, each to its owner's TCP bulk server.
 CoreFuture bulk_transfer(const std::vector<PyOp>& py_ops, double timeout_s);
+// DA-52: `py_ops` (one operation, as transfer() takes it) over the TCP path: its sum (0 when
+// not summed) when its caller finished it at once (DA-49), else the CoreFuture it runs under
+// (handed over, or failed); None when it does not go over the TCP path (transfer() it then).
+nb::object bulk_now(const std::vector<PyOp>& py_ops, double timeout_s);
 // DA-49: a transfer with operations both ways: those bulk_eligible over the TCP path, the
 // others through `rest`, at once; one reply for all.
 CoreFuture split_transfer(const std::vector<PyOp>& py_ops, double timeout_s,

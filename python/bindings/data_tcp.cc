@@ -22,6 +22,10 @@
 //         of its own (one plain socket did not reach what the link carries: a 1 GiB read
 //         between namespace hosts of the 2-core VM went from 1.75 to 2.2 GB/s to 2.7 to 2.9). The first failure wins, tagged with its operation; a
 //         summed read is summed over the local bytes once they all arrived (DA-41).
+//   DA-52 A transfer of one operation over the TCP path that its caller finished at once
+//         (DA-49) returns its outcome to Python as a plain value (bulk_now()): podium.rdma
+//         resolves it without a C++ future to wait on or decode, as DA-43 does on one host.
+//         A failed one, or one handed over, returns its CoreFuture, decoded as any transfer's.
 //
 // Threads: any Python thread calls in; the podium-tcp-rd threads (at most kMaxWorkers, made
 // as needed, `PODIUM_RDMA_NICE` steps below the process, DA-11) finish what callers hand over.
@@ -335,6 +339,25 @@ CoreFuture bulk_transfer(const std::vector<PyOp>& py_ops, double timeout_s) {
   }
   for (size_t i = 0; i < b->calls.size(); ++i) hand_over(b, i);
   return result;
+}
+
+nb::object bulk_now(const std::vector<PyOp>& py_ops, double timeout_s) {
+  if (py_ops.size() != 1 || !bulk_eligible(py_ops)) return nb::none();
+  release_deferred();
+  CoreFuture f = bulk_transfer(py_ops, timeout_s);
+  if (f.ready()) {
+    const auto& r = f.future().get();
+    if (r && !r->first_error()) {
+      uint64_t sum = 0;  // DA-41: a summed read's one sum, 8 little-endian bytes
+      const auto& parts = (*r)[0];
+      if (parts && !parts->empty() && parts->front().view().size() >= 8) {
+        auto raw = parts->front().view();
+        for (int b = 7; b >= 0; --b) sum = (sum << 8) | static_cast<uint8_t>(raw[b]);
+      }
+      return nb::int_(sum);
+    }
+  }
+  return nb::cast(std::move(f));
 }
 
 void set_tcp_path(bool on) { tcp_on() = on; }

@@ -83,6 +83,11 @@ def lease_stats() -> dict:
     Counters of leases (DA-26..DA-28, DA-42): checks this process answered as an owner, drops and releases it delayed for a lease, transfers it ran under leases and checked, leases held, drops and owner stops whose buffers it released once every lessee confirmed a revocation (before the leases' end), revocations it answered as a reader, revocations it asked for that a lessee did not confirm (its proc ended, the message failed).
     """
 
+def bulk_now(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool, object, bool, str]], timeout_s: float) -> object:
+    """
+    DA-52: runs `ops` (one operation, as transfer() takes it) over podium's TCP path when it goes that way (DA-49): its sum (0 when not summed, DA-41) when its caller finished it at once, else the CoreFuture it runs under (handed over, or failed); None when it does not go over the TCP path (transfer() it then).
+    """
+
 def transfer(ops: Sequence[tuple[bool, str, int, str, int, bytes, bytes, object, int, bool, int, bool, object, bool, str]], timeout_s: float) -> podium._core.mesh.CoreFuture:
     """
     Runs one-sided operations, each (write, owner_proc, id, token, remote_addr, rkey, worker_address, local, size, same_host, owner_pid, remote_cuda, window, checksum): checked by their owners, then in parallel (same_host: the owner runs on this host, DA-9; its pid: CMA, DA-10; window: the buffer's shared pages, register_buffer's, DA-30). A CoreFuture of one reply; with a summed read (checksum, DA-41), its one part holds every operation's word sum (DA-40), 8 bytes little-endian each.

@@ -432,14 +432,22 @@ def _submit(queued: List[_Op], timeout: float, one: bool) -> Future[Any]:
                     o.node == here, o.pid, b._cuda, b._window, s, b._bulk))
         kinds.append(("write" if w else "read", b))
         any_summed = any_summed or s
-    if len(ops) == 1 and ops[0][9]:
-        # DA-43: a same-host one is copied at once, under its lease.
-        total = _data.copy_now(ops[0], float(timeout))
-        if total is not None:
-            return _done((total if one else [total]) if any_summed else None)
+    core = None
+    if len(ops) == 1:
+        if ops[0][9]:
+            # DA-43: a same-host one is copied at once, under its lease.
+            total = _data.copy_now(ops[0], float(timeout))
+            if total is not None:
+                return _done((total if one else [total]) if any_summed else None)
+        elif ops[0][14]:
+            # DA-52: one over podium's TCP path, finished by this thread at once as a rule.
+            core = _data.bulk_now(ops, float(timeout))
+            if type(core) is int:
+                return _done((core if one else [core]) if any_summed else None)
     summed = [op[4] for op in queued] if any_summed else None  # RD-8, rare
-    return Future(_data.transfer(ops, float(timeout)), _decode,
-                  ("transfer", kinds, summed, one))
+    if core is None:
+        core = _data.transfer(ops, float(timeout))
+    return Future(core, _decode, ("transfer", kinds, summed, one))
 
 
 _TAG = re.compile(r"\x1f(\d+)\x1f")
