@@ -5,9 +5,13 @@
 //   podium-tcp-pump serve ADDR PORT MAX_BYTES   listens on ADDR:PORT, prints "ready", accepts
 //                                               one connection; per 8-byte request N (little
 //                                               endian) sends N bytes; ends when it closes.
-//   podium-tcp-pump fetch ADDR PORT MAX_BYTES   connects, prints "ready"; per line N on stdin
-//                                               sends the request, receives the N bytes and
-//                                               prints the seconds from request to last byte.
+//   podium-tcp-pump fetch ADDR PORT MAX_BYTES   connects, prints "ready"; per line "N [K]" on
+//                                               stdin makes K (default 1) requests of N bytes
+//                                               one after the other, each sent once the last
+//                                               byte of the one before arrived, and prints the
+//                                               seconds per request: from the first request to
+//                                               the last byte of the last, over K (a timed run,
+//                                               as the benchmark's figures are timed).
 // TCP_NODELAY, kernel-autotuned buffers, send and recv of at most 4 MiB per call.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -82,12 +86,17 @@ int fetch(const sockaddr_in& a, size_t max) {
   std::fflush(stdout);
   std::string line;
   while (std::getline(std::cin, line)) {
-    uint64_t n = std::stoull(line);
-    if (n > max) return 2;
+    size_t used = 0;
+    uint64_t n = std::stoull(line, &used);
+    uint64_t k = used < line.size() ? std::stoull(line.substr(used)) : 1;
+    if (n > max || k == 0) return 2;
     auto t0 = std::chrono::steady_clock::now();
-    if (!full(c, &n, sizeof n, true) || !full(c, data.data(), n, false)) die("transfer");
+    for (uint64_t i = 0; i < k; ++i) {
+      uint64_t ask = n;
+      if (!full(c, &ask, sizeof ask, true) || !full(c, data.data(), n, false)) die("transfer");
+    }
     std::chrono::duration<double> s = std::chrono::steady_clock::now() - t0;
-    std::printf("%.9f\n", s.count());
+    std::printf("%.9f\n", s.count() / static_cast<double>(k));
     std::fflush(stdout);
   }
   return 0;

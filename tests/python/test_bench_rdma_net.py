@@ -1,7 +1,7 @@
 """`podium bench rdma-net`: podium.rdma between two network-namespace hosts, next to raw TCP
 between the same namespaces. One run prints one JSON object; the test checks its shape, that
-each side's UCX was restricted to its veth (DA-21), that podium's TCP path moved the
-transfers it times (DA-49), and that the namespaces it made are gone
+each side's UCX was restricted to its veth (DA-21), that podium's TCP path moved every
+transfer it times (DA-49), and that the namespaces it made are gone
 afterwards, never the figures (a benchmark, not a test)."""
 
 from __future__ import annotations
@@ -48,8 +48,18 @@ def test_bench_rdma_net_json_report():  # DA-21
         for key in ("read_gbps", "write_gbps", "tcp_gbps", "read_vs_tcp", "write_vs_tcp",
                     "ucx_read_gbps", "ucx_write_gbps"):
             assert _number(row[key]) and row[key] > 0, row
-    # podium's TCP path moved the timed transfers (DA-49): 2 warm-up ones and 2 per size, each
-    # finished by its caller (none over 4 MiB); UCX's beside them did not count.
+        # Timed runs (as `podium bench rdma`'s): per kind, the requests of a run, and the best
+        # single request beside it.
+        assert set(row["calls"]) == set(row["single_us"]) == {
+            "tcp", "read", "write", "ucx_read", "ucx_write"}, row
+        for kind, calls in row["calls"].items():
+            assert isinstance(calls, int) and calls >= 1, row
+            assert _number(row["single_us"][kind]) and row["single_us"][kind] > 0, row
+    # podium's TCP path moved every transfer it timed (DA-49): 2 warm-up ones, then per size a
+    # single read and write and, where a run is more than that one, the run's; UCX's beside
+    # them did not count.
+    timed = sum(1 + (row["calls"][k] if row["calls"][k] > 1 else 0)
+                for row in report["sizes"] for k in ("read", "write"))
     tcp = report["reader_tcp"]
-    assert tcp["transfers"] == 2 + 2 * 5 and tcp["failed"] == 0, tcp
+    assert tcp["transfers"] == 2 + timed and tcp["failed"] == 0, (tcp, timed)
     assert not {n for n in _namespaces() - before if n.startswith("pbn")}

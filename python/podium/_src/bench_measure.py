@@ -30,8 +30,7 @@ def best_per_call(fn: Callable[[], Any], reps: int, min_rep_s: float = 0.005) ->
     floor timed right after them ran warm (docs/data_figures.md, "Timed runs"). Runs of calls
     put the figure and its floor under the same conditions: what a program that moves such
     blocks one after the other gets."""
-    first = timed(fn)
-    calls = 1 if first >= min_rep_s else min(100_000, int(min_rep_s / max(first, 1e-7)) + 1)
+    calls = calls_per_run(timed(fn), min_rep_s)
     out = float("inf")
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -39,6 +38,15 @@ def best_per_call(fn: Callable[[], Any], reps: int, min_rep_s: float = 0.005) ->
             fn()
         out = min(out, (time.perf_counter() - t0) / calls)
     return out
+
+
+def calls_per_run(first_s: float, min_rep_s: float = 0.005) -> int:
+    """How many calls a timed run makes (``best_per_call``): as many as take at least
+    ``min_rep_s`` at the pace of a first call that took ``first_s``; one where that is
+    longer."""
+    if first_s >= min_rep_s:
+        return 1
+    return min(100_000, int(min_rep_s / max(first_s, 1e-7)) + 1)
 
 
 def gbps(n: int, s: float) -> float:

@@ -14,12 +14,22 @@ plane; DA-45..DA-50: the owner's TCP bulk server), and, in the same rounds unles
 in the reader; DA-21: UCX restricted to each proc's veth; DA-22: 1 MiB TCP segments).
 
 The floor: a TCP server in host A sends N bytes on request over one connection to a client in
-host B, which times request to last byte received (kernel-autotuned socket buffers,
-TCP_NODELAY, send and receive calls of up to 4 MiB): `podium-tcp-pump` (cpp/tools/
-tcp_pump.cc, plain sockets), or where it is not built the same protocol in Python sockets.
-Per size, ``--reps`` rounds each move the size once through the pump, once as a read and once
-as a write over podium's path, and once each over UCX (best of each kept), so the floor and
-the figures see the same load.
+host B (kernel-autotuned socket buffers, TCP_NODELAY, send and receive calls of up to 4 MiB):
+`podium-tcp-pump` (cpp/tools/tcp_pump.cc, plain sockets), or where it is not built the same
+protocol in Python sockets.
+
+Timed runs, as `podium bench rdma` times its figures (``bench_measure.best_per_call``): per
+size, ``--reps`` rounds each time, for the floor and for each kind of transfer, one single
+request (request to last byte: ``single`` in the report), then a run of as many requests one
+after the other as took at least 5 ms at the pace of the first round's single one (one where
+that one took longer, so from a few MiB up a run is the single request). A figure is the time
+per request of the best run. A request of tens of microseconds timed alone measures how
+quickly a VM's CPU comes back from idle as much as the request (a 4 KiB request of the pump,
+timed alone after 5 ms pauses: a median of 140 us; one after the other: 28 to 33 us), and the
+pump's few instructions come back from it quicker than a transfer through Python; runs put
+the figure and its floor under the same conditions. Within a round the floor, podium's read
+and write, and (unless ``--no-ucx``) UCX's read and write take turns, so all see the same
+machine load.
 
 Sizes: 4 KiB, then x4, up to ``--max-mib``. Progress goes to stderr; ``--json`` prints one
 JSON object. A benchmark, not a test: it asserts nothing about the figures.
@@ -41,6 +51,7 @@ import podium.actor as pa
 from podium._core import data as _data
 from podium._core import mesh as _mesh
 from podium._src import find_binary, netns
+from podium._src.bench_measure import calls_per_run
 from podium.rdma import RDMABuffer
 
 _TIMEOUT_S = 300.0
@@ -74,23 +85,25 @@ _CLIENT = textwrap.dedent("""
     buf = memoryview(bytearray(int(sys.argv[3])))
     step = 4 << 20
     print("ready", flush=True)
-    for line in sys.stdin:  # one size a line: the seconds from request to last byte
-        n = int(line)
+    for line in sys.stdin:  # "N K": K requests of N bytes; the seconds per request
+        n, k = (int(x) for x in (line.split() + ["1"])[:2])
         t0 = time.perf_counter()
-        c.sendall(struct.pack("<Q", n))
-        got = 0
-        while got < n:
-            r = c.recv_into(buf[got:min(n, got + step)])
-            if r == 0:
-                raise SystemExit("the server closed the connection")
-            got += r
-        print(time.perf_counter() - t0, flush=True)
+        for _ in range(k):
+            c.sendall(struct.pack("<Q", n))
+            got = 0
+            while got < n:
+                r = c.recv_into(buf[got:min(n, got + step)])
+                if r == 0:
+                    raise SystemExit("the server closed the connection")
+                got += r
+        print((time.perf_counter() - t0) / k, flush=True)
     """)
 
 
 class _Pump:
     """The floor: a TCP server in host A sends N bytes on request over one connection to a
-    client in host B, which times request to last byte received."""
+    client in host B, which times requests one after the other, request to last byte
+    received."""
 
     def __init__(self, net: netns.Network, max_bytes: int) -> None:
         # podium-tcp-pump (cpp/tools/tcp_pump.cc) where built; else the same protocol in
@@ -118,8 +131,9 @@ class _Pump:
             self.close()
             raise
 
-    def seconds(self, n: int) -> float:
-        self.client.stdin.write(f"{n}\n")
+    def seconds(self, n: int, calls: int = 1) -> float:
+        """Seconds per request of ``calls`` requests of ``n`` bytes, one after the other."""
+        self.client.stdin.write(f"{n} {calls}\n")
         self.client.stdin.flush()
         line = self.client.stdout.readline()
         if not line:
@@ -170,16 +184,22 @@ class NetReader(pa.Actor):
         return _data.tcp_stats()
 
     @pa.endpoint
-    def read(self, buf: RDMABuffer) -> float:
+    def read(self, buf: RDMABuffer, calls: int) -> float:
+        """Seconds per read of ``calls`` reads of ``buf``, one after the other."""
+        mem = self.mem
         t0 = time.perf_counter()
-        buf.read_into(self.mem, timeout=_TIMEOUT_S).get(timeout=_TIMEOUT_S)
-        return time.perf_counter() - t0
+        for _ in range(calls):
+            buf.read_into(mem, timeout=_TIMEOUT_S).get(timeout=_TIMEOUT_S)
+        return (time.perf_counter() - t0) / calls
 
     @pa.endpoint
-    def write(self, buf: RDMABuffer) -> float:
+    def write(self, buf: RDMABuffer, calls: int) -> float:
+        """Seconds per write of ``calls`` writes into ``buf``, one after the other."""
+        src = self.mem[:buf.size()]
         t0 = time.perf_counter()
-        buf.write_from(self.mem[:buf.size()], timeout=_TIMEOUT_S).get(timeout=_TIMEOUT_S)
-        return time.perf_counter() - t0
+        for _ in range(calls):
+            buf.write_from(src, timeout=_TIMEOUT_S).get(timeout=_TIMEOUT_S)
+        return (time.perf_counter() - t0) / calls
 
 
 def _gbps(n: int, s: float) -> float:
@@ -199,10 +219,13 @@ def _sizes(max_mib: int) -> List[int]:
     return sizes
 
 
+_KINDS = ("tcp", "read", "write", "ucx_read", "ucx_write")
+
+
 def _measure(net: netns.Network, sizes: List[int], reps: int, ucx: bool) -> Dict[str, Any]:
-    """Per size, best of ``reps`` rounds; each round moves the size once over the TCP pump,
-    once as an RDMA read and once as an RDMA write over podium's TCP path, and (``ucx``) once
-    each over UCX, so that the floor and the figures see the same machine load."""
+    """Per size and kind (the floor, podium's read and write, and with ``ucx`` UCX's): the
+    best of ``reps`` single requests, and the time per request of the best of ``reps`` timed
+    runs (the module's docstring), the kinds taking turns in each round."""
     pa.enable_transport(f"tcp://{net.controller_addr}:0")
     hosts = pa.attach_to_workers(workers=[f"tcp://{h.addr}:{netns.PORT}" for h in net.hosts])
     hosts.initialized.get(timeout=60)
@@ -212,40 +235,56 @@ def _measure(net: netns.Network, sizes: List[int], reps: int, ucx: bool) -> Dict
     where = {"owner": owner.where.call_one().get(timeout=_TIMEOUT_S),
              "reader": reader.where.call_one().get(timeout=_TIMEOUT_S)}
     pump = _Pump(net, max(sizes))
-    rows: Dict[int, List[float]] = {}
+    rows: Dict[int, Dict[str, Any]] = {}
+    kinds = _KINDS if ucx else _KINDS[:3]
     try:
         # One untimed read and write first: UCX's endpoint between the two hosts is wired up
-        # on first use (tens of ms here), a cost per peer, not per transfer.
+        # on first use (tens of ms here), a cost per peer, not per transfer. The pump's first
+        # request is untimed too: its first took milliseconds (the processes' first run over
+        # the connection), which would leave its timed run at 4 KiB one single request.
+        pump.seconds(4096)
         warm = owner.make.call_one(4096).get(timeout=_TIMEOUT_S)
         reader.prepare.call_one(4096).get(timeout=_TIMEOUT_S)
         for tcp in ([True, False] if ucx else [True]):
             reader.path.call_one(tcp).get(timeout=_TIMEOUT_S)
-            reader.read.call_one(warm).get(timeout=_TIMEOUT_S)
-            reader.write.call_one(warm).get(timeout=_TIMEOUT_S)
+            reader.read.call_one(warm, 1).get(timeout=_TIMEOUT_S)
+            reader.write.call_one(warm, 1).get(timeout=_TIMEOUT_S)
         reader.path.call_one(True).get(timeout=_TIMEOUT_S)
         warm.drop().get(timeout=_TIMEOUT_S)
         owner.free.call_one(4096).get(timeout=_TIMEOUT_S)
         for n in sizes:
             buf = owner.make.call_one(n).get(timeout=_TIMEOUT_S)
             reader.prepare.call_one(n).get(timeout=_TIMEOUT_S)
-            best = [float("inf")] * 5  # tcp, read, write, UCX read, UCX write
+
+            def time_of(kind: str, calls: int) -> float:
+                if kind == "tcp":
+                    return pump.seconds(n, calls)
+                ep = reader.read if kind.endswith("read") else reader.write
+                return ep.call_one(buf, calls).get(timeout=_TIMEOUT_S)
+
+            single = {k: float("inf") for k in kinds}
+            run = {k: float("inf") for k in kinds}
+            calls: Dict[str, int] = {}
             for _ in range(reps):
-                best[0] = min(best[0], pump.seconds(n))
-                best[1] = min(best[1], reader.read.call_one(buf).get(timeout=_TIMEOUT_S))
-                best[2] = min(best[2], reader.write.call_one(buf).get(timeout=_TIMEOUT_S))
-                if ucx:
-                    reader.path.call_one(False).get(timeout=_TIMEOUT_S)
-                    best[3] = min(best[3], reader.read.call_one(buf).get(timeout=_TIMEOUT_S))
-                    best[4] = min(best[4], reader.write.call_one(buf).get(timeout=_TIMEOUT_S))
-                    reader.path.call_one(True).get(timeout=_TIMEOUT_S)
+                for kind in kinds:
+                    if kind == "ucx_read":
+                        reader.path.call_one(False).get(timeout=_TIMEOUT_S)
+                    one = time_of(kind, 1)
+                    single[kind] = min(single[kind], one)
+                    calls.setdefault(kind, calls_per_run(one))
+                    timed = one if calls[kind] == 1 else time_of(kind, calls[kind])
+                    run[kind] = min(run[kind], timed)
+                    if kind == "ucx_write":
+                        reader.path.call_one(True).get(timeout=_TIMEOUT_S)
             buf.drop().get(timeout=_TIMEOUT_S)
             owner.free.call_one(n).get(timeout=_TIMEOUT_S)
             reader.prepare.call_one(0).get(timeout=_TIMEOUT_S)
-            rows[n] = best
-            print(f"  {n >> 10:>8} KiB: tcp {_gbps(n, best[0]):6.2f} GB/s, read "
-                  f"{_gbps(n, best[1]):6.2f} GB/s, write {_gbps(n, best[2]):6.2f} GB/s"
-                  + (f"; over UCX read {_gbps(n, best[3]):6.2f}, write "
-                     f"{_gbps(n, best[4]):6.2f}" if ucx else ""),
+            rows[n] = {"single": single, "run": run, "calls": calls}
+            print(f"  {n >> 10:>8} KiB: tcp {_gbps(n, run['tcp']):6.2f} GB/s, read "
+                  f"{_gbps(n, run['read']):6.2f} GB/s, write {_gbps(n, run['write']):6.2f} GB/s"
+                  + (f"; over UCX read {_gbps(n, run['ucx_read']):6.2f}, write "
+                     f"{_gbps(n, run['ucx_write']):6.2f}" if ucx else "")
+                  + f" (runs of {calls['tcp']} / {calls['read']} / {calls['write']})",
                   file=sys.stderr, flush=True)
         stats = reader.path.call_one(True).get(timeout=_TIMEOUT_S)
     finally:
@@ -285,15 +324,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         net.close()
     rows = []
     for n in sizes:
-        tcp_s, read_s, write_s, ucx_read_s, ucx_write_s = got["rows"][n]
-        tcp = _gbps(n, tcp_s)
-        row = {"bytes": n, "read_gbps": _sig(_gbps(n, read_s)),
-               "write_gbps": _sig(_gbps(n, write_s)), "tcp_gbps": _sig(tcp),
-               "read_vs_tcp": _sig(_gbps(n, read_s) / tcp) if tcp else None,
-               "write_vs_tcp": _sig(_gbps(n, write_s) / tcp) if tcp else None}
+        got_n = got["rows"][n]
+        run, single = got_n["run"], got_n["single"]
+        tcp = _gbps(n, run["tcp"])
+        row = {"bytes": n, "read_gbps": _sig(_gbps(n, run["read"])),
+               "write_gbps": _sig(_gbps(n, run["write"])), "tcp_gbps": _sig(tcp),
+               "read_vs_tcp": _sig(_gbps(n, run["read"]) / tcp) if tcp else None,
+               "write_vs_tcp": _sig(_gbps(n, run["write"]) / tcp) if tcp else None}
         if args.ucx:
-            row.update({"ucx_read_gbps": _sig(_gbps(n, ucx_read_s)),
-                        "ucx_write_gbps": _sig(_gbps(n, ucx_write_s))})
+            row.update({"ucx_read_gbps": _sig(_gbps(n, run["ucx_read"])),
+                        "ucx_write_gbps": _sig(_gbps(n, run["ucx_write"]))})
+        # Requests per timed run, and the best single request of each kind (microseconds).
+        row["calls"] = got_n["calls"]
+        row["single_us"] = {k: _sig(v * 1e6) for k, v in single.items()}
         rows.append(row)
     report = {"benchmark": "rdma-net", "ucx": got["ucx"], "reps": args.reps,
               "owner": got["where"]["owner"], "reader": got["where"]["reader"],
@@ -301,6 +344,8 @@ def main(argv: Optional[List[str]] = None) -> int:
               "lease_ms": _data.lease_config()[0],  # 0: every transfer checked (DA-28)
               "floor": "raw TCP, one connection, host A to host B, interleaved with the "
                        "transfers", "pump": got["pump"],
+              "timing": "time per request of the best of reps timed runs of at least 5 ms "
+                        "(single_us: the best single request)",
               "path": "podium's TCP path (DA-49)" + (", and UCX's beside it" if args.ucx else ""),
               "reader_tcp": got["reader_tcp"], "sizes": rows}
     if args.json:
