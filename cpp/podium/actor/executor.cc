@@ -147,6 +147,8 @@ struct Executor::Impl {
   // A caller asked the primary to park and has not yet taken the loop (or given up): the
   // primary must not reclaim it meanwhile, however late that caller is scheduled.
   bool handover_pending = false;
+  // AC-22: the parked primary sleeps until a caller's release (or giving up) wakes it.
+  bool primary_awaits_release = false;
   Runner* primary = nullptr;            // set once by start(), before its thread; never retires
   Runner driver_slot;                   // the driving caller's runner slot (one at a time)
 
@@ -222,8 +224,12 @@ struct Executor::Impl {
       if (loop == Loop::kDriven || handover_pending) {
         // A caller holds the loop (a proc's main thread, all the while it serves) or is
         // taking it: its release or its giving up wakes this thread (drive()), so a parked
-        // runner makes no timed wake-ups however long a caller drives.
+        // runner makes no timed wake-ups however long a caller drives. Only a release that
+        // finds it so waiting wakes it: a caller that drives call after call wakes it at
+        // most once per kReclaimAfter, not once per call.
+        primary_awaits_release = true;
         drive_cv.wait(l);
+        primary_awaits_release = false;
       } else {
         drive_cv.wait_until(l, last_release + kReclaimAfter);
       }
@@ -376,7 +382,7 @@ bool Executor::drive(const std::function<bool()>& done,
     auto give_up = [&] {
       im.handover_pending = false;
       im.last_release = std::chrono::steady_clock::now();
-      im.drive_cv.notify_all();  // the parked primary waits for this untimed
+      if (im.primary_awaits_release) im.drive_cv.notify_all();
     };
     if (state == Impl::Loop::kRunner) {
       im.loop = Impl::Loop::kParkRequested;
@@ -429,8 +435,10 @@ bool Executor::drive(const std::function<bool()>& done,
       wake = std::move(im.release_waiters.front().second);
       im.release_waiters.pop_front();
     }
+    // AC-22: the parked primary, where it sleeps until a release (it reclaims the loop
+    // kReclaimAfter from now).
+    if (im.primary_awaits_release) im.drive_cv.notify_all();
   }
-  im.drive_cv.notify_all();  // the parked primary: the loop is free (it reclaims kReclaimAfter on)
   if (wake) wake();
   return done();
 }

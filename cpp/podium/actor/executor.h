@@ -25,7 +25,8 @@
 //   AC-22 While a caller drives the loop, the parked primary runner sleeps until that caller
 //        releases the loop or gives up taking it, with no timed wake-up: a proc whose main
 //        thread drives the loop all the while it serves wakes no runner while it is idle (it
-//        woke every kReclaimAfter, about 940 times a second, before).
+//        woke every kReclaimAfter, about 940 times a second, before). A caller that drives
+//        call after call wakes it at most once per kReclaimAfter, not at every release.
 #pragma once
 
 #include <atomic>

@@ -153,6 +153,34 @@ TEST(Executor, AParkedRunnerSleepsWhileACallerDrives) {  // AC-22
   ex.stop();
 }
 
+TEST(Executor, ACallerDrivingCallAfterCallDoesNotWakeTheParkedRunnerEachTime) {  // AC-22
+  asio::io_context io;
+  Executor ex(io);
+  ex.start();
+  pid_t me = static_cast<pid_t>(::gettid());
+  bool drove = false;
+  ex.drive([&] { return drove = drove || Executor::current() == &ex; },
+           std::chrono::steady_clock::now() + 5s);
+  ASSERT_TRUE(drove);  // the primary parked, and this thread ran the loop
+  std::this_thread::sleep_for(200ms);  // the watchdog parks after 100 ms without handlers
+  long before = switches_but(me);
+  auto t0 = std::chrono::steady_clock::now();
+  int n = 0;
+  for (; n < 500; ++n) {  // calls 100 us apart, each answered at the caller's first look
+    ex.drive([] { return true; }, std::chrono::steady_clock::now() + 5s);
+    std::this_thread::sleep_for(100us);
+  }
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - t0).count();
+  long during = switches_but(me) - before;
+  // At most one wake of the primary per kReclaimAfter (1 ms) of driving, not one per release.
+  EXPECT_LT(during, ms + 50) << n << " drives in " << ms << " ms";
+  Signal ran;
+  asio::post(io, [&] { ran.set(); });
+  EXPECT_TRUE(ran.wait_for(5s));
+  ex.stop();
+}
+
 TEST(Executor, OneReleaseWakesOneWaiterOldestFirst) {
   asio::io_context io;
   Executor ex(io);
