@@ -457,8 +457,14 @@ struct BulkServer::Impl {
     pthread_setname_np(pthread_self(), "podium-tcp");
     cma::lower_priority(config.nice);  // DA-11
     epoll_event events[64];
+    // DA-53: after an event, poll without sleeping until `spin` passed with none.
+    auto spin = config.spin.count() < 0 ? BulkServer::default_spin() : config.spin;
+    Clock::time_point spin_until{};
     while (!stopping.load()) {
-      int n = ::epoll_wait(epoll.get(), events, 64, accept_paused_until ? 100 : 1000);
+      bool spinning = spin.count() > 0 && Clock::now() < spin_until;
+      int n = ::epoll_wait(epoll.get(), events, 64,
+                           spinning ? 0 : accept_paused_until ? 100 : 1000);
+      if (n > 0 && spin.count() > 0) spin_until = Clock::now() + spin;
       if (accept_paused_until && Clock::now() >= *accept_paused_until) {
         accept_paused_until.reset();
         epoll_event ev{};
@@ -523,6 +529,15 @@ Result<std::unique_ptr<BulkServer>> BulkServer::start(Config config, BufferTable
   std::unique_ptr<BulkServer> server(new BulkServer(std::move(impl)));
   server->address_ = shown + ":" + p;
   return server;
+}
+
+std::chrono::microseconds BulkServer::default_spin() {
+  static const std::chrono::microseconds spin = [] {
+    const char* env = std::getenv("PODIUM_RDMA_TCP_SERVER_SPIN_US");
+    if (env == nullptr || *env == '\0') return kDefaultServerSpin;
+    return std::chrono::microseconds(std::max(0L, std::strtol(env, nullptr, 10)));
+  }();
+  return spin;
 }
 
 BulkServer::BulkServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

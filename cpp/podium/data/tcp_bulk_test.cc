@@ -12,6 +12,10 @@
 
 #include <array>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
 #include <cstring>
 #include <ctime>
 #include <numeric>
@@ -375,6 +379,57 @@ TEST_F(TcpBulkTest, ACallSpinsOnlyItsPoolsSpinBeforeItSleeps) {
   // The silent peer never answers the handshake: the dial's waits are what spin.
   EXPECT_GT(waited_cpu_ms(50ms), 5.0);
   EXPECT_LT(waited_cpu_ms(0ms), 5.0);
+}
+
+// The CPU time of this process's threads named `name`, ms, by thread id.
+std::map<std::string, double> threads_cpu_ms(const std::string& name) {
+  std::map<std::string, double> out;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(t.path() / "comm");
+    std::string c;
+    std::getline(comm, c);
+    if (c != name) continue;
+    std::ifstream sched(t.path() / "schedstat");  // ns on the CPU, first
+    double ns = 0;
+    sched >> ns;
+    out[t.path().filename().string()] = ns / 1e6;
+  }
+  return out;
+}
+
+// DA-53: after a request the server polls for the next one without sleeping for its spin,
+// then sleeps: with 50 ms it burns some CPU in the 300 ms after a request, and far from all of
+// it; with none, next to nothing.
+TEST_F(TcpBulkTest, TheServerPollsOnlyItsSpinAfterARequestThenSleeps) {
+  std::vector<uint8_t> mem = pattern(4096, 3), got(4096);
+  auto b = add(mem);
+  auto cpu_after_a_request_ms = [&](std::chrono::microseconds spin) {
+    auto before = threads_cpu_ms("podium-tcp");
+    BulkServer::Config config{"127.0.0.1", "the secret", 0};
+    config.spin = spin;
+    auto s = BulkServer::start(config, table_);
+    EXPECT_TRUE(s);
+    std::string tid;
+    EXPECT_TRUE(wait_for([&] {
+      for (const auto& [t, _] : threads_cpu_ms("podium-tcp")) {
+        if (before.count(t) == 0) tid = t;
+      }
+      return !tid.empty();
+    }));
+    BulkPool pool("the secret", 0ms);
+    BulkCall call(pool, (*s)->address(), BulkRequest{BulkKind::kGet, b.id, 0, 4096, b.token},
+                  reinterpret_cast<std::byte*>(got.data()), Clock::now() + 10s, {});
+    EXPECT_TRUE(call.advance(Clock::time_point::max()));
+    EXPECT_TRUE(call.status()) << call.status().error().message;
+    double t0 = threads_cpu_ms("podium-tcp")[tid];
+    std::this_thread::sleep_for(300ms);
+    return threads_cpu_ms("podium-tcp")[tid] - t0;
+  };
+  double spun = cpu_after_a_request_ms(50ms);
+  EXPECT_GT(spun, 5.0);
+  EXPECT_LT(spun, 200.0);  // it slept after its spin: polling all along would be about 300
+  EXPECT_LT(cpu_after_a_request_ms(0us), 5.0);
+  EXPECT_EQ(got, mem);
 }
 
 TEST_F(TcpBulkTest, AnOwnerKnownGoneFailsTheCallWithTheRuntimesError) {  // DA-47, RD-2
