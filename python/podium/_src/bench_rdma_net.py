@@ -20,10 +20,11 @@ protocol in Python sockets.
 
 Timed runs, as `podium bench rdma` times its figures (``bench_measure.best_per_call``): per
 size, ``--reps`` rounds each time, for the floor and for each kind of transfer, one single
-request (request to last byte: ``single`` in the report), then a run of as many requests one
-after the other as took at least 5 ms at the pace of the first round's single one (one where
-that one took longer, so from a few MiB up a run is the single request). A figure is the time
-per request of the best run. A request of tens of microseconds timed alone measures how
+request (request to last byte: ``single_us`` in the report), then a run of as many requests one
+after the other as take at least 5 ms at the fastest pace that kind reached yet, its single
+requests and earlier runs (one where a request takes longer, so from a few MiB up a run is
+the single request; ``calls`` in the report, per round). A figure is the time per request of
+the best run. A request of tens of microseconds timed alone measures how
 quickly a VM's CPU comes back from idle as much as the request (a 4 KiB request of the pump,
 timed alone after 5 ms pauses: a median of 140 us; one after the other: 28 to 33 us), and the
 pump's few instructions come back from it quicker than a transfer through Python; runs put
@@ -264,16 +265,22 @@ def _measure(net: netns.Network, sizes: List[int], reps: int, ucx: bool) -> Dict
 
             single = {k: float("inf") for k in kinds}
             run = {k: float("inf") for k in kinds}
-            calls: Dict[str, int] = {}
+            calls: Dict[str, List[int]] = {k: [] for k in kinds}  # per round
+            pace: Dict[str, float] = {}  # seconds per request, the fastest seen yet
             for _ in range(reps):
                 for kind in kinds:
                     if kind == "ucx_read":
                         reader.path.call_one(False).get(timeout=_TIMEOUT_S)
                     one = time_of(kind, 1)
                     single[kind] = min(single[kind], one)
-                    calls.setdefault(kind, calls_per_run(one))
-                    timed = one if calls[kind] == 1 else time_of(kind, calls[kind])
+                    pace[kind] = min(pace.get(kind, one), one)
+                    n_calls = calls_per_run(pace[kind])
+                    timed = one if n_calls == 1 else time_of(kind, n_calls)
+                    calls[kind].append(n_calls)
                     run[kind] = min(run[kind], timed)
+                    # A first request that came cold makes a short run: the next round's run
+                    # is sized at the pace this one reached.
+                    pace[kind] = min(pace[kind], timed)
                     if kind == "ucx_write":
                         reader.path.call_one(True).get(timeout=_TIMEOUT_S)
             buf.drop().get(timeout=_TIMEOUT_S)
@@ -284,7 +291,8 @@ def _measure(net: netns.Network, sizes: List[int], reps: int, ucx: bool) -> Dict
                   f"{_gbps(n, run['read']):6.2f} GB/s, write {_gbps(n, run['write']):6.2f} GB/s"
                   + (f"; over UCX read {_gbps(n, run['ucx_read']):6.2f}, write "
                      f"{_gbps(n, run['ucx_write']):6.2f}" if ucx else "")
-                  + f" (runs of {calls['tcp']} / {calls['read']} / {calls['write']})",
+                  + f" (runs of {calls['tcp'][-1]} / {calls['read'][-1]} / "
+                    f"{calls['write'][-1]} requests)",
                   file=sys.stderr, flush=True)
         stats = reader.path.call_one(True).get(timeout=_TIMEOUT_S)
     finally:
@@ -334,7 +342,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.ucx:
             row.update({"ucx_read_gbps": _sig(_gbps(n, run["ucx_read"])),
                         "ucx_write_gbps": _sig(_gbps(n, run["ucx_write"]))})
-        # Requests per timed run, and the best single request of each kind (microseconds).
+        # Requests per timed run, per round, and the best single request of each kind (µs).
         row["calls"] = got_n["calls"]
         row["single_us"] = {k: _sig(v * 1e6) for k, v in single.items()}
         rows.append(row)
