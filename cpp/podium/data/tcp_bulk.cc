@@ -110,6 +110,7 @@ struct BulkServer::Impl {
   std::list<Conn> conns;  // the thread's own
   std::optional<Clock::time_point> accept_paused_until;  // the thread's own: out of fds
   std::unordered_map<int, std::list<Conn>::iterator> by_fd;
+  size_t active = 0;  // the thread's own: requests counted in flight (DA-46), of every buffer
   std::vector<std::byte> scratch = std::vector<std::byte>(size_t{256} << 10);
 
   mutable std::mutex mu;
@@ -122,12 +123,14 @@ struct BulkServer::Impl {
   Impl(Config c, BufferTable& t) : config(std::move(c)), table(t) {}
 
   void count(uint64_t id) {
+    ++active;
     std::lock_guard lock(mu);
     ++inflight[id];
   }
   void uncount(Conn& c) {
     if (!c.counted) return;
     c.counted = false;
+    --active;
     c.reg.reset();
     std::vector<std::function<void()>> run;
     {
@@ -461,7 +464,9 @@ struct BulkServer::Impl {
     auto spin = config.spin.count() < 0 ? BulkServer::default_spin() : config.spin;
     Clock::time_point spin_until{};
     while (!stopping.load()) {
-      bool spinning = spin.count() > 0 && Clock::now() < spin_until;
+      // Only between requests: inside one the socket's pace rules, and a spin would take
+      // the CPU that the network stack needs to move the bytes.
+      bool spinning = spin.count() > 0 && active == 0 && Clock::now() < spin_until;
       int n = ::epoll_wait(epoll.get(), events, 64,
                            spinning ? 0 : accept_paused_until ? 100 : 1000);
       if (n > 0 && spin.count() > 0) spin_until = Clock::now() + spin;

@@ -46,12 +46,16 @@
 //         owner's proc ended, RD-2) at least every kPollSlice while it waits, and puts its
 //         connection back in the pool only after a complete reply: a connection is reused
 //         only between requests.
-//   DA-50 A BulkCall polls its socket without sleeping for at most `spin` (in all, per call)
-//         before its first sleep in poll(): a reply that comes within it is taken without the
-//         wake-up of a sleeping thread (on the 2-core VM a warm 4 KiB read across namespace
-//         hosts went from 60 to 50 us, median). PODIUM_RDMA_TCP_SPIN_US, default 100; 0: none.
+//   DA-50 A BulkCall polls its socket without sleeping for at most `spin` (in all, per call),
+//         while it dials or waits for the first byte of the reply, before it sleeps in poll():
+//         a reply that comes within it is taken without the wake-up of a sleeping thread (on
+//         the 2-core VM a warm 4 KiB read across namespace hosts went from 60 to 50 us,
+//         median). Once the reply's bytes flow it sleeps between them: they come at the
+//         link's pace. PODIUM_RDMA_TCP_SPIN_US, default 100; 0: none.
 //   DA-53 The server's thread polls its sockets without sleeping for Config::spin after each
-//         event (a request, a chunk, a connection), then sleeps in epoll_wait: a reader's next
+//         event (a request, a chunk, a connection) while no request is in flight (between
+//         requests: inside one the socket's pace rules, and a spin would take the CPU that
+//         the network stack needs), then sleeps in epoll_wait: a reader's next
 //         request within it is served without the wake-up of a sleeping thread (between
 //         namespace hosts of the 2-core VM, 4 KiB reads one after the other went from 29 to
 //         23-24 us each; the owner pays at most the spin in CPU per burst of requests).

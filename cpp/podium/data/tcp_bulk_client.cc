@@ -131,8 +131,13 @@ bool BulkCall::wait(short events, Clock::time_point until, bool* late) {
     pollfd p{fd_.get(), events, 0};
     // DA-50: a short spin before the sleep, so that a reply that comes within it is taken
     // without the wake-up of a thread, and of its CPU, that went to sleep.
+    // Only while no byte of the reply came yet (or while dialing): once bytes flow, what
+    // comes next comes at the pace of the link, and a spin would only take the CPU that the
+    // network stack and the owner need (on 2 cores, 256 KiB reads went from 60% to 50% of
+    // raw TCP).
     auto spin = pool_.spin();
-    if (spin > Clock::duration::zero() && spun_ < spin) {
+    bool first_byte = phase_ == Phase::kDial || (phase_ == Phase::kReply && done_ == 0);
+    if (first_byte && spin > Clock::duration::zero() && spun_ < spin) {
       auto t0 = Clock::now();
       int r = 0;
       while ((r = ::poll(&p, 1, 0)) == 0 && Clock::now() - t0 < spin - spun_) {
