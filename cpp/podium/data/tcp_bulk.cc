@@ -22,6 +22,7 @@
 #include <list>
 #include <thread>
 
+#include "podium/actor/busy_wait.h"
 #include "podium/base/log.h"
 #include "podium/channel/auth.h"
 #include "podium/data/cma.h"
@@ -463,10 +464,28 @@ struct BulkServer::Impl {
     // DA-53: after an event, poll without sleeping until `spin` passed with none.
     auto spin = config.spin.count() < 0 ? BulkServer::default_spin() : config.spin;
     Clock::time_point spin_until{};
+    bool in_spin = false;
+    auto& guard = actor::BusyWaitGuard::mine();
     while (!stopping.load()) {
       // Only between requests: inside one the socket's pace rules, and a spin would take
-      // the CPU that the network stack needs to move the bytes.
-      bool spinning = spin.count() > 0 && active == 0 && Clock::now() < spin_until;
+      // the CPU that the network stack needs to move the bytes. As every busy-wait of
+      // podium's (actor/busy_wait.h): only with a core to spare, and it ends as soon as it
+      // sees it lost its core (AC-19, AC-20): a reader polling on the same core would
+      // otherwise wait out this thread's time slice.
+      auto now = Clock::now();
+      bool spinning = false;
+      if (spin.count() > 0 && active == 0 && now < spin_until) {
+        if (!in_spin) {
+          in_spin = guard.may_start(now);
+          if (in_spin) guard.start(now);
+        } else if (!guard.check(now)) {
+          in_spin = false;
+        }
+        spinning = in_spin;
+        if (!spinning) spin_until = {};
+      } else {
+        in_spin = false;
+      }
       int n = ::epoll_wait(epoll.get(), events, 64,
                            spinning ? 0 : accept_paused_until ? 100 : 1000);
       if (n > 0 && spin.count() > 0) spin_until = Clock::now() + spin;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "podium/actor/busy_wait.h"
 #include "podium/channel/auth.h"
 #include "podium/data/errc.h"
 #include "podium/data/tcp_bulk.h"
@@ -135,12 +136,19 @@ bool BulkCall::wait(short events, Clock::time_point until, bool* late) {
     // comes next comes at the pace of the link, and a spin would only take the CPU that the
     // network stack and the owner need (on 2 cores, 256 KiB reads went from 60% to 50% of
     // raw TCP).
+    // As every busy-wait of podium's (actor/busy_wait.h): only with a core to spare, and it
+    // ends as soon as it sees it lost its core (AC-19, AC-20).
     auto spin = pool_.spin();
     bool first_byte = phase_ == Phase::kDial || (phase_ == Phase::kReply && done_ == 0);
-    if (first_byte && spin > Clock::duration::zero() && spun_ < spin) {
+    auto& guard = actor::BusyWaitGuard::mine();
+    if (first_byte && spin > Clock::duration::zero() && spun_ < spin &&
+        guard.may_start(now)) {
       auto t0 = Clock::now();
+      guard.start(t0);
       int r = 0;
-      while ((r = ::poll(&p, 1, 0)) == 0 && Clock::now() - t0 < spin - spun_) {
+      while ((r = ::poll(&p, 1, 0)) == 0) {
+        auto t = Clock::now();
+        if (t - t0 >= spin - spun_ || !guard.check(t)) break;
       }
       spun_ += Clock::now() - t0;
       if (r > 0) return true;

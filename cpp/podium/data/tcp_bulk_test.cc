@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "podium/actor/busy_wait.h"
 #include "podium/channel/auth.h"
 
 namespace podium::data {
@@ -376,8 +377,17 @@ TEST_F(TcpBulkTest, ACallSpinsOnlyItsPoolsSpinBeforeItSleeps) {
     EXPECT_TRUE(call.status().error().is(DataErrc::kTimeout));
     return thread_cpu_ms() - t0;
   };
-  // The silent peer never answers the handshake: the dial's waits are what spin.
-  EXPECT_GT(waited_cpu_ms(50ms), 5.0);
+  // The silent peer never answers the handshake: the dial's waits are what spin. It spins
+  // only with a core to spare and while it keeps its core (AC-19, AC-20): on a machine
+  // loaded by other tests it may not, so that it did is asserted only where it could.
+  auto& guard = actor::BusyWaitGuard::mine();
+  bool spare = actor::BusyWaitGuard::cores_to_spare(Clock::now());
+  uint64_t lost = guard.preemptions();
+  double spun = waited_cpu_ms(50ms);
+  if (spare && actor::BusyWaitGuard::cores_to_spare(Clock::now()) && guard.preemptions() == lost) {
+    EXPECT_GT(spun, 5.0);
+  }
+  EXPECT_LT(spun, 150.0);  // at most its 50 ms, not the whole 300 ms wait
   EXPECT_LT(waited_cpu_ms(0ms), 5.0);
 }
 
@@ -425,8 +435,11 @@ TEST_F(TcpBulkTest, TheServerPollsOnlyItsSpinAfterARequestThenSleeps) {
     std::this_thread::sleep_for(300ms);
     return threads_cpu_ms("podium-tcp")[tid] - t0;
   };
+  bool spare = actor::BusyWaitGuard::cores_to_spare(Clock::now());
   double spun = cpu_after_a_request_ms(50ms);
-  EXPECT_GT(spun, 5.0);
+  // It spins only with a core to spare and while it keeps its core (AC-19, AC-20): on a
+  // machine loaded by other tests it may not, so that it did is asserted only where it could.
+  if (spare && actor::BusyWaitGuard::cores_to_spare(Clock::now())) EXPECT_GT(spun, 1.0);
   EXPECT_LT(spun, 200.0);  // it slept after its spin: polling all along would be about 300
   EXPECT_LT(cpu_after_a_request_ms(0us), 5.0);
   EXPECT_EQ(got, mem);
