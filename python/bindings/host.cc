@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "podium/host/launcher.h"
+#include "podium/host/stdio_gate.h"
 #include "podium/host/zygote.h"
 
 namespace podium::python {
@@ -19,6 +20,34 @@ namespace podium::python {
 namespace nb = nanobind;
 
 void bind_host(nb::module_& m) {
+  // This process's own fds 1 and 2, shared with the lines its procs write (stdio_gate.h).
+  m.def(
+      "stdio_mark",
+      [](int fd, bool open) { host::StdioGate::instance().mark(fd, open); },
+      nb::arg("fd"), nb::arg("open"), nb::call_guard<nb::gil_scoped_release>(),
+      "Marks this process's fd 1 or 2 open (its content may end inside a line: procs' lines "
+      "wait) or closed (held lines are written now) (SG-1).");
+  m.def(
+      "stdio_write_lines",
+      [](int fd, const std::string& text) { host::StdioGate::instance().write_lines(fd, text); },
+      nb::arg("fd"), nb::arg("text"), nb::call_guard<nb::gil_scoped_release>(),
+      "Writes whole lines to this process's fd 1 or 2: now, or after the line open there "
+      "closes, at most the gate's hold later (SG-1, SG-2).");
+  m.def(
+      "stdio_hold",
+      [](std::optional<double> seconds) {
+        auto& gate = host::StdioGate::instance();
+        if (seconds) {
+          if (!std::isfinite(*seconds) || *seconds < 0) {
+            throw nb::value_error("stdio_hold: seconds must be >= 0");
+          }
+          gate.set_hold(std::chrono::milliseconds(static_cast<int64_t>(*seconds * 1000)));
+        }
+        return gate.hold().count() / 1000.0;
+      },
+      nb::arg("seconds") = nb::none(),
+      "How long (seconds) an open line of this process holds its procs' lines; sets it when "
+      "given.");
   m.def(
       "zygote_serve",
       [](int fd) {

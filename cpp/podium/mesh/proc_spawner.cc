@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "podium/host/stdio_gate.h"
 #include "podium/host/zygote.h"
 #include "podium/mesh/bootstrap.h"
 
@@ -110,7 +111,11 @@ void ProcSpawner::emit(int stream, std::string_view data) const {
     sink_(stream, data);
     return;
   }
-  int fd = out_fd_[0] >= 0 ? out_fd_[stream == 2 ? 1 : 0] : stream;
+  if (out_fd_[0] < 0) {  // this process's own: never inside one of its own lines (SG-1)
+    host::StdioGate::instance().write_lines(stream == 2 ? 2 : 1, data);
+    return;
+  }
+  int fd = out_fd_[stream == 2 ? 1 : 0];
   while (!data.empty()) {
     ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0 && errno == EINTR) continue;

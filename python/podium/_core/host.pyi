@@ -3,6 +3,21 @@
 from collections.abc import Sequence
 
 
+def stdio_mark(fd: int, open: bool) -> None:
+    """
+    Marks this process's fd 1 or 2 open (its content may end inside a line: procs' lines wait) or closed (held lines are written now) (SG-1).
+    """
+
+def stdio_write_lines(fd: int, text: str) -> None:
+    """
+    Writes whole lines to this process's fd 1 or 2: now, or after the line open there closes, at most the gate's hold later (SG-1, SG-2).
+    """
+
+def stdio_hold(seconds: float | None = None) -> float:
+    """
+    How long (seconds) an open line of this process holds its procs' lines; sets it when given.
+    """
+
 def zygote_serve(fd: int) -> tuple:
     """
     Serves fork requests on `fd` until the controller closes it (then raises CoreError). Returns (argv, env, cwd) in each forked child.

@@ -17,8 +17,8 @@ The sink's threads: ``podium-log-sink`` reads the port (it waits in ``select()``
 that the receive's completion writes, so that it never drives the runtime's loop) and files
 each batch; ``podium-log-window`` prints windows when they
 close. A lock guards the meshes' state; printing happens under it, so a window's block is
-never interleaved with another's (the controller's own writes to sys.stdout are not under
-it).
+never interleaved with another's; the controller's own writes are not under it, and the
+sink's lines never land inside one of them (line_guard.py, LG-8).
 
   LG-5 settle(log_id, expected) returns only once every batch up to expected[proc] of every
     listed proc has been filed (or the timeout passed, and then it names the procs whose
@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from podium._core import mesh as _mesh
 from podium._src.errors import CoreError
+from podium._src import line_guard
 from podium._src.log_aggregate import MAX_GROUPS, Aggregator
 from podium._src.ports import Channel
 
@@ -235,6 +236,9 @@ def _write(fd: int, text: str) -> None:
     if stream is None:
         return
     try:
+        if isinstance(stream, line_guard.LineGuard):
+            stream.emit(text)  # never inside a line the controller is writing (LG-8)
+            return
         stream.write(text)
         stream.flush()
     except Exception:  # a closed stream at exit: the lines can go nowhere else

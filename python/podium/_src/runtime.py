@@ -4,7 +4,8 @@
 proc; podium._core.mesh.init_controller), with the actor server (server.py) and podium's exit
 handler; ``enable_transport()`` chooses how it listens, before it starts. Modules that need a
 running runtime (actor_mesh, ports, proc_mesh, worker) import this one; it imports only
-``_core``, ``server``, ``supervision`` and ``port_ref``, never a module above it.
+``_core``, ``server``, ``supervision``, ``port_ref`` and ``line_guard``, never a module above
+it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import threading
 from typing import Any, Optional
 
 from podium._core import mesh as _mesh
-from podium._src import port_ref, server, supervision
+from podium._src import line_guard, port_ref, server, supervision
 
 # How the C++ runtime starts a proc: ``python -m podium._src.proc`` (PODIUM_BOOT set).
 PROC_ARGV = [sys.executable, "-m", "podium._src.proc"]
@@ -58,6 +59,8 @@ def ensure_runtime() -> None:
             return
         # Does nothing in a proc, whose runtime is serving.
         _mesh.init_controller(PROC_ARGV, _zygote_argv(), _listen, _via)
+        if not _mesh.is_proc():  # procs' lines never split the controller's (LG-8)
+            line_guard.install()
         server.start()
         atexit.register(_at_exit)
         _running = True
@@ -86,6 +89,7 @@ def attach_via(addr: str) -> None:
         except BaseException:
             _via = None
             raise
+        line_guard.install()  # streamed lines never split the client's (LG-8)
         server.start()
         atexit.register(_at_exit)
         _running = True
