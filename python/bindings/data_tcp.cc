@@ -351,8 +351,7 @@ nb::object bulk_now(const std::vector<PyOp>& py_ops, double timeout_s) {
       uint64_t sum = 0;  // DA-41: a summed read's one sum, 8 little-endian bytes
       const auto& parts = (*r)[0];
       if (parts && !parts->empty() && parts->front().view().size() >= 8) {
-        auto raw = parts->front().view();
-        for (int b = 7; b >= 0; --b) sum = (sum << 8) | static_cast<uint8_t>(raw[b]);
+        sum = data::sum_at(parts->front().view(), 0);
       }
       return nb::int_(sum);
     }
@@ -423,9 +422,7 @@ CoreFuture split_transfer(const std::vector<PyOp>& py_ops, double timeout_s,
       if (parts && !parts->empty()) {  // DA-41: this part's sums, 8 little-endian bytes each
         auto raw = parts->front().view();
         for (size_t k = 0; k < index.size() && 8 * k + 8 <= raw.size(); ++k) {
-          uint64_t v = 0;
-          for (int b = 7; b >= 0; --b) v = (v << 8) | static_cast<uint8_t>(raw[8 * k + b]);
-          join->sums[index[k]] = v;
+          join->sums[index[k]] = data::sum_at(raw, k);
         }
       }
       if (--join->left > 0) return;

@@ -73,4 +73,10 @@ std::string encode_sums(const std::vector<uint64_t>& sums) {
   return out;
 }
 
+uint64_t sum_at(std::string_view encoded, size_t k) {
+  uint64_t v = 0;
+  for (int b = 7; b >= 0; --b) v = (v << 8) | static_cast<uint8_t>(encoded[8 * k + b]);
+  return v;
+}
+
 }  // namespace podium::data

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace podium::data {
@@ -32,5 +33,7 @@ uint64_t word_sum_at(const void* data, size_t size, size_t at);
 
 // The little-endian encoding of `sums` (8 bytes each): how a transfer's reply carries them.
 std::string encode_sums(const std::vector<uint64_t>& sums);
+// The k-th sum of such an encoding (its bytes [8k, 8k + 8) must be there).
+uint64_t sum_at(std::string_view encoded, size_t k);
 
 }  // namespace podium::data

@@ -81,6 +81,9 @@ TEST(WordSum, SumsAreEncodedLittleEndian) {
   EXPECT_EQ(static_cast<unsigned char>(s[7]), 0x01);
   EXPECT_EQ(s.substr(8, 8), std::string(8, '\0'));
   EXPECT_EQ(s.substr(16, 8), std::string(8, '\xff'));
+  EXPECT_EQ(sum_at(s, 0), 0x0102030405060708ull);  // and read back, each at its index
+  EXPECT_EQ(sum_at(s, 1), 0u);
+  EXPECT_EQ(sum_at(s, 2), ~uint64_t{0});
 }
 
 }  // namespace
