@@ -23,8 +23,15 @@ void bind_host(nb::module_& m) {
   // This process's own fds 1 and 2, shared with the lines its procs write (stdio_gate.h).
   m.def(
       "stdio_mark",
-      [](int fd, bool open) { host::StdioGate::instance().mark(fd, open); },
-      nb::arg("fd"), nb::arg("open"), nb::call_guard<nb::gil_scoped_release>(),
+      [](int fd, bool open) {
+        // Without letting go of the GIL as a rule: each print() marks, and a GIL handed to a
+        // busy thread at each would make print() wait for it (the switch interval, 5 ms).
+        auto& gate = host::StdioGate::instance();
+        if (gate.try_mark(fd, open)) return;
+        nb::gil_scoped_release unlocked;  // the lock is taken, or held lines are written
+        gate.mark(fd, open);
+      },
+      nb::arg("fd"), nb::arg("open"),
       "Marks this process's fd 1 or 2 open (its content may end inside a line: procs' lines "
       "wait) or closed (held lines are written now) (SG-1).");
   m.def(

@@ -4,6 +4,8 @@ whether its stdout is unbuffered or block-buffered. Real programs, real procs.""
 
 from __future__ import annotations
 
+import fcntl
+import io
 import os
 import re
 import subprocess
@@ -140,3 +142,102 @@ def test_a_line_left_open_holds_proc_lines_for_the_hold_only(tmp_path):
     text = out.read_text()
     assert text.startswith("prompt> [talker {'gpus': 0/1}] proc says hi\nanswer\n"), text
     assert "hold 0.5\n" in text
+
+
+# --- the guard over a block-buffered stream (no gate: fd -1 is not one of the gate's) ------
+
+
+class _Pipe:
+    """A block-buffered text stream over a pipe, and what came out of it so far."""
+
+    def __init__(self) -> None:
+        self.r, w = os.pipe()
+        fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ: room for what a test writes
+        os.set_blocking(self.r, False)
+        self.raw = open(w, "wb", buffering=1 << 20, closefd=True)
+        self.inner = io.TextIOWrapper(self.raw, encoding="utf-8", line_buffering=False,
+                                      write_through=False)
+        self.seen = b""
+
+    def getvalue(self) -> bytes:
+        try:
+            while chunk := os.read(self.r, 1 << 20):
+                self.seen += chunk
+        except BlockingIOError:
+            pass
+        return self.seen
+
+    def close(self) -> None:
+        os.close(self.r)
+
+
+@pytest.fixture
+def buffered():
+    """A guard over a block-buffered pipe; its fd is not the gate's 1 or 2, so marks do
+    nothing and emit() writes through at once."""
+    from podium._src.line_guard import LineGuard
+
+    pipes = []
+
+    def make():
+        p = _Pipe()
+        pipes.append(p)
+        return LineGuard(p.inner, p.raw.fileno()), p
+
+    yield make
+    for p in pipes:
+        p.close()
+
+
+def test_a_block_buffered_guard_hands_over_whole_lines_only(buffered):
+    g, raw = buffered()
+    g.write("partial")
+    assert raw.getvalue() == b""  # buffered, as the stream would
+    line = "x" * 99 + "\n"
+    for _ in range(100):  # 10,000 characters: past the chunk
+        g.write("a ")
+        g.write(line)
+    g.write("open")
+    got = raw.getvalue()
+    assert got and got.endswith(b"\n"), got[-20:]
+    assert got.startswith(b"partiala ")
+    g.flush()  # an explicit flush writes the open line too
+    assert raw.getvalue().endswith(b"\nopen")
+
+
+def test_a_block_buffered_guard_loses_nothing_to_threads_printing_at_once(buffered):
+    import threading
+
+    g, raw = buffered()
+
+    def printer(k):
+        for i in range(3000):
+            g.write(f"t{k} {i}\n")
+
+    threads = [threading.Thread(target=printer, args=(k,)) for k in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch inside the guard's write as often as can be
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        sys.setswitchinterval(interval)
+    g.flush()
+    lines = raw.getvalue().decode().splitlines()
+    assert len(lines) == 4 * 3000
+    for k in range(4):  # each thread's lines whole and in its order
+        mine = [int(l.split()[1]) for l in lines if l.startswith(f"t{k} ")]
+        assert mine == list(range(3000))
+
+
+def test_streamed_lines_follow_the_controllers_whole_lines_and_precede_its_open_one(buffered):
+    g, raw = buffered()
+    g.write("before\n")
+    g.write("resul")
+    g.emit("[h 1] [m 0] proc\n")
+    assert raw.getvalue() == b"before\n[h 1] [m 0] proc\n"
+    g.write("ts\n")
+    g.flush()
+    assert raw.getvalue() == b"before\n[h 1] [m 0] proc\nresults\n"

@@ -81,6 +81,17 @@ void StdioGate::mark(int fd, bool open) {
   release_locked(fd);
 }
 
+bool StdioGate::try_mark(int fd, bool open) {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  Fd* f = slot(fds_, fd);
+  if (f == nullptr) return true;
+  if (!open && !f->held.empty()) return false;  // a write: not with the GIL held
+  if (open && !f->open) f->since = std::chrono::steady_clock::now();
+  f->open = open;
+  return true;
+}
+
 void StdioGate::set_hold(std::chrono::milliseconds hold) {
   std::lock_guard lock(mu_);
   hold_ = hold;

@@ -25,7 +25,9 @@
 // may take a leaf lock of its own (mesh::OutputWriter's, whose patient write is bounded once
 // it stops). The pumps (host/output_pump.h, through ProcSpawner::emit), the output writer of
 // remote procs' lines (mesh/host_output.h) and the Python side call in; a thread of the gate's
-// own writes lines held past hold(). The singleton is never destroyed (its thread may wait at
+// own writes lines held past hold(). The Python side marks through try_mark() with the GIL
+// held (a GIL handed over at each print() would make it wait for a busy thread), and through
+// mark() without the GIL only when the lock is taken or held lines are to be written. The singleton is never destroyed (its thread may wait at
 // exit). fork() takes mu_ around the fork (pthread_atfork), and the child starts from an empty
 // gate: a pump thread's lock or lines held for the parent never reach it.
 #pragma once
@@ -55,6 +57,9 @@ class StdioGate {
   void write_lines(int fd, std::string_view data, const Writer& writer);
   // The process's own writer: open before writing, closed after a write that ended a line.
   void mark(int fd, bool open);
+  // mark() when it neither waits for the lock nor has held lines to write; false: nothing
+  // done, call mark() (Python calls this one with the GIL held, mark() without it).
+  bool try_mark(int fd, bool open);
   // For tests: how long an open line holds proc lines.
   void set_hold(std::chrono::milliseconds hold);
   std::chrono::milliseconds hold() const;

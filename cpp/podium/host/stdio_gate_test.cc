@@ -120,6 +120,19 @@ TEST(StdioGate, AForkedChildStartsFromAnEmptyGate) {
   EXPECT_EQ(out.read(), "[h 1] held for the parent\n");
 }
 
+TEST(StdioGate, TryMarkLeavesTheWriteOfHeldLinesToMark) {
+  CapturedStdout out;
+  auto& gate = StdioGate::instance();
+  EXPECT_TRUE(gate.try_mark(1, true));
+  gate.write_lines(1, "[h 1] a\n");
+  EXPECT_TRUE(gate.try_mark(1, true));  // still open: nothing to write
+  EXPECT_FALSE(gate.try_mark(1, false));  // held lines: mark() writes them
+  EXPECT_EQ(out.read(), "");
+  gate.mark(1, false);
+  EXPECT_EQ(out.read(), "[h 1] a\n");
+  EXPECT_TRUE(gate.try_mark(1, false));
+}
+
 TEST(StdioGate, OtherFdsAreNotGated) {
   CapturedStdout out;
   int p[2];

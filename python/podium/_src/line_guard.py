@@ -32,37 +32,119 @@ from podium._core import host as _host
 
 
 class LineGuard:
-    """A text stream as it was, whose writes mark fd ``fd`` open or closed in the gate."""
+    """A text stream as it was, whose writes reach fd ``fd`` at line boundaries as the gate
+    knows them.
+
+    Unbuffered or line-buffered (``write_through``, ``line_buffering``: a terminal,
+    ``python -u``): each piece goes out as it comes, the fd marked open before it, and a piece
+    that ends a line is flushed and marks the fd closed. Block-buffered (a pipe or a file):
+    the guard buffers itself and hands the stream whole lines only, at most ``_CHUNK``
+    characters at a time and flushed, so the fd never ends inside a line but after an
+    explicit ``flush()`` of a partial one (marked open until a later line ends it)."""
+
+    _CHUNK = 8192  # what io.TextIOWrapper gathers before it writes
 
     def __init__(self, inner: Any, fd: int) -> None:
         self._inner = inner
         self._fd = fd
-        self._open = False  # the last write did not end a line (or failed)
+        self._open = False  # the fd may end inside a line of ours
+        self._pending: List[str] = []  # block-buffered: text not yet handed to the stream
+        # (never replaced, only cut from its front under the lock)
+        self._pending_len = 0
+        self._lock = threading.RLock()  # a signal handler may print inside a write
+        self._block = self._buffered()  # looked at again at each hand-over and flush
         # held here: module globals may be gone when the interpreter's last lines are written
         self._mark, self._write_lines = _host.stdio_mark, _host.stdio_write_lines
 
+    def _buffered(self) -> bool:
+        inner = self._inner
+        return not (getattr(inner, "line_buffering", True) or getattr(inner, "write_through", True))
+
     def write(self, s: str) -> int:
-        if not s:
-            return self._inner.write(s)
-        if not self._open:
-            self._open = True
-            self._mark(self._fd, True)  # before the first byte can reach the fd
-        n = self._inner.write(s)
-        if s.endswith("\n"):
-            self._inner.flush()
-            self._open = False
-            self._mark(self._fd, False)  # the lines held meanwhile follow this one
-        return n
+        if type(s) is not str:
+            if not isinstance(s, str):
+                return self._inner.write(s)  # the stream's own TypeError
+            s = str(s)
+        if self._block:
+            # No lock for an append (the list is never replaced: an append racing a hand-over
+            # lands behind what it takes); the count only says when to hand over.
+            self._pending.append(s)
+            self._pending_len += len(s)
+            if self._pending_len >= self._CHUNK and "\n" in s:
+                with self._lock:
+                    self._hand_over(self._take_lines())
+                    self._block = self._buffered()  # a reconfigure() since
+            return len(s)
+        # Unbuffered: no lock (threads printing at once interleave their pieces anyway), and
+        # inline: a print() is several writes.
+        if s:
+            if not self._open:
+                self._open = True
+                self._mark(self._fd, True)  # before the first byte can reach the fd
+            self._inner.write(s)
+            if s[-1] == "\n":
+                self._inner.flush()
+                self._open = False
+                self._mark(self._fd, False)  # the lines held meanwhile follow this one
+        return len(s)
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
             self.write(line)
 
-    def emit(self, text: str) -> None:
-        """Whole lines of a proc's (the log sink's): at a line's start of this stream."""
-        self._write_lines(self._fd, text)
+    def flush(self) -> None:
+        with self._lock:
+            text = self._take()
+            if text:
+                self._out(text, text[-1] == "\n")
+            self._inner.flush()
+            self._block = self._buffered()
 
-    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding, buffer, ...
+    def emit(self, text: str) -> None:
+        """Whole lines of a proc's (the log sink's): after the whole lines the controller
+        wrote before them, at a line's start (the gate holds them while a line is open)."""
+        if self._pending:  # block-buffered: behind the whole lines before them
+            with self._lock:
+                self._hand_over(self._take_lines())
+        self._write_lines(self._fd, text)  # the gate orders them against our marks
+
+    def _take(self) -> str:
+        """All the pending text (the lock is held)."""
+        p = self._pending
+        n = len(p)
+        if n == 0:
+            return ""
+        text = "".join(p[:n])
+        del p[:n]  # one step: what another thread appended meanwhile stays
+        self._pending_len = 0
+        return text
+
+    def _take_lines(self) -> str:
+        """The pending text up to its last newline; the partial line after it stays pending,
+        ahead of anything appended since (the lock is held)."""
+        text = self._take()
+        cut = text.rfind("\n") + 1
+        if cut < len(text):
+            rest = text[cut:]
+            self._pending.insert(0, rest)
+            self._pending_len = len(rest)
+        return text[:cut]
+
+    def _hand_over(self, text: str) -> None:
+        if text:
+            self._out(text, ends_line=text.endswith("\n"))
+
+    def _out(self, text: str, ends_line: bool) -> None:
+        if not self._open:
+            self._open = True
+            self._mark(self._fd, True)  # before the first byte can reach the fd
+        self._inner.write(text)
+        if ends_line:
+            self._inner.flush()
+            self._open = False
+            self._mark(self._fd, False)  # the lines held meanwhile follow this one
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, buffer, ...
         return getattr(self._inner, name)
 
 
