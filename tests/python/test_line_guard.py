@@ -203,6 +203,9 @@ def test_a_block_buffered_guard_hands_over_whole_lines_only(buffered):
     assert got.startswith(b"partiala ")
     g.flush()  # an explicit flush writes the open line too
     assert raw.getvalue().endswith(b"\nopen")
+    g.write(" and the rest")
+    g.close()  # so does closing the stream
+    assert raw.getvalue().endswith(b"\nopen and the rest")
 
 
 def test_a_block_buffered_guard_loses_nothing_to_threads_printing_at_once(buffered):

@@ -100,6 +100,10 @@ class LineGuard:
             self._inner.flush()
             self._block = self._buffered()
 
+    def close(self) -> None:
+        self.flush()
+        self._inner.close()
+
     def emit(self, text: str) -> None:
         """Whole lines of a proc's (the log sink's): after the whole lines the controller
         wrote before them, at a line's start (the gate holds them while a line is open)."""
