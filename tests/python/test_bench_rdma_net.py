@@ -55,6 +55,10 @@ def test_bench_rdma_net_json_report():  # DA-21
         for kind, calls in row["calls"].items():
             assert len(calls) == 1 and all(isinstance(c, int) and c >= 1 for c in calls), row
             assert _number(row["single_us"][kind]) and row["single_us"][kind] > 0, row
+            # CPU per request of each side of a timed run (a run of one request has none)
+            if max(calls) > 1:
+                both = row["cpu_us"][kind]
+                assert len(both) == 2 and all(_number(c) and c > 0 for c in both), row
     # podium's TCP path moved every transfer it timed (DA-49): 2 warm-up ones, then per size a
     # single read and write and, where a run is more than that one, the run's; UCX's beside
     # them did not count.

@@ -32,6 +32,16 @@ runs put the figure and its floor under the same conditions. Within a round the 
 podium's read and write, and (unless ``--no-ucx``) UCX's read and write take turns, so all
 see the same machine load.
 
+CPU per request: around each timed run the benchmark reads the CPU time of every thread of the
+requesting process (the pump's client, the reader's proc) and of the serving one (the pump's
+server, the owner's proc) from ``/proc/PID/task/*/schedstat``; ``cpu_us`` in the report is
+that time over the run's requests, of the best run. On a machine whose cores are all taken
+(two namespace hosts on two cores), CPU per request is what a transfer costs the other side's
+throughput, and it says where podium's time goes next to the floor's: the pump's client is
+one blocking ``recv`` loop, the reader a Python call, a future and a non-blocking socket.
+(The kernel's network work runs partly in softirq context on whichever thread sent the packet,
+so a side's figure includes some of the other side's receiving.)
+
 Sizes: 4 KiB, then x4, up to ``--max-mib``. Progress goes to stderr; ``--json`` prints one
 JSON object. A benchmark, not a test: it asserts nothing about the figures.
 """
@@ -160,6 +170,10 @@ class NetOwner(pa.Actor):
         return [_mesh.this_proc_id(), _data.net_devices()]
 
     @pa.endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @pa.endpoint
     def make(self, n: int) -> RDMABuffer:
         self.mem[n] = bytearray(n)
         return RDMABuffer(memoryview(self.mem[n]))
@@ -174,6 +188,10 @@ class NetReader(pa.Actor):
     def where(self) -> List[str]:
         _data.available()
         return [_mesh.this_proc_id(), _data.net_devices()]
+
+    @pa.endpoint
+    def pid(self) -> int:
+        return os.getpid()
 
     @pa.endpoint
     def prepare(self, n: int) -> None:
@@ -224,6 +242,23 @@ def _sizes(max_mib: int) -> List[int]:
 _KINDS = ("tcp", "read", "write", "ucx_read", "ucx_write")
 
 
+def _cpu_ns(pid: int) -> int:
+    """CPU time (ns) of every thread of process ``pid`` so far (threads that ended are not
+    counted: the procs' and the pump's threads live as long as the benchmark)."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that just ended
+            pass
+    return total
+
+
 def _measure(net: netns.Network, sizes: List[int], reps: int, ucx: bool,
              run_s: float) -> Dict[str, Any]:
     """Per size and kind (the floor, podium's read and write, and with ``ucx`` UCX's): the
@@ -241,6 +276,12 @@ def _measure(net: netns.Network, sizes: List[int], reps: int, ucx: bool,
     rows: Dict[int, Dict[str, Any]] = {}
     kinds = _KINDS if ucx else _KINDS[:3]
     try:
+        # (requesting, serving) process of each kind, for CPU per request
+        pids = {"tcp": (pump.client.pid, pump.server.pid)}
+        podium_pids = (reader.pid.call_one().get(timeout=_TIMEOUT_S),
+                       owner.pid.call_one().get(timeout=_TIMEOUT_S))
+        for kind in _KINDS[1:]:
+            pids[kind] = podium_pids
         # One untimed read and write first: UCX's endpoint between the two hosts is wired up
         # on first use (tens of ms here), a cost per peer, not per transfer. The pump's first
         # request is untimed too: its first took milliseconds (the processes' first run over
@@ -265,8 +306,16 @@ def _measure(net: netns.Network, sizes: List[int], reps: int, ucx: bool,
                 ep = reader.read if kind.endswith("read") else reader.write
                 return ep.call_one(buf, calls).get(timeout=_TIMEOUT_S)
 
+            def timed_run(kind: str, calls: int) -> "tuple[float, List[float]]":
+                """Seconds per request, and CPU µs per request of each side."""
+                before = [_cpu_ns(p) for p in pids[kind]]
+                t = time_of(kind, calls)
+                after = [_cpu_ns(p) for p in pids[kind]]
+                return t, [(b - a) / 1e3 / calls for a, b in zip(before, after)]
+
             single = {k: float("inf") for k in kinds}
             run = {k: float("inf") for k in kinds}
+            cpu: Dict[str, List[float]] = {}  # of the best run, per request
             calls: Dict[str, List[int]] = {k: [] for k in kinds}  # per round
             pace: Dict[str, float] = {}  # seconds per request, the fastest seen yet
             for _ in range(reps):
@@ -277,8 +326,14 @@ def _measure(net: netns.Network, sizes: List[int], reps: int, ucx: bool,
                     single[kind] = min(single[kind], one)
                     pace[kind] = min(pace.get(kind, one), one)
                     n_calls = calls_per_run(pace[kind], run_s)
-                    timed = one if n_calls == 1 else time_of(kind, n_calls)
+                    if n_calls == 1:
+                        timed, used = one, None
+                    else:
+                        timed, used = timed_run(kind, n_calls)
                     calls[kind].append(n_calls)
+                    if timed < run[kind] or kind not in cpu:
+                        if used is not None:
+                            cpu[kind] = used
                     run[kind] = min(run[kind], timed)
                     # A first request that came cold makes a short run: the next round's run
                     # is sized at the pace this one reached.
@@ -288,13 +343,15 @@ def _measure(net: netns.Network, sizes: List[int], reps: int, ucx: bool,
             buf.drop().get(timeout=_TIMEOUT_S)
             owner.free.call_one(n).get(timeout=_TIMEOUT_S)
             reader.prepare.call_one(0).get(timeout=_TIMEOUT_S)
-            rows[n] = {"single": single, "run": run, "calls": calls}
+            rows[n] = {"single": single, "run": run, "calls": calls, "cpu": cpu}
             print(f"  {n >> 10:>8} KiB: tcp {_gbps(n, run['tcp']):6.2f} GB/s, read "
                   f"{_gbps(n, run['read']):6.2f} GB/s, write {_gbps(n, run['write']):6.2f} GB/s"
                   + (f"; over UCX read {_gbps(n, run['ucx_read']):6.2f}, write "
                      f"{_gbps(n, run['ucx_write']):6.2f}" if ucx else "")
                   + f" (runs of {calls['tcp'][-1]} / {calls['read'][-1]} / "
-                    f"{calls['write'][-1]} requests)",
+                    f"{calls['write'][-1]} requests)"
+                  + "".join(f"; CPU/request {k} {c[0]:.1f}+{c[1]:.1f} us"
+                            for k, c in cpu.items() if k in ("tcp", "read")),
                   file=sys.stderr, flush=True)
         stats = reader.path.call_one(True).get(timeout=_TIMEOUT_S)
     finally:
@@ -349,6 +406,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         # Requests per timed run, per round, and the best single request of each kind (µs).
         row["calls"] = got_n["calls"]
         row["single_us"] = {k: _sig(v * 1e6) for k, v in single.items()}
+        # CPU µs per request of the best timed run: [requesting side, serving side]
+        row["cpu_us"] = {k: [_sig(c) for c in v] for k, v in got_n["cpu"].items()}
         rows.append(row)
     report = {"benchmark": "rdma-net", "ucx": got["ucx"], "reps": args.reps,
               "owner": got["where"]["owner"], "reader": got["where"]["reader"],
@@ -359,6 +418,9 @@ def main(argv: Optional[List[str]] = None) -> int:
               "timing": f"time per request of the best of reps timed runs of at least "
                         f"{args.run_ms:g} ms (single_us: the best single request)",
               "run_ms": args.run_ms,
+              "cpu": "cpu_us: CPU microseconds per request of the best timed run, "
+                     "[requesting process, serving process] (pump client/server, reader/owner "
+                     "proc), every thread",
               "path": "podium's TCP path (DA-49)" + (", and UCX's beside it" if args.ucx else ""),
               "reader_tcp": got["reader_tcp"], "sizes": rows}
     if args.json:
@@ -372,6 +434,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                   f"{r['tcp_gbps']:>9.2f} {r['read_vs_tcp']:>9.2f} {r['write_vs_tcp']:>10.2f}"
                   + (f" {r['ucx_read_gbps']:>9.2f} {r['ucx_write_gbps']:>10.2f}"
                      if args.ucx else ""))
+        print("CPU µs per request (requesting + serving process, every thread):")
+        for r in rows:
+            print(f"{r['bytes'] >> 10:>6} KiB  " + "  ".join(
+                f"{k} {c[0]:.1f} + {c[1]:.1f}" for k, c in r["cpu_us"].items()))
     return 0
 
 
