@@ -41,20 +41,8 @@ void bind_host(nb::module_& m) {
       "Writes whole lines to this process's fd 1 or 2: now, or after the line open there "
       "closes, at most the gate's hold later (SG-1, SG-2).");
   m.def(
-      "stdio_hold",
-      [](std::optional<double> seconds) {
-        auto& gate = host::StdioGate::instance();
-        if (seconds) {
-          if (!std::isfinite(*seconds) || *seconds < 0) {
-            throw nb::value_error("stdio_hold: seconds must be >= 0");
-          }
-          gate.set_hold(std::chrono::milliseconds(static_cast<int64_t>(*seconds * 1000)));
-        }
-        return gate.hold().count() / 1000.0;
-      },
-      nb::arg("seconds") = nb::none(),
-      "How long (seconds) an open line of this process holds its procs' lines; sets it when "
-      "given.");
+      "stdio_hold", [] { return host::StdioGate::instance().hold().count() / 1000.0; },
+      "How long (seconds) an open line of this process holds its procs' lines (SG-2).");
   m.def(
       "zygote_serve",
       [](int fd) {

@@ -1,25 +1,12 @@
 #include "podium/host/stdio_gate.h"
 
 #include <pthread.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <new>
 
+#include "podium/base/write_all.h"
+
 namespace podium::host {
-
-namespace {
-
-void write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // a closed terminal: the procs' log files have the lines
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-}
-
-}  // namespace
 
 StdioGate& StdioGate::instance() {
   static StdioGate* gate = [] {
@@ -44,7 +31,9 @@ void StdioGate::reset_in_child() {
   timer_started_ = false;
 }
 
-void StdioGate::write_lines(int fd, std::string_view data) { write_lines(fd, data, write_all); }
+void StdioGate::write_lines(int fd, std::string_view data) {
+  write_lines(fd, data, [](int f, std::string_view d) { (void)write_all(f, d); });
+}
 
 void StdioGate::write_lines(int fd, std::string_view data, const Writer& writer) {
   std::unique_lock lock(mu_);
@@ -70,26 +59,24 @@ void StdioGate::write_lines(int fd, std::string_view data, const Writer& writer)
 
 void StdioGate::mark(int fd, bool open) {
   std::unique_lock lock(mu_);
-  Fd* f = slot(fds_, fd);
-  if (f == nullptr) return;
-  if (open) {
-    if (!f->open) f->since = std::chrono::steady_clock::now();
-    f->open = true;
-    return;
-  }
-  f->open = false;
-  release_locked(fd);
+  mark_locked(fd, open);
 }
 
 bool StdioGate::try_mark(int fd, bool open) {
   std::unique_lock lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) return false;
   Fd* f = slot(fds_, fd);
-  if (f == nullptr) return true;
-  if (!open && !f->held.empty()) return false;  // a write: not with the GIL held
+  if (f != nullptr && !open && !f->held.empty()) return false;  // a write: not with the GIL
+  mark_locked(fd, open);
+  return true;
+}
+
+void StdioGate::mark_locked(int fd, bool open) {
+  Fd* f = slot(fds_, fd);
+  if (f == nullptr) return;
   if (open && !f->open) f->since = std::chrono::steady_clock::now();
   f->open = open;
-  return true;
+  if (!open) release_locked(fd);
 }
 
 void StdioGate::set_hold(std::chrono::milliseconds hold) {
@@ -108,7 +95,7 @@ void StdioGate::release_locked(int fd) {
   if (f == nullptr || f->held.empty()) return;
   std::string text;
   text.swap(f->held);
-  write_all(fd, text);
+  (void)write_all(fd, text);
 }
 
 void StdioGate::run_timer() {

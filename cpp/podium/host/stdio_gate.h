@@ -71,6 +71,7 @@ class StdioGate {
     std::chrono::steady_clock::time_point since{};  // when it opened
     std::string held;
   };
+  void mark_locked(int fd, bool open);
   void release_locked(int fd);
   void run_timer();
   static StdioGate* instance_unsafe();

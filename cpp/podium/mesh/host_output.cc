@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <string_view>
 
+#include "podium/base/write_all.h"
 #include "podium/host/stdio_gate.h"
 
 namespace podium::mesh {
@@ -14,16 +15,6 @@ namespace podium::mesh {
 OutputWriter::OutputWriter() : thread_([this] { main(); }) {}
 
 OutputWriter::~OutputWriter() { stop(); }
-
-bool OutputWriter::write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
 
 void OutputWriter::write(int fd, std::string data) {
   {
@@ -79,7 +70,7 @@ bool write_patiently(int fd, std::string_view data, const bool& stopping, std::m
 void report_dropped(uint64_t n) {
   std::string line = "podium: " + std::to_string(n) +
                      " bytes of proc output dropped (stdout is not being read fast enough)\n";
-  (void)OutputWriter::write_all(2, line);
+  (void)write_all(2, line);
 }
 }  // namespace
 

@@ -45,9 +45,6 @@ class OutputWriter {
   // Bytes dropped so far (tests).
   uint64_t dropped_bytes() const;
 
-  // A blocking write of all of `data` to `fd` (EINTR retried); false on an error.
-  static bool write_all(int fd, std::string_view data);
-
  private:
   void main();
 

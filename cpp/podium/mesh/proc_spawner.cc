@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "podium/base/write_all.h"
 #include "podium/host/stdio_gate.h"
 #include "podium/host/zygote.h"
 #include "podium/mesh/bootstrap.h"
@@ -115,13 +116,7 @@ void ProcSpawner::emit(int stream, std::string_view data) const {
     host::StdioGate::instance().write_lines(stream == 2 ? 2 : 1, data);
     return;
   }
-  int fd = out_fd_[stream == 2 ? 1 : 0];
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // a closed terminal: the log file has the lines
-    data.remove_prefix(static_cast<size_t>(n));
-  }
+  (void)write_all(out_fd_[stream == 2 ? 1 : 0], data);  // a closed terminal: the log has them
 }
 
 namespace {

@@ -13,9 +13,9 @@ def stdio_write_lines(fd: int, text: str) -> None:
     Writes whole lines to this process's fd 1 or 2: now, or after the line open there closes, at most the gate's hold later (SG-1, SG-2).
     """
 
-def stdio_hold(seconds: float | None = None) -> float:
+def stdio_hold() -> float:
     """
-    How long (seconds) an open line of this process holds its procs' lines; sets it when given.
+    How long (seconds) an open line of this process holds its procs' lines (SG-2).
     """
 
 def zygote_serve(fd: int) -> tuple:

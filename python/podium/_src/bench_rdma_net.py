@@ -331,9 +331,8 @@ def _measure(net: netns.Network, sizes: List[int], reps: int, ucx: bool,
                     else:
                         timed, used = timed_run(kind, n_calls)
                     calls[kind].append(n_calls)
-                    if timed < run[kind] or kind not in cpu:
-                        if used is not None:
-                            cpu[kind] = used
+                    if used is not None and (timed < run[kind] or kind not in cpu):
+                        cpu[kind] = used
                     run[kind] = min(run[kind], timed)
                     # A first request that came cold makes a short run: the next round's run
                     # is sized at the pace this one reached.

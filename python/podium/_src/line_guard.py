@@ -72,20 +72,11 @@ class LineGuard:
             self._pending_len += len(s)
             if self._pending_len >= self._CHUNK and "\n" in s:
                 with self._lock:
-                    self._hand_over(self._take_lines())
+                    self._out(self._take_lines())
                     self._block = self._buffered()  # a reconfigure() since
             return len(s)
-        # Unbuffered: no lock (threads printing at once interleave their pieces anyway), and
-        # inline: a print() is several writes.
-        if s:
-            if not self._open:
-                self._open = True
-                self._mark(self._fd, True)  # before the first byte can reach the fd
-            self._inner.write(s)
-            if s[-1] == "\n":
-                self._inner.flush()
-                self._open = False
-                self._mark(self._fd, False)  # the lines held meanwhile follow this one
+        # Unbuffered: no lock (threads printing at once interleave their pieces anyway).
+        self._out(s)
         return len(s)
 
     def writelines(self, lines: Any) -> None:
@@ -94,9 +85,7 @@ class LineGuard:
 
     def flush(self) -> None:
         with self._lock:
-            text = self._take()
-            if text:
-                self._out(text, text[-1] == "\n")
+            self._out(self._take())
             self._inner.flush()
             self._block = self._buffered()
 
@@ -109,7 +98,7 @@ class LineGuard:
         wrote before them, at a line's start (the gate holds them while a line is open)."""
         if self._pending:  # block-buffered: behind the whole lines before them
             with self._lock:
-                self._hand_over(self._take_lines())
+                self._out(self._take_lines())
         self._write_lines(self._fd, text)  # the gate orders them against our marks
 
     def _take(self) -> str:
@@ -134,19 +123,19 @@ class LineGuard:
             self._pending_len = len(rest)
         return text[:cut]
 
-    def _hand_over(self, text: str) -> None:
-        if text:
-            self._out(text, ends_line=text.endswith("\n"))
-
-    def _out(self, text: str, ends_line: bool) -> None:
+    def _out(self, text: str) -> None:
+        """Writes ``text`` through, the fd marked open before it; a write that ends a line is
+        flushed and marks the fd closed, and the lines the gate held meanwhile follow it."""
+        if not text:
+            return
         if not self._open:
             self._open = True
             self._mark(self._fd, True)  # before the first byte can reach the fd
         self._inner.write(text)
-        if ends_line:
+        if text[-1] == "\n":
             self._inner.flush()
             self._open = False
-            self._mark(self._fd, False)  # the lines held meanwhile follow this one
+            self._mark(self._fd, False)
 
     def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, buffer, ...
         return getattr(self._inner, name)
@@ -175,6 +164,3 @@ def _fd_of(stream: Any) -> int:
     except Exception:  # no file descriptor: nothing shares it with the procs
         return -1
 
-
-def guards() -> List[LineGuard]:
-    return [s for s in (sys.stdout, sys.stderr) if isinstance(s, LineGuard)]
